@@ -1,0 +1,42 @@
+"""The exact reference: float64 softmax attention, no blocking, no rounding."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["reference_attention", "causal_mask"]
+
+
+def causal_mask(nq: int, nk: int, device=None) -> torch.Tensor:
+    """Boolean [nq, nk] mask of visible keys, top-left aligned like torch SDPA's ``is_causal``:
+    key ``j`` is visible to query ``i`` iff ``j <= i``."""
+    i = torch.arange(nq, device=device)[:, None]
+    j = torch.arange(nk, device=device)[None, :]
+    return j <= i
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                        sm_scale: float | None = None) -> torch.Tensor:
+    """softmax(q kᵀ · sm_scale) v computed in float64.
+
+    Args:
+        q: [B, H, Nq, d] (any float dtype; promoted to float64).
+        k: [B, H, Nk, d].
+        v: [B, H, Nk, d].
+        causal: top-left aligned causal mask (key j visible to query i iff j <= i).
+        sm_scale: score scale, default 1/sqrt(d).
+
+    Returns:
+        float64 tensor [B, H, Nq, d].
+    """
+    d = q.shape[-1]
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(d)
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    s = torch.matmul(q64, k64.transpose(-1, -2)) * sm_scale
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], device=s.device), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    return torch.matmul(p, v64)
