@@ -18,17 +18,19 @@ the other way; :mod:`kernels.conformance` checks that explanation for every mism
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .formats import FP8Format
-from .quantize import quantize_native
+from .quantize import quantize_fast
 from .reference import causal_mask
 
 __all__ = ["emulate_attention"]
 
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
-_CHUNK_ELEMS = 1 << 18
+_CHUNK_ELEMS = 1 << 17
 
 
 def _running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
@@ -61,9 +63,14 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
     if causal or pad:
         visible = torch.zeros(Nq, Np, dtype=torch.bool, device=q.device)
         visible[:, :Nk] = causal_mask(Nq, Nk, device=q.device) if causal else True
-    kT = kf.transpose(-1, -2)
     ks = min(ksink, Nk)
-    check_saturation = fmt is not None and scale > fmt.max_finite  # p <= 1, so p*S <= S
+    # Multiplying q by a power-of-two sm_scale is exact, so (q*sm)·k has the same bits
+    # as (q·k)*sm and saves a pass over the scores.
+    sm_pow2 = math.frexp(sm_scale)[0] == 0.5
+    qs = qf * sm_scale if sm_pow2 else qf
+    kT = kf.transpose(-1, -2)
+    # p <= 1 (each block's max is folded into m before its p is taken), so p*S <= S.
+    check_saturation = fmt is not None and scale > fmt.max_finite
 
     out = torch.empty(G, Nq, d, dtype=torch.float32, device=q.device)
     names = ("underflow", "underflow_sink", "saturated", "terms", "terms_sink")
@@ -73,37 +80,40 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
     for g in range(G):
         for r0 in range(0, Nq, rows):
             r1 = min(Nq, r0 + rows)
-            s = torch.matmul(qf[g, r0:r1], kT[g])
-            s.mul_(sm_scale)
+            nr = r1 - r0
+            s = torch.matmul(qs[g, r0:r1], kT[g])
+            if not sm_pow2:
+                s.mul_(sm_scale)
             if visible is not None:
                 s.masked_fill_(~visible[r0:r1], float("-inf"))
-            sb = s.view(r1 - r0, nblk, block_n)
-            m = _running_max(sb.amax(dim=-1), reverse)  # max seen when each block is processed
-            m_final = m[:, 0] if reverse else m[:, -1]
+            sb = s.view(nr, nblk, block_n)
+            m = _running_max(sb.amax(dim=-1), reverse)  # the max in force when each block is processed
             m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-            p = sb.sub_(m_safe[..., None]).exp_().view(r1 - r0, Np)  # in place: s is no longer needed
-            x = p * scale
-            pq = x if fmt is None else quantize_native(x, fmt)
-            if rowsum_rounded:
-                lblk = pq.view(r1 - r0, nblk, block_n).sum(-1) / scale
-            else:
-                lblk = p.view(r1 - r0, nblk, block_n).sum(-1)
-            # Diagnostics. p_q > 0 implies p > 0, so underflows are (p > 0) - (p_q > 0).
-            pos_ns = torch.count_nonzero(p[:, ks:], dim=-1)
-            pos_s = torch.count_nonzero(p[:, :ks], dim=-1)
-            diag["terms"][g, r0:r1] = pos_ns
-            diag["terms_sink"][g, r0:r1] = pos_s
-            diag["underflow"][g, r0:r1] = pos_ns - torch.count_nonzero(pq[:, ks:], dim=-1)
-            diag["underflow_sink"][g, r0:r1] = pos_s - torch.count_nonzero(pq[:, :ks], dim=-1)
+            p = sb.sub_(m_safe[..., None]).exp_().view(nr, Np)  # in place: s is not needed again
+            if not rowsum_rounded:
+                lblk = p.view(nr, nblk, block_n).sum(-1)
+            # p >= 0, so sign(p) is 1 exactly where p > 0: a fast exact count.
+            sgn = torch.sign(p)
+            pos_s = sgn[:, :ks].sum(-1)
+            pos_ns = sgn[:, ks:].sum(-1)
+            x = p.mul_(scale)  # x = p*S, in place
             if check_saturation:
                 diag["saturated"][g, r0:r1] = (x > fmt.max_finite).sum(-1)
+            pq = x if fmt is None else quantize_fast(x, fmt, saturate=check_saturation, out=x)
+            if rowsum_rounded:
+                lblk = pq.view(nr, nblk, block_n).sum(-1) / scale
+            # p_q > 0 implies p > 0, so underflows are #(p > 0) - #(p_q > 0).
+            torch.sign(pq, out=sgn)
+            diag["terms"][g, r0:r1] = pos_ns.to(torch.int64)
+            diag["terms_sink"][g, r0:r1] = pos_s.to(torch.int64)
+            diag["underflow"][g, r0:r1] = (pos_ns - sgn[:, ks:].sum(-1)).to(torch.int64)
+            diag["underflow_sink"][g, r0:r1] = (pos_s - sgn[:, :ks].sum(-1)).to(torch.int64)
             # Combine blocks: weight block j by exp(m_j - m_final) (the product of the
             # kernel's per-block alphas), then one matmul for all of P_q V.
-            m_final_safe = torch.where(torch.isneginf(m_final), torch.zeros_like(m_final), m_final)
-            w = torch.exp(m - m_final_safe[:, None])  # [rows, nblk]; exp(-inf) = 0 for unseen blocks
-            w = torch.where(torch.isneginf(m), torch.zeros_like(w), w)
+            m_final = m_safe[:, 0] if reverse else m_safe[:, -1]
+            w = torch.exp(m - m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
             l = (lblk * w).sum(-1)
-            pq.view(r1 - r0, nblk, block_n).mul_(w[..., None])
+            pq.view(nr, nblk, block_n).mul_(w[..., None])
             acc = torch.matmul(pq, vf[g])
             out[g, r0:r1] = acc / (l * scale)[:, None]
     out = out.view(B, H, Nq, d)

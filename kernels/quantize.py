@@ -30,7 +30,7 @@ import torch
 
 from .formats import FP8Format, get_format
 
-__all__ = ["quantize", "quantize_native"]
+__all__ = ["quantize", "quantize_native", "quantize_fast"]
 
 _EXP_MASK = 0xFF
 _MAN_MASK = 0x7FFFFF
@@ -95,3 +95,26 @@ def quantize_native(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn") -> torch.T
         # other formats do, so that results compare bitwise across formats.
         out = torch.copysign(out, x)
     return out
+
+
+def quantize_fast(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn", *, saturate: bool = True,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """Same values as :func:`quantize`, by IEEE float32 addition: the emulator's hot path.
+
+    For ``|x|`` in binade ``2^e`` (or the subnormal range, ``e = emin``) the grid step
+    is ``2^(e - m)``. Adding ``C = 1.5 * 2^(e - m + 23)``, whose float32 ulp is exactly
+    that step, makes the FPU round ``x`` to the grid with ties to even; subtracting
+    ``C`` again is exact. Five cheap elementwise passes instead of a float8 round trip.
+
+    Differences from :func:`quantize`: a negative value that rounds to zero gives +0.0
+    (numerically equal); NaN stays NaN. ``saturate=False`` skips the clamp when the
+    caller knows ``|x| <= max_finite``. ``out`` may alias ``x`` to round in place.
+    """
+    f = get_format(fmt)
+    if saturate:
+        x = torch.clamp(x, min=-f.max_finite, max=f.max_finite)
+    magic = (x.view(torch.int32) & 0x7F800000).view(torch.float32)
+    magic.mul_(1.5 * 2.0 ** (23 - f.man_bits)).clamp_min_(1.5 * f.min_normal * 2.0 ** (23 - f.man_bits))
+    if out is None:
+        return (x + magic).sub_(magic)
+    return torch.add(x, magic, out=out).sub_(magic)
