@@ -1,0 +1,148 @@
+# Config handling and helper functions shared by every rule file (no rules in this file).
+#
+# Order of events, all before any job is scheduled:
+#   1. validate config.yaml (plus --config / --configfile overrides) against the JSON schema;
+#   2. merge presets[preset] over it (--config preset=smoke|default|paper) and validate again;
+#   3. the checks the schema cannot express (kernels.pipeline.check_config).
+# Any failure raises WorkflowError naming the config key and what is allowed; nothing is written.
+
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version, validate
+
+import kernels.pipeline as pipeline
+
+
+min_version("9.0")
+
+CONFIG_SCHEMA = "../schemas/config.schema.yaml"
+
+
+def _schema_message(err):
+    """One readable line from a jsonschema ValidationError: the key, the value, what is allowed."""
+    path = ""
+    for part in err.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    schema = err.schema if isinstance(err.schema, dict) else {}
+    if err.validator == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        keys = ", ".join(f"{path}.{k}" if path else k for k in extra)
+        return f"config key '{keys}' is not allowed here; allowed keys: {', '.join(allowed)}"
+    if err.validator == "required":
+        missing = [k for k in err.validator_value if k not in err.instance]
+        keys = ", ".join(f"{path}.{k}" if path else k for k in missing)
+        return f"config key '{keys}' is missing; required: {', '.join(err.validator_value)}"
+    allowed = schema.get("description", "see workflow/schemas/config.schema.yaml")
+    return f"config key '{path or '(top level)'}': {err.message}; allowed: {allowed}"
+
+
+def validate_config(cfg, stage):
+    """snakemake.utils.validate with a message that names the key; raises WorkflowError."""
+    try:
+        validate(cfg, CONFIG_SCHEMA)
+    except WorkflowError as e:
+        err = e.__context__
+        if err is None or not hasattr(err, "absolute_path"):
+            raise
+        raise WorkflowError(f"Invalid configuration ({stage}): {_schema_message(err)}") from None
+
+
+def load_config(cfg):
+    """Validate, merge the preset, validate again, run the cross-field checks; return the merged config."""
+    validate_config(cfg, "config.yaml with command-line overrides")
+    try:
+        merged = pipeline.resolve_preset(cfg)
+    except pipeline.ConfigError as e:
+        raise WorkflowError(f"Invalid configuration: {e}") from None
+    validate_config(merged, f"after merging preset {merged.get('preset')!r}")
+    try:
+        pipeline.check_config(merged)
+    except pipeline.ConfigError as e:
+        raise WorkflowError(
+            f"Invalid configuration (preset {merged.get('preset')!r}): {e}"
+        ) from None
+    return merged
+
+
+_merged = load_config(config)
+config.clear()
+config.update(_merged)
+
+PRESET = config["preset"]
+EXPERIMENTS = config["experiments"]
+SWEEPS = list(pipeline.SWEEP_EXPERIMENTS)
+CONFORMANCE = "conformance"
+
+# The claims each experiment's table serves: report categories.
+CATEGORY = {
+    "collapse": "Collapse (C1, C2, C5, C6)",
+    "scales": "Scale choice (C3)",
+    "threshold": "Threshold (C1, C4)",
+    "conformance": "Kernel conformance",
+}
+
+
+def shard_ids(experiment):
+    return [f"{i:03d}" for i in range(pipeline.n_shards(EXPERIMENTS[experiment]))]
+
+
+def shard_files(pattern):
+    """Input function: one file per shard of the wildcard's experiment, from a pattern with {shard}."""
+
+    def files(wildcards):
+        return expand(pattern, experiment=wildcards.experiment, shard=shard_ids(wildcards.experiment))
+
+    return files
+
+
+def shard_spec(wildcards):
+    """The shard job's params: everything it computes, as canonical JSON (a params rerun trigger)."""
+    spec = pipeline.shard_spec(
+        wildcards.experiment, EXPERIMENTS[wildcards.experiment], int(wildcards.shard)
+    )
+    return pipeline.spec_json(spec)
+
+
+def inputs_spec(wildcards):
+    spec = pipeline.inputs_spec(
+        wildcards.experiment, EXPERIMENTS[wildcards.experiment], int(wildcards.shard)
+    )
+    return pipeline.spec_json(spec)
+
+
+def expected_rows(wildcards):
+    return pipeline.expected_rows(wildcards.experiment, EXPERIMENTS[wildcards.experiment])
+
+
+def gpu_resource(wildcards):
+    """1 where this job would run on a CUDA GPU here (the default profile allows one at a time)."""
+    experiment = wildcards.experiment
+    return pipeline.gpu_jobs(EXPERIMENTS[experiment], kernel=experiment == CONFORMANCE)
+
+
+def category(wildcards):
+    return CATEGORY[wildcards.experiment]
+
+
+TIDY_TABLES = expand("results/tidy/{experiment}.csv", experiment=SWEEPS + [CONFORMANCE])
+TIMING_TABLES = expand("results/timing/{experiment}.csv", experiment=SWEEPS + [CONFORMANCE])
+
+
+def backend_note():
+    """A plain sentence on where the sweeps and the conformance kernel will run on this machine."""
+    notes = []
+    for name in SWEEPS:
+        backend = EXPERIMENTS[name].get("backend", "auto")
+        if backend == "auto" and not pipeline.gpu_jobs(EXPERIMENTS[name]):
+            notes.append(f"{name}: backend auto -> EMULATOR (no CUDA GPU found)")
+        else:
+            notes.append(f"{name}: backend {backend}")
+    kernel = "compiled" if pipeline.gpu_jobs({}, kernel=True) else "INTERPRETED on the CPU"
+    notes.append(f"conformance: Triton kernel {kernel}")
+    return f"pcast-fp8 preset {PRESET!r}; " + "; ".join(notes)
+
+
+onstart:
+    print(backend_note(), file=sys.stderr)

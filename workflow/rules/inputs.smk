@@ -1,0 +1,21 @@
+# Step 1: the Δ-free base tensors (kernels.sinks.make_base) of every seed, shape and sigma of a
+# shard, stored in one safetensors file. Δ, ksink and sink_v_scale are applied at run time.
+
+
+rule inputs:
+    output:
+        "results/inputs/{experiment}/shard{shard}.safetensors",
+    params:
+        spec=inputs_spec,
+    log:
+        "results/logs/inputs/{experiment}/shard{shard}.log",
+    benchmark:
+        "results/benchmarks/inputs/{experiment}/shard{shard}.tsv"
+    wildcard_constraints:
+        experiment="|".join(SWEEPS + [CONFORMANCE]),
+        shard=r"\d{3}",
+    threads: 1
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/make_inputs.py"

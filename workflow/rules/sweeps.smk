@@ -1,0 +1,54 @@
+# Step 2: the sweeps (collapse, scales, threshold) in shards of seeds; step 3: one tidy table per
+# experiment, with the shard timings kept apart in results/timing/.
+
+
+rule sweep_shard:
+    input:
+        "results/inputs/{experiment}/shard{shard}.safetensors",
+    output:
+        rows="results/shards/{experiment}/shard{shard}.csv",
+        timing="results/shards/{experiment}/shard{shard}.timing.csv",
+    params:
+        spec=shard_spec,
+    log:
+        "results/logs/sweeps/{experiment}/shard{shard}.log",
+    benchmark:
+        "results/benchmarks/sweeps/{experiment}/shard{shard}.tsv"
+    wildcard_constraints:
+        experiment="|".join(SWEEPS),
+        shard=r"\d{3}",
+    threads: 1
+    resources:
+        gpu=gpu_resource,
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/run_sweep_shard.py"
+
+
+rule tidy_table:
+    input:
+        rows=shard_files("results/shards/{experiment}/shard{shard}.csv"),
+        timing=shard_files("results/shards/{experiment}/shard{shard}.timing.csv"),
+    output:
+        tidy=report(
+            "results/tidy/{experiment}.csv",
+            caption="../report/tidy.rst",
+            category=category,
+            subcategory="Tidy table",
+            labels={"experiment": "{experiment}", "table": "tidy results"},
+        ),
+        timing="results/timing/{experiment}.csv",
+    params:
+        expected=expected_rows,
+    log:
+        "results/logs/tidy/{experiment}.log",
+    benchmark:
+        "results/benchmarks/tidy/{experiment}.tsv"
+    wildcard_constraints:
+        experiment="|".join(SWEEPS),
+    localrule: True
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/merge_tables.py"
