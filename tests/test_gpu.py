@@ -1,0 +1,32 @@
+"""GPU-only checks: skipped cleanly without a CUDA GPU of capability >= 8.9.
+
+The same checks, with timings and a JSON summary, run as ``pcast-gpu-check``.
+"""
+
+import pytest
+
+from kernels.api import fp8_gpu_available
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not fp8_gpu_available(), reason="needs a CUDA GPU with capability >= 8.9")]
+
+
+def test_software_rounding_compiled_matches_torch_cast():
+    from kernels.gpu_check import check_conversion
+
+    r = check_conversion()
+    assert r["sw_compiled_vs_cast_mismatches"] == 0
+    assert r["torch_quantize_vs_cast_mismatches"] == 0
+
+
+def test_compiled_kernel_matches_emulator():
+    from kernels.gpu_check import check_kernel
+
+    rows = check_kernel()
+    assert rows and all(r["kernel_backend"] == "triton-compiled" for r in rows)
+    assert all(r["explained"] for r in rows), [r["why"] for r in rows if not r["explained"]]
+
+
+def test_dot_is_ieee_fp32_not_tf32():
+    from kernels.gpu_check import check_ieee_dot
+
+    assert check_ieee_dot()["unrounded_vs_reference_rel"] <= 1e-5

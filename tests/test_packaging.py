@@ -1,0 +1,50 @@
+"""Packaging: pins agree across pyproject.toml and environment.yml; the distribution name is ours."""
+
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _conda_pip_lines():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pips = [d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d]
+    assert len(pips) == 1
+    return pips[0]
+
+
+def test_environment_yml_pins_equal_pyproject():
+    proj = _pyproject()["project"]
+    want = sorted(proj["dependencies"] + proj["optional-dependencies"]["test"])
+    got = sorted(x for x in _conda_pip_lines() if not x.startswith("-e"))
+    assert got == want
+
+
+def test_environment_yml_installs_the_checkout():
+    assert "-e ." in _conda_pip_lines()
+
+
+def test_torch_is_pinned_to_the_cpu_build_version():
+    assert "torch==2.13.0" in _pyproject()["project"]["dependencies"]
+
+
+def test_distribution_name_differs_from_pypi_kernels():
+    proj = _pyproject()
+    assert proj["project"]["name"] != "kernels"
+    assert proj["tool"]["setuptools"]["packages"] == ["kernels"]
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    marker = "<!-- test-command -->"
+    block = readme.split(marker)[1].split("```")[1]
+    cmd = [ln for ln in block.splitlines()[1:] if ln.strip()]
+    ci_cmd = [ln for ln in ci.splitlines() if ln.strip() and not ln.startswith("#") and not ln.startswith("set ")]
+    assert ci_cmd == cmd
