@@ -65,7 +65,12 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     args = ap.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            ap.error(f"--threads={args.threads}: must be >= 1")
+        torch.set_num_threads(args.threads)
     r = measure(batch=args.batch, n=args.n, d=args.d, reps=args.reps)
     gf = r["gflops"]
     print(f"shape {r['shape']}, {r['threads']} torch threads, median of {args.reps} interleaved runs")
