@@ -105,11 +105,13 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
     return out
 
 
-def resolve_preset(config: Mapping) -> dict:
-    """Merge ``presets[preset]`` over the rest of the config; return the merged config.
+def resolve_preset(config: Mapping, overrides: Mapping | None = None) -> dict:
+    """Merge ``presets[preset]`` over the rest of the config, then ``overrides`` over that.
 
-    ``preset`` and ``presets`` are kept (the latter unchanged) so the result validates with the same
-    schema. A preset may override any section (``experiments``, ``statistics``, ``claims``).
+    Precedence, lowest first: config.yaml, the preset, the command line (``overrides``: what
+    ``--config``/``--configfile`` set, so a command-line value beats the preset's). ``preset`` and
+    ``presets`` are kept (the latter unchanged) so the result validates with the same schema. A
+    preset may override any section (``experiments``, ``statistics``, ``claims``).
     """
     name = config.get("preset", "default")
     presets = config.get("presets") or {}
@@ -119,6 +121,8 @@ def resolve_preset(config: Mapping) -> dict:
                           "(the keys of the 'presets' section)")
     override = {k: v for k, v in (presets[name] or {}).items() if k != "description"}
     merged = deep_merge({k: v for k, v in config.items() if k != "presets"}, override)
+    if overrides:
+        merged = deep_merge(merged, {k: v for k, v in overrides.items() if k not in ("preset", "presets")})
     merged["presets"] = copy.deepcopy(dict(presets))
     return merged
 
@@ -465,8 +469,8 @@ def _device(backend: str):
     return torch.device("cpu")
 
 
-def _reference_chunked(q, k, v, *, causal: bool, budget: int = 1 << 22):
-    """float64 reference for a stacked batch, a few items at a time to bound memory."""
+def _reference_chunked(q, k, v, *, causal: bool, budget: int = 1 << 20):
+    """float64 reference for a stacked batch, about ``budget`` scores at a time (cache-sized: fastest)."""
     import torch
 
     from .reference import reference_attention

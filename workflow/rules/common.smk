@@ -2,7 +2,8 @@
 #
 # Order of events, all before any job is scheduled:
 #   1. validate config.yaml (plus --config / --configfile overrides) against the JSON schema;
-#   2. merge presets[preset] over it (--config preset=smoke|default|paper) and validate again;
+#   2. merge presets[preset] over it (--config preset=smoke|default|paper), then the command-line
+#      overrides again (so --config/--configfile values beat the preset's), and validate again;
 #   3. the checks the schema cannot express (kernels.pipeline.check_config).
 # Any failure raises WorkflowError naming the config key and what is allowed; nothing is written.
 
@@ -49,11 +50,11 @@ def validate_config(cfg, stage):
         raise WorkflowError(f"Invalid configuration ({stage}): {_schema_message(err)}") from None
 
 
-def load_config(cfg):
-    """Validate, merge the preset, validate again, run the cross-field checks; return the merged config."""
+def load_config(cfg, overrides):
+    """Validate, merge the preset (then the command line again), validate, check; return the result."""
     validate_config(cfg, "config.yaml with command-line overrides")
     try:
-        merged = pipeline.resolve_preset(cfg)
+        merged = pipeline.resolve_preset(cfg, overrides)
     except pipeline.ConfigError as e:
         raise WorkflowError(f"Invalid configuration: {e}") from None
     validate_config(merged, f"after merging preset {merged.get('preset')!r}")
@@ -66,7 +67,7 @@ def load_config(cfg):
     return merged
 
 
-_merged = load_config(config)
+_merged = load_config(config, workflow.config_settings.overwrite_config)
 config.clear()
 config.update(_merged)
 
