@@ -587,7 +587,7 @@ def threshold_summary(df: pd.DataFrame, *, level: float = 0.5, n_resamples: int 
 
 def knee_summary(paired: pd.DataFrame, *, reference: str = "reverse S=256",
                  factor: float = 2.0) -> pd.DataFrame:
-    """The MSE knee of each forward combination, from the T1 family of the collapse experiment.
+    """The MSE knee of each forward-order combination, from the T1 family of the collapse experiment.
 
     The knee is the first Δ where the median paired ratio MSE(combo) / MSE(``reference``) reaches
     ``factor`` (interpolated on the log ratio): where the collapse starts to cost precision,
@@ -597,7 +597,7 @@ def knee_summary(paired: pd.DataFrame, *, reference: str = "reverse S=256",
     """
     from . import theory
 
-    part = paired[paired["b"] == reference]
+    part = paired[(paired["b"] == reference) & paired["a"].str.startswith("forward ")]
     keys = [c for c in config_columns(part, exclude=("backend", "combo", "delta", "order", "scale"))]
     rows = []
     for key, g in part.groupby(keys + ["a"], sort=True, dropna=False):
