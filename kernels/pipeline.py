@@ -226,8 +226,8 @@ def shard_spec(name: str, exp: Mapping, shard: int) -> dict:
     """Everything one shard job computes, explicit (Δ expanded): the job's ``params``.
 
     Snakemake's ``params`` rerun trigger compares this across runs, so a change to one experiment's
-    grid reruns only that experiment's shards; changing ``seeds`` touches only the shards whose seed
-    list changed.
+    grid reruns only that experiment's shards; adding seeds touches only the shards whose seed list
+    changed (so the number of shards is deliberately not part of it).
     """
     groups = shard_seeds(exp)
     if not 0 <= shard < len(groups):
@@ -235,7 +235,6 @@ def shard_spec(name: str, exp: Mapping, shard: int) -> dict:
     spec = {
         "experiment": name,
         "shard": shard,
-        "n_shards": len(groups),
         "seeds": groups[shard],
         "batch": int(exp.get("batch", 1)),
         "heads": int(exp.get("heads", 1)),
@@ -483,7 +482,7 @@ def _reference_chunked(q, k, v, *, causal: bool, budget: int = 1 << 20):
 
 
 def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str | os.PathLike,
-                    timing_csv: str | os.PathLike, *, threads: int = 1) -> dict:
+                    timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
     """Run one shard of a sweep experiment and write its tidy rows and timing.
 
     For every seed, shape, causal flag, sigma and ksink the (sink_v_scale, Δ) variants are stacked
@@ -576,10 +575,14 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
         note = " -- ran on the EMULATOR (backend=auto found no CUDA GPU with FP8 support)"
     elif "triton-interpreted" in backends:
         note = " -- the Triton kernel ran INTERPRETED on the CPU"
-    progress(f"[pcast] {name} shard {spec['shard'] + 1}/{spec['n_shards']}: seeds "
+    progress(f"[pcast] {name} shard {_of(spec['shard'], n_shards)}: seeds "
              f"{spec['seeds'][0]}-{spec['seeds'][-1]}, {runs} runs in {wall:.1f} s "
              f"(reference {t_ref:.1f} s, kernel {t_kernel:.1f} s), backend {backend}{note}")
     return timing
+
+
+def _of(shard: int, n_shards: int | None) -> str:
+    return f"{shard + 1}/{n_shards}" if n_shards else f"{shard + 1}"
 
 
 def _tidy_sort_key(row: Mapping[str, Any]):
@@ -591,7 +594,7 @@ def _tidy_sort_key(row: Mapping[str, Any]):
 
 
 def run_conformance_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str | os.PathLike,
-                          timing_csv: str | os.PathLike, *, threads: int = 1) -> dict:
+                          timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
     """Triton kernel vs emulator (:func:`kernels.conformance.compare`) on every shape, causal flag and
     (order, scale) of one shard's seeds; one row per (order, scale, causal, n, d, seed)."""
     import torch
@@ -637,7 +640,7 @@ def run_conformance_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv
     atomic_write_text(timing_csv, _csv_text(TIMING_COLUMNS, [timing]))
     note = " -- the Triton kernel ran INTERPRETED on the CPU" if "triton-interpreted" in backends else ""
     bad = sum(not r["explained"] for r in rows)
-    progress(f"[pcast] conformance shard {spec['shard'] + 1}/{spec['n_shards']}: {len(rows)} comparisons in "
+    progress(f"[pcast] conformance shard {_of(spec['shard'], n_shards)}: {len(rows)} comparisons in "
              f"{wall:.1f} s, {bad} unexplained, kernel backend {backend}{note}")
     return timing
 

@@ -14,7 +14,6 @@ from snakemake.utils import min_version, validate
 
 import kernels.pipeline as pipeline
 
-
 min_version("9.0")
 
 CONFIG_SCHEMA = "../schemas/config.schema.yaml"
@@ -24,7 +23,11 @@ def _schema_message(err):
     """One readable line from a jsonschema ValidationError: the key, the value, what is allowed."""
     path = ""
     for part in err.absolute_path:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        path += (
+            f"[{part}]"
+            if isinstance(part, int)
+            else (f".{part}" if path else str(part))
+        )
     schema = err.schema if isinstance(err.schema, dict) else {}
     if err.validator == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
@@ -47,7 +50,9 @@ def validate_config(cfg, stage):
         err = e.__context__
         if err is None or not hasattr(err, "absolute_path"):
             raise
-        raise WorkflowError(f"Invalid configuration ({stage}): {_schema_message(err)}") from None
+        raise WorkflowError(
+            f"Invalid configuration ({stage}): {_schema_message(err)}"
+        ) from None
 
 
 def load_config(cfg, overrides):
@@ -76,11 +81,12 @@ EXPERIMENTS = config["experiments"]
 SWEEPS = list(pipeline.SWEEP_EXPERIMENTS)
 CONFORMANCE = "conformance"
 
-# The claims each experiment's table serves: report categories.
+# Report categories, one per claim, with the same names as the figures of claims.smk so that each
+# tidy table sits next to the figures and tables built from it.
 CATEGORY = {
-    "collapse": "Collapse (C1, C2, C5, C6)",
-    "scales": "Scale choice (C3)",
-    "threshold": "Threshold (C1, C4)",
+    "collapse": "C1, C2 · underflow law, reverse order",
+    "scales": "C3 · S = 256",
+    "threshold": "C4 · threshold Δc",
     "conformance": "Kernel conformance",
 }
 
@@ -93,7 +99,11 @@ def shard_files(pattern):
     """Input function: one file per shard of the wildcard's experiment, from a pattern with {shard}."""
 
     def files(wildcards):
-        return expand(pattern, experiment=wildcards.experiment, shard=shard_ids(wildcards.experiment))
+        return expand(
+            pattern,
+            experiment=wildcards.experiment,
+            shard=shard_ids(wildcards.experiment),
+        )
 
     return files
 
@@ -114,7 +124,9 @@ def inputs_spec(wildcards):
 
 
 def expected_rows(wildcards):
-    return pipeline.expected_rows(wildcards.experiment, EXPERIMENTS[wildcards.experiment])
+    return pipeline.expected_rows(
+        wildcards.experiment, EXPERIMENTS[wildcards.experiment]
+    )
 
 
 def gpu_resource(wildcards):
@@ -128,7 +140,9 @@ def category(wildcards):
 
 
 TIDY_TABLES = expand("results/tidy/{experiment}.csv", experiment=SWEEPS + [CONFORMANCE])
-TIMING_TABLES = expand("results/timing/{experiment}.csv", experiment=SWEEPS + [CONFORMANCE])
+TIMING_TABLES = expand(
+    "results/timing/{experiment}.csv", experiment=SWEEPS + [CONFORMANCE]
+)
 
 
 def backend_note():
@@ -140,7 +154,9 @@ def backend_note():
             notes.append(f"{name}: backend auto -> EMULATOR (no CUDA GPU found)")
         else:
             notes.append(f"{name}: backend {backend}")
-    kernel = "compiled" if pipeline.gpu_jobs({}, kernel=True) else "INTERPRETED on the CPU"
+    kernel = (
+        "compiled" if pipeline.gpu_jobs({}, kernel=True) else "INTERPRETED on the CPU"
+    )
     notes.append(f"conformance: Triton kernel {kernel}")
     return f"pcast-fp8 preset {PRESET!r}; " + "; ".join(notes)
 

@@ -8,8 +8,6 @@ rule conformance_shard:
     output:
         rows="results/shards/{experiment}/shard{shard}.csv",
         timing="results/shards/{experiment}/shard{shard}.timing.csv",
-    params:
-        spec=shard_spec,
     log:
         "results/logs/conformance/{experiment}/shard{shard}.log",
     benchmark:
@@ -17,11 +15,13 @@ rule conformance_shard:
     wildcard_constraints:
         experiment=CONFORMANCE,
         shard=r"\d{3}",
+    conda:
+        "../envs/pcast-fp8.yaml"
     threads: 1
     resources:
         gpu=gpu_resource,
-    conda:
-        "../envs/pcast-fp8.yaml"
+    params:
+        spec=shard_spec,
     script:
         "../scripts/run_conformance_shard.py"
 
@@ -36,11 +36,12 @@ rule conformance_table:
             caption="../report/tidy.rst",
             category=category,
             subcategory="Tidy table",
-            labels={"experiment": "{experiment}", "table": "Triton kernel vs emulator"},
+            labels={
+                "experiment": "{experiment}",
+                "table": "Triton kernel vs emulator",
+            },
         ),
         timing="results/timing/{experiment}.csv",
-    params:
-        expected=expected_rows,
     log:
         "results/logs/tidy/{experiment}.log",
     benchmark:
@@ -50,5 +51,7 @@ rule conformance_table:
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        expected=expected_rows,
     script:
         "../scripts/merge_tables.py"

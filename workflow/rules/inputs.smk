@@ -5,8 +5,6 @@
 rule inputs:
     output:
         "results/inputs/{experiment}/shard{shard}.safetensors",
-    params:
-        spec=inputs_spec,
     log:
         "results/logs/inputs/{experiment}/shard{shard}.log",
     benchmark:
@@ -14,8 +12,10 @@ rule inputs:
     wildcard_constraints:
         experiment="|".join(SWEEPS + [CONFORMANCE]),
         shard=r"\d{3}",
-    threads: 1
     conda:
         "../envs/pcast-fp8.yaml"
+    threads: 1
+    params:
+        spec=inputs_spec,
     script:
         "../scripts/make_inputs.py"

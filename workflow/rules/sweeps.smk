@@ -8,8 +8,6 @@ rule sweep_shard:
     output:
         rows="results/shards/{experiment}/shard{shard}.csv",
         timing="results/shards/{experiment}/shard{shard}.timing.csv",
-    params:
-        spec=shard_spec,
     log:
         "results/logs/sweeps/{experiment}/shard{shard}.log",
     benchmark:
@@ -17,11 +15,13 @@ rule sweep_shard:
     wildcard_constraints:
         experiment="|".join(SWEEPS),
         shard=r"\d{3}",
+    conda:
+        "../envs/pcast-fp8.yaml"
     threads: 1
     resources:
         gpu=gpu_resource,
-    conda:
-        "../envs/pcast-fp8.yaml"
+    params:
+        spec=shard_spec,
     script:
         "../scripts/run_sweep_shard.py"
 
@@ -39,8 +39,6 @@ rule tidy_table:
             labels={"experiment": "{experiment}", "table": "tidy results"},
         ),
         timing="results/timing/{experiment}.csv",
-    params:
-        expected=expected_rows,
     log:
         "results/logs/tidy/{experiment}.log",
     benchmark:
@@ -50,5 +48,7 @@ rule tidy_table:
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        expected=expected_rows,
     script:
         "../scripts/merge_tables.py"
