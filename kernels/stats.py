@@ -49,7 +49,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 from scipy import stats
-from statsmodels.stats.multitest import multipletests
 
 __all__ = [
     "CONFIG_COLUMNS",
@@ -264,6 +263,8 @@ def tost_log(d, margin_log: float, *, alpha: float = 0.05) -> dict:
 
 def holm(pvalues) -> np.ndarray:
     """Holm-adjusted p-values over the whole array; NaNs are left out of the family and kept."""
+    from statsmodels.stats.multitest import multipletests  # lazy: statsmodels takes ~1 s to import
+
     p = np.asarray(pvalues, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = np.isfinite(p)
