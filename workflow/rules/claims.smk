@@ -4,76 +4,8 @@
 # back only to the tidy tables it needs, e.g. `snakemake --cores 2 fig_collapse`.
 # CLAIMS_TARGETS lists every final output; the Snakefile's `rule all` asks for it.
 
-from snakemake.utils import validate
 
-
-validate(config, "../schemas/claims.schema.yaml")
-
-STATS = config["statistics"]
-CLAIMS = config["claims"]
-TIDY = "results/tidy/{}.csv"
-STATS_DIR = "results/stats"
-CLAIMS_LOGS = "results/logs/claims"
-CLAIMS_BENCH = "results/benchmarks/claims"
-
-# Report categories: one per claim (or group of claims an output answers).
-CLAIM_CATEGORY = {
-    "fig_theory_scale": "C3 · S = 256",
-    "table_scales": "C3 · S = 256",
-    "fig_collapse": "C1, C2 · underflow law, reverse order",
-    "fig_mse": "C5 · MSE improvement",
-    "fig_improvement": "C5 · MSE improvement",
-    "table_paired_tests": "C5, C6 · paired tests",
-    "fig_threshold": "C4 · threshold Δc",
-    "table_thresholds": "C4 · threshold Δc",
-    "fig_conformance": "Kernel conformance",
-    "table_conformance": "Kernel conformance",
-    "claims": "Claims verdict",
-}
-FIGURES = [
-    "fig_theory_scale",
-    "fig_collapse",
-    "fig_mse",
-    "fig_improvement",
-    "fig_threshold",
-    "fig_conformance",
-]
-TABLES = ["table_paired_tests", "table_scales", "table_thresholds", "table_conformance"]
-
-
-def figure_outputs(name):
-    """PDF for the paper, PNG for the report (captioned, grouped by claim), data CSV beside them."""
-    return {
-        "pdf": f"figures/{name}.pdf",
-        "png": report(
-            f"figures/{name}.png",
-            caption=f"../report/{name}.rst",
-            category=CLAIM_CATEGORY[name],
-            labels={"output": name, "kind": "figure"},
-        ),
-        "csv": f"figures/{name}.csv",
-    }
-
-
-def table_outputs(name):
-    """CSV (shown in the report), LaTeX booktabs and Markdown."""
-    return {
-        "csv": report(
-            f"figures/{name}.csv",
-            caption=f"../report/{name}.rst",
-            category=CLAIM_CATEGORY[name],
-            labels={"output": name, "kind": "table"},
-        ),
-        "tex": f"figures/{name}.tex",
-        "md": f"figures/{name}.md",
-    }
-
-
-CLAIMS_TARGETS = (
-    [f"figures/{n}.{ext}" for n in FIGURES for ext in ("pdf", "png", "csv")]
-    + [f"figures/{n}.{ext}" for n in TABLES for ext in ("csv", "tex", "md")]
-    + ["figures/claims.md", "figures/claims.json"]
-)
+include: "claims_common.smk"
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -84,14 +16,14 @@ rule stats_underflow:
         tidy=TIDY.format("collapse"),
     output:
         summary=f"{STATS_DIR}/collapse_summary.csv",
-    params:
-        stats=STATS,
     log:
         f"{CLAIMS_LOGS}/stats_underflow.log",
     benchmark:
         f"{CLAIMS_BENCH}/stats_underflow.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS,
     script:
         "../scripts/claims_stats_underflow.py"
 
@@ -102,14 +34,14 @@ rule stats_paired:
     output:
         paired=f"{STATS_DIR}/paired_tests.csv",
         knees=f"{STATS_DIR}/knees.csv",
-    params:
-        stats=STATS,
     log:
         f"{CLAIMS_LOGS}/stats_paired.log",
     benchmark:
         f"{CLAIMS_BENCH}/stats_paired.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS,
     script:
         "../scripts/claims_stats_paired.py"
 
@@ -119,14 +51,14 @@ rule stats_scales:
         tidy=TIDY.format("scales"),
     output:
         summary=f"{STATS_DIR}/scales_summary.csv",
-    params:
-        stats=STATS,
     log:
         f"{CLAIMS_LOGS}/stats_scales.log",
     benchmark:
         f"{CLAIMS_BENCH}/stats_scales.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS,
     script:
         "../scripts/claims_stats_scales.py"
 
@@ -136,14 +68,14 @@ rule stats_thresholds:
         tidy=TIDY.format("threshold"),
     output:
         summary=f"{STATS_DIR}/thresholds.csv",
-    params:
-        stats=STATS,
     log:
         f"{CLAIMS_LOGS}/stats_thresholds.log",
     benchmark:
         f"{CLAIMS_BENCH}/stats_thresholds.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS,
     script:
         "../scripts/claims_stats_thresholds.py"
 
@@ -156,16 +88,16 @@ rule fig_theory_scale:
         scales=f"{STATS_DIR}/scales_summary.csv",
     output:
         **figure_outputs("fig_theory_scale"),
-    params:
-        fmt=config["experiments"]["scales"].get("fmt", "e4m3fn"),
-        scale=CLAIMS["C3"]["scale"],
-        compare_scale=CLAIMS["C3"]["compare_scale"],
     log:
         f"{CLAIMS_LOGS}/fig_theory_scale.log",
     benchmark:
         f"{CLAIMS_BENCH}/fig_theory_scale.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        fmt=config["experiments"]["scales"].get("fmt", "e4m3fn"),
+        scale=CLAIMS["C3"]["scale"],
+        compare_scale=CLAIMS["C3"]["compare_scale"],
     script:
         "../scripts/fig_theory_scale.py"
 
@@ -191,16 +123,16 @@ rule fig_mse:
         paired=f"{STATS_DIR}/paired_tests.csv",
     output:
         **figure_outputs("fig_mse"),
-    params:
-        baseline=STATS["baseline"],
-        reference=STATS["reference"],
-        band=CLAIMS["C5"]["band"],
     log:
         f"{CLAIMS_LOGS}/fig_mse.log",
     benchmark:
         f"{CLAIMS_BENCH}/fig_mse.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        baseline=STATS["baseline"],
+        reference=STATS["reference"],
+        band=CLAIMS["C5"]["band"],
     script:
         "../scripts/fig_mse.py"
 
@@ -211,16 +143,16 @@ rule fig_improvement:
         scales=f"{STATS_DIR}/scales_summary.csv",
     output:
         **figure_outputs("fig_improvement"),
-    params:
-        baseline=STATS["baseline"],
-        fixes=STATS["fixes"],
-        band=CLAIMS["C5"]["band"],
     log:
         f"{CLAIMS_LOGS}/fig_improvement.log",
     benchmark:
         f"{CLAIMS_BENCH}/fig_improvement.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        baseline=STATS["baseline"],
+        fixes=STATS["fixes"],
+        band=CLAIMS["C5"]["band"],
     script:
         "../scripts/fig_improvement.py"
 
@@ -231,14 +163,14 @@ rule fig_threshold:
         knees=f"{STATS_DIR}/knees.csv",
     output:
         **figure_outputs("fig_threshold"),
-    params:
-        tolerance=CLAIMS["C4"]["max_abs_error"],
     log:
         f"{CLAIMS_LOGS}/fig_threshold.log",
     benchmark:
         f"{CLAIMS_BENCH}/fig_threshold.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        tolerance=CLAIMS["C4"]["max_abs_error"],
     script:
         "../scripts/fig_threshold.py"
 
@@ -266,17 +198,17 @@ rule table_paired_tests:
         paired=f"{STATS_DIR}/paired_tests.csv",
     output:
         **table_outputs("table_paired_tests"),
-    params:
-        deltas=STATS["table_deltas"],
-        confidence=STATS["confidence_level"],
-        margin=STATS["tost_margin"],
-        alpha=STATS["alpha"],
     log:
         f"{CLAIMS_LOGS}/table_paired_tests.log",
     benchmark:
         f"{CLAIMS_BENCH}/table_paired_tests.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        deltas=STATS["table_deltas"],
+        confidence=STATS["confidence_level"],
+        margin=STATS["tost_margin"],
+        alpha=STATS["alpha"],
     script:
         "../scripts/table_paired_tests.py"
 
@@ -302,14 +234,14 @@ rule table_thresholds:
         knees=f"{STATS_DIR}/knees.csv",
     output:
         **table_outputs("table_thresholds"),
-    params:
-        tolerance=CLAIMS["C4"]["max_abs_error"],
     log:
         f"{CLAIMS_LOGS}/table_thresholds.log",
     benchmark:
         f"{CLAIMS_BENCH}/table_thresholds.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        tolerance=CLAIMS["C4"]["max_abs_error"],
     script:
         "../scripts/table_thresholds.py"
 
@@ -348,14 +280,14 @@ rule claims:
             labels={"output": "claims", "kind": "verdict"},
         ),
         json="figures/claims.json",
-    params:
-        claims=CLAIMS,
-        preset=config["preset"],
     log:
         f"{CLAIMS_LOGS}/claims.log",
     benchmark:
         f"{CLAIMS_BENCH}/claims.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        claims=CLAIMS,
+        preset=config["preset"],
     script:
         "../scripts/claims_verdict.py"
