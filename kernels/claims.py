@@ -316,7 +316,7 @@ def claim_c3(scales: pd.DataFrame, cfg: Mapping, fmt: str = "e4m3fn") -> dict:
             if len(at2):
                 cmp.append(float(at2["mse_median"].iloc[0] / at_s["mse_median"].iloc[0]))
         nums["worst_mse_ratio_S_over_best_pow2"] = worst
-        details.append(f"measured: median MSE at S={S:g} is at most {_f(worst)}× the best non-saturating "
+        details.append(f"measured: median MSE at S={S:g} is at most {worst:.3f}× the best non-saturating "
                        f"power of two" + (f" (worst at {worst_at})" if worst_at else "")
                        + f"; criterion ≤ {1 + tol:g}×: {'yes' if measured_ok else 'NO'}")
         if cmp:
