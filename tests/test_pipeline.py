@@ -6,7 +6,7 @@ ignored files, see :func:`copy_repo`), never in the working tree.
 * two clean runs, one with ``--cores 2`` and one with ``--cores 1``, give byte-identical tidy
   tables and byte-identical figure data (every CSV under ``results/tidy`` and ``figures/``);
 * a run whose snakemake process group is SIGKILLed mid-way, then unlocked (``--unlock``, as
-  Snakemake asks after a kill) and started again, completes with the same tables;
+  Snakemake asks after a kill) and started again, completes with the same tidy tables;
 * dry runs (``-n``) after a complete run prove the partial reruns: nothing to do; a changed grid
   reruns only that experiment's jobs; a changed script reruns only the rules that use it; a
   single table is a target that runs only what it needs;
@@ -158,7 +158,8 @@ def test_two_clean_runs_are_byte_identical_with_1_and_2_cores(run_a, tmp_path):
 
 def test_resume_after_sigkill_gives_the_same_tables(run_a, tmp_path):
     c = copy_repo(tmp_path / "c")
-    proc = subprocess.Popen(["snakemake", "--cores", "2", *SMOKE], cwd=c, stdout=subprocess.DEVNULL,
+    tables = [f"results/tidy/{n}.csv" for n in P.EXPERIMENTS]  # the tidy tables only, to save time
+    proc = subprocess.Popen(["snakemake", "--cores", "2", *tables, *SMOKE], cwd=c, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 300
@@ -175,11 +176,9 @@ def test_resume_after_sigkill_gives_the_same_tables(run_a, tmp_path):
     missing = [n for n in P.EXPERIMENTS if not (c / "results/tidy" / f"{n}.csv").exists()]
     assert missing, "the run was not interrupted mid-way"
     smk(c, "--unlock")
-    smk(c, "--cores", "2")
-    da, dc = data_files(run_a), data_files(c)
-    assert sorted(da) == sorted(dc)
-    for k in da:
-        assert da[k] == dc[k], f"{k} differs after kill and resume"
+    smk(c, "--cores", "2", *tables)
+    for t in tables:
+        assert (c / t).read_bytes() == (run_a / t).read_bytes(), f"{t} differs after kill and resume"
     assert not [p for p in (c / "results").rglob("*.tmp")]
 
 
