@@ -1,18 +1,21 @@
 """FP8 P-cast attention: formats, a Triton kernel, a fast emulator and an exact reference.
 
 The public front door is :func:`attention`; see its docstring for the per-row
-contract that every backend follows.
+contract that every backend follows. Importing the package is cheap: torch is
+loaded only when a torch-backed name (``attention``, ``quantize``, ...) is used, so
+the statistics and plotting jobs of the pipeline do not pay for it.
 """
 
 from .formats import FORMATS, FP8Format, get_format
-from .quantize import quantize
 
 __all__ = ["FORMATS", "FP8Format", "get_format", "quantize", "attention", "AttentionResult"]
 
+_LAZY = {"attention": "api", "AttentionResult": "api", "quantize": "rounding"}
 
-def __getattr__(name):  # lazy: importing torch-free helpers stays cheap
-    if name in ("attention", "AttentionResult"):
-        from . import api
 
-        return getattr(api, name)
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'kernels' has no attribute {name!r}")

@@ -7,7 +7,7 @@ Triton's interpreter on CPU, so callers never set ``TRITON_INTERPRET`` by hand.
 Why a hand-written rounding: Triton's interpreter converts float32 to
 ``tl.float8e4nv`` wrongly (it truncates subnormals, drops mantissa carries and
 turns overflow into garbage), so the kernel rounds with integer/float ops that
-behave the same interpreted and compiled. See :mod:`kernels.quantize` for the
+behave the same interpreted and compiled. See :mod:`kernels.rounding` for the
 algorithm; the two are tested bit-identical.
 """
 

@@ -23,7 +23,7 @@ import math
 import torch
 
 from .formats import FP8Format
-from .quantize import quantize_fast
+from .rounding import quantize_fast
 from .reference import causal_mask
 
 __all__ = ["emulate_attention"]

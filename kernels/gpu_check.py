@@ -33,7 +33,7 @@ def _samples(n, seed):
 
 
 def check_conversion():
-    from .quantize import quantize
+    from .rounding import quantize
     from .triton_attention import triton_builtin_cast, triton_quantize
 
     grid = torch.arange(0, 255, dtype=torch.uint8)
