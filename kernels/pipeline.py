@@ -46,7 +46,7 @@ __all__ = [
     "shard_seeds", "n_shards", "shard_spec", "inputs_spec", "expected_rows", "spec_json",
     "format_value", "write_inputs", "load_inputs", "run_sweep_shard", "run_conformance_shard",
     "merge_tidy", "merge_timing", "setup_logging", "atomic_write_text", "atomic_path", "combo_label",
-    "gpu_jobs", "logged_errors", "progress",
+    "gpu_jobs", "logged_errors", "progress", "summarize_benchmarks",
 ]
 
 log = logging.getLogger("pcast.pipeline")
@@ -481,14 +481,37 @@ def _reference_chunked(q, k, v, *, causal: bool, budget: int = 1 << 20):
     return torch.cat(parts, 0)
 
 
+def _item_rows(r, ref, ref_sq, items, meta: Mapping) -> list[dict]:
+    """Tidy rows of one attention call on a stack of ``len(items)`` (sink_v_scale, Δ) variants."""
+    L = len(items)
+    err = (r.out.double() - ref).reshape(L, -1)
+    mse, mae = err.square().mean(1).cpu(), err.abs().amax(1).cpu()
+    rsq = ref_sq.cpu()
+    cnt = {c: getattr(r, c).reshape(L, -1).sum(1).cpu().tolist()
+           for c in ("underflow", "terms", "underflow_sink", "terms_sink", "saturated")}
+    rows = []
+    for i, (svs, dl) in enumerate(items):
+        uf, tm, ufs, tms = cnt["underflow"][i], cnt["terms"][i], cnt["underflow_sink"][i], cnt["terms_sink"][i]
+        m, r2 = float(mse[i]), float(rsq[i])
+        rows.append({**meta, "delta": dl, "sink_v_scale": svs, "backend": r.backend, "mse": m,
+                     "rel_mse": m / r2 if r2 > 0 else math.nan, "max_abs_err": float(mae[i]),
+                     "underflow": uf, "terms": tm, "underflow_frac": uf / tm if tm else math.nan,
+                     "underflow_sink": ufs, "terms_sink": tms,
+                     "underflow_sink_frac": ufs / tms if tms else math.nan, "saturated": cnt["saturated"][i]})
+    return rows
+
+
 def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str | os.PathLike,
                     timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
     """Run one shard of a sweep experiment and write its tidy rows and timing.
 
-    For every seed, shape, causal flag, sigma and ksink the (sink_v_scale, Δ) variants are stacked
-    along the batch dimension (``max_batch_items`` at a time); the float64 reference is computed
-    once for that stack and every (order, scale) combination runs on the same tensors.
+    For every seed, shape, sigma, causal flag and ksink, the (sink_v_scale, Δ) variants of the
+    stored base are stacked along the batch dimension (``max_batch_items`` at a time); the float64
+    reference is computed once per stack and every (order, scale) combination runs on the same
+    tensors, so the combinations are paired by seed.
     """
+    import itertools
+
     import torch
 
     from . import attention
@@ -499,9 +522,8 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
     name = spec["experiment"]
     tensors = load_inputs(inputs_path, spec)
     device = _device(spec["backend"])
-    B = spec["batch"]
-    combos = [(o, s) for o in spec["order"] for s in spec["scale"]]
-    items_all = [(svs, dl) for svs in spec["sink_v_scale"] for dl in spec["delta"]]
+    combos = [(o, float(s)) for o in spec["order"] for s in spec["scale"]]
+    variants = [(svs, dl) for svs in spec["sink_v_scale"] for dl in spec["delta"]]
     chunk = max(1, spec["max_batch_items"])
     rows: list[dict] = []
     backends: set[str] = set()
@@ -509,57 +531,33 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
     runs = 0
     for si, seed in enumerate(spec["seeds"]):
         t_seed = time.perf_counter()
-        for shape in spec["shapes"]:
+        groups = itertools.product(spec["shapes"], spec["sigma"], spec["causal"], spec["ksink"],
+                                   range(0, len(variants), chunk))
+        for shape, sigma, causal, ksink, c0 in groups:
             n, d, bm, bn = shape["n"], shape["d"], shape["block_m"], shape["block_n"]
-            for sigma in spec["sigma"]:
-                q0, k0, v0 = _base(tensors, seed, n, d, sigma)
-                for causal in spec["causal"]:
-                    for ksink in spec["ksink"]:
-                        for c0 in range(0, len(items_all), chunk):
-                            items = items_all[c0:c0 + chunk]
-                            parts = [apply_sink(q0, k0, v0, ksink=ksink, delta=dl, sink_v_scale=svs)
-                                     for svs, dl in items]
-                            q = torch.cat([p[0] for p in parts]).to(device)
-                            k = torch.cat([p[1] for p in parts]).to(device)
-                            v = torch.cat([p[2] for p in parts]).to(device)
-                            del parts
-                            t0 = time.perf_counter()
-                            ref = _reference_chunked(q, k, v, causal=causal)
-                            ref_sq = ref.square().reshape(len(items), -1).mean(1)
-                            t_ref += time.perf_counter() - t0
-                            for order, scale in combos:
-                                t0 = time.perf_counter()
-                                r = attention(q, k, v, order=order, scale=scale, fmt=spec["fmt"], causal=causal,
-                                              ksink=ksink, block_m=bm, block_n=bn, rowsum=spec["rowsum"],
-                                              backend=spec["backend"])
-                                if device.type == "cuda":
-                                    torch.cuda.synchronize()
-                                t_kernel += time.perf_counter() - t0
-                                runs += len(items)
-                                backends.add(r.backend)
-                                err = (r.out.double() - ref).reshape(len(items), -1)
-                                mse = err.square().mean(1)
-                                mae = err.abs().amax(1)
-                                counts = {c: getattr(r, c).reshape(len(items), -1).sum(1).cpu()
-                                          for c in ("underflow", "terms", "underflow_sink", "terms_sink", "saturated")}
-                                mse, mae, rsq = mse.cpu(), mae.cpu(), ref_sq.cpu()
-                                for i, (svs, dl) in enumerate(items):
-                                    uf, tm = int(counts["underflow"][i]), int(counts["terms"][i])
-                                    ufs, tms = int(counts["underflow_sink"][i]), int(counts["terms_sink"][i])
-                                    m = float(mse[i])
-                                    rows.append({
-                                        "experiment": name, "seed": seed, "n": n, "d": d, "block_m": bm,
-                                        "block_n": bn, "causal": bool(causal), "ksink": ksink, "delta": dl,
-                                        "sigma": sigma, "sink_v_scale": svs, "order": order, "scale": scale,
-                                        "fmt": spec["fmt"], "rowsum": spec["rowsum"],
-                                        "combo": combo_label(order, scale), "backend": r.backend, "mse": m,
-                                        "rel_mse": m / float(rsq[i]) if float(rsq[i]) > 0 else math.nan,
-                                        "max_abs_err": float(mae[i]), "underflow": uf, "terms": tm,
-                                        "underflow_frac": uf / tm if tm else math.nan, "underflow_sink": ufs,
-                                        "terms_sink": tms, "underflow_sink_frac": ufs / tms if tms else math.nan,
-                                        "saturated": int(counts["saturated"][i]),
-                                    })
-                            del q, k, v, ref
+            items = variants[c0:c0 + chunk]
+            base = _base(tensors, seed, n, d, sigma)
+            parts = [apply_sink(*base, ksink=ksink, delta=dl, sink_v_scale=svs) for svs, dl in items]
+            q, k, v = (torch.cat([p[j] for p in parts]).to(device) for j in range(3))
+            del parts
+            t0 = time.perf_counter()
+            ref = _reference_chunked(q, k, v, causal=causal)
+            ref_sq = ref.square().reshape(len(items), -1).mean(1)
+            t_ref += time.perf_counter() - t0
+            for order, scale in combos:
+                t0 = time.perf_counter()
+                r = attention(q, k, v, order=order, scale=scale, fmt=spec["fmt"], causal=causal, ksink=ksink,
+                              block_m=bm, block_n=bn, rowsum=spec["rowsum"], backend=spec["backend"])
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                t_kernel += time.perf_counter() - t0
+                runs += len(items)
+                backends.add(r.backend)
+                meta = {"experiment": name, "seed": seed, "n": n, "d": d, "block_m": bm, "block_n": bn,
+                        "causal": bool(causal), "ksink": ksink, "sigma": sigma, "order": order, "scale": scale,
+                        "fmt": spec["fmt"], "rowsum": spec["rowsum"], "combo": combo_label(order, scale)}
+                rows += _item_rows(r, ref, ref_sq, items, meta)
+            del q, k, v, ref
         log.info("%s shard %d: seed %d (%d/%d) done in %.2f s", name, spec["shard"], seed, si + 1,
                  len(spec["seeds"]), time.perf_counter() - t_seed)
     rows.sort(key=_tidy_sort_key)
@@ -685,3 +683,36 @@ def merge_timing(paths: Sequence[str | os.PathLike], out_csv: str | os.PathLike)
     rows.sort(key=lambda r: int(r[1]))
     atomic_write_text(out_csv, _csv_text(TIMING_COLUMNS, rows))
     return len(rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# benchmarks
+
+
+def summarize_benchmarks(bench_dir: str | os.PathLike = "results/benchmarks") -> str:
+    """A Markdown table of the wall time per step from Snakemake's ``benchmark:`` files.
+
+    Steps are the benchmark paths without the shard: ``sweeps/collapse`` sums its shards'
+    files, ``claims/fig_collapse`` is one job. Columns: jobs, total seconds, slowest job.
+    """
+    groups: dict[str, list[float]] = {}
+    root = os.fspath(bench_dir)
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            if not f.endswith(".tsv"):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, f), root)
+            parts = rel[:-4].split(os.sep)
+            if parts[-1].startswith("shard"):
+                parts = parts[:-1]
+            with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
+                rows = list(csv.reader(fh, delimiter="\t"))
+            if len(rows) >= 2:
+                groups.setdefault("/".join(parts), []).append(float(rows[-1][0]))
+    lines = ["| step | jobs | total s | slowest job s |", "| --- | ---: | ---: | ---: |"]
+    for key in sorted(groups):
+        ts = groups[key]
+        lines.append(f"| {key} | {len(ts)} | {sum(ts):.1f} | {max(ts):.1f} |")
+    total = sum(sum(ts) for ts in groups.values())
+    lines.append(f"| **all jobs (sum of job wall times; the run overlaps them)** | {sum(map(len, groups.values()))} | {total:.1f} | |")
+    return "\n".join(lines) + "\n"
