@@ -298,6 +298,10 @@ def gpu_jobs(exp: Mapping, *, kernel: bool = False) -> int:
 # writing
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     """Yield a temporary path next to ``path``; on success rename it over ``path``, else delete it."""
@@ -306,6 +310,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=d)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
     try:
         yield tmp
         os.replace(tmp, path)

@@ -286,6 +286,14 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_atomic_write_gives_the_usual_permissions(tmp_path):
+    target = tmp_path / "t.csv"
+    P.atomic_write_text(target, "x\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
 def test_merge_rejects_duplicates_and_wrong_counts(tmp_path):
     row = {c: 0 for c in P.TIDY_COLUMNS} | {"experiment": "x", "causal": False, "order": "forward",
                                             "fmt": "e4m3fn", "rowsum": "unrounded", "combo": "forward S=1",
