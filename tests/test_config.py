@@ -222,3 +222,13 @@ def test_bad_config_stops_before_any_job(case, repo_copy, tmp_path):
         assert needle in line, f"{needle!r} not in: {line}"
     assert not (repo_copy / "results").exists(), "a bad config left results/ behind"
     assert not re.search(r"^rule \w+:", res.stdout, re.M), "a job was scheduled"
+
+
+def test_default_preset_stores_well_under_1_gb_of_inputs():
+    total = 0
+    for name, exp in merged("default")["experiments"].items():
+        nd = {(s["n"], s["d"]) for s in exp["shapes"]}
+        sigmas = exp["sigma"] if isinstance(exp["sigma"], list) else [exp["sigma"]]
+        per_seed = sum(3 * 4 * n * d for n, d in nd) * len(sigmas) * exp.get("batch", 1) * exp.get("heads", 1)
+        total += per_seed * exp["seeds"]
+    assert total < 100e6  # measured: 22 MB of safetensors; tables and figures add under 10 MB
