@@ -17,8 +17,6 @@ import argparse
 import csv
 import sys
 
-import torch
-
 COMBOS = (("forward", 1.0), ("forward", 256.0), ("reverse", 1.0), ("reverse", 256.0))
 COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
            "underflow", "terms", "underflow_sink", "saturated")

@@ -21,6 +21,8 @@ import yaml
 
 from kernels import pipeline as P
 
+from repo_copy import copy_repo
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 
@@ -29,22 +31,6 @@ pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snake
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-
-def copy_repo(dest: Path) -> Path:
-    """Copy the working tree's tracked and untracked-but-not-ignored files (links kept as links)."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                         check=True, capture_output=True).stdout.decode()
-    for rel in filter(None, out.split("\0")):
-        src, dst = REPO / rel, dest / rel
-        if not src.exists() and not src.is_symlink():
-            continue  # deleted in the working tree
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            dst.symlink_to(src.readlink())
-        elif src.is_file():
-            shutil.copy2(src, dst)
-    return dest
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import textwrap
 from pathlib import Path
 
@@ -17,6 +16,8 @@ import pytest
 
 from kernels import plotting as P
 from kernels import stats as st
+
+from repo_copy import copy_repo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_claims as data  # noqa: E402 (the constructed tidy tables)
@@ -139,19 +140,6 @@ def test_band_intervals():
 # ----------------------------------------------------------------------------- the smoke pipeline
 
 
-def _copy_repo(dst: Path) -> None:
-    """Tracked files plus untracked, non-ignored ones (what a commit would hold), links kept."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=ROOT, check=True, capture_output=True).stdout.split(b"\0")
-    archive = dst.parent / "repo.tar"
-    with tarfile.open(archive, "w") as tar:
-        for f in sorted({f.decode() for f in files if f}):
-            if (ROOT / f).exists() or (ROOT / f).is_symlink():
-                tar.add(ROOT / f, arcname=f, recursive=False)
-    with tarfile.open(archive) as tar:
-        tar.extractall(dst, filter="tar")
-
-
 def _pipeline_missing() -> str | None:
     if shutil.which("snakemake") is None:
         return "snakemake is not installed"
@@ -173,7 +161,7 @@ def smoke_run(tmp_path_factory):
         pytest.skip(reason)
     repo = tmp_path_factory.mktemp("smoke") / "repo"
     repo.mkdir()
-    _copy_repo(repo)
+    copy_repo(repo)
     for d in ("results", "figures", ".snakemake"):
         shutil.rmtree(repo / d, ignore_errors=True)
     proc = subprocess.run(["snakemake", "--cores", "2", "--config", "preset=smoke"], cwd=repo,

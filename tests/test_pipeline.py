@@ -29,6 +29,8 @@ import yaml
 
 from kernels import pipeline as P
 
+from repo_copy import copy_repo
+
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake not installed")
@@ -37,22 +39,6 @@ SMOKE = ["--config", "preset=smoke"]
 MY_RULES = {"inputs", "sweep_shard", "tidy_table", "conformance_shard", "conformance_table"}
 SMK_FILES = ["Snakefile", "workflow/rules/common.smk", "workflow/rules/inputs.smk", "workflow/rules/sweeps.smk",
              "workflow/rules/conformance.smk"]
-
-
-def copy_repo(dest: Path) -> Path:
-    """Copy the working tree's tracked and untracked-but-not-ignored files (links kept as links)."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                         check=True, capture_output=True).stdout.decode()
-    for rel in filter(None, out.split("\0")):
-        src, dst = REPO / rel, dest / rel
-        if not src.exists() and not src.is_symlink():
-            continue  # deleted in the working tree
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            dst.symlink_to(src.readlink())
-        elif src.is_file():
-            shutil.copy2(src, dst)
-    return dest
 
 
 def smk(cwd: Path, *args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
