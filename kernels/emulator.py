@@ -30,7 +30,7 @@ __all__ = ["emulate_attention"]
 
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
-_CHUNK_ELEMS = 1 << 17
+_CHUNK_ELEMS = 1 << 18
 
 
 def _running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
