@@ -618,10 +618,11 @@ def fig_threshold(thresholds: pd.DataFrame, knees: pd.DataFrame, *, tolerance: f
         ref = kn["reference"].iloc[0]
         ax.set_ylabel("MSE knee Δ")
         missing = kn[~np.isfinite(kn["knee"])]
-        note = f"knee: first Δ with\nMSE ≥ {factor:g}× {ref}"
+        note = f"knee: first Δ with\nMSE ≥ {factor:g}×\n{ref}"
         if len(missing):
-            note += f"\n{len(missing)} of {len(kn)}: never {factor:g}×"
-        ax.text(0.98, 0.03, note, transform=ax.transAxes, ha="right", va="bottom", fontsize=6,
+            note += f"\n({len(missing)} of {len(kn)}: never)"
+        # upper left, under the legend: knees lie below the diagonal, so this corner stays empty
+        ax.text(0.03, 0.66, note, transform=ax.transAxes, ha="left", va="top", fontsize=6,
                 color="#555555")
     ax.set_xlabel("predicted Δc (ksink = 4)")
     panel_label(ax, "c")
