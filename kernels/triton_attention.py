@@ -17,7 +17,7 @@ import torch
 from . import _triton_src as src
 from .formats import FP8Format, get_format
 
-__all__ = ["triton_attention", "triton_quantize", "triton_builtin_cast", "is_interpreted"]
+__all__ = ["triton_attention", "triton_quantize", "triton_builtin_cast"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,10 +60,6 @@ def _launch(kernel, grid, device: torch.device, *args, **kwargs):
         return kernel[grid](*args, **kwargs)
     with _interpreting():
         return _interpreted(kernel.fn)[grid](*args, **kwargs)
-
-
-def is_interpreted(t: torch.Tensor) -> bool:
-    return not t.is_cuda
 
 
 def triton_quantize(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn", *, block: int = 1 << 16) -> torch.Tensor:
