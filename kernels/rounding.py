@@ -84,8 +84,10 @@ def quantize_native(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn") -> torch.T
 
     torch's casts round to nearest even but do not saturate consistently
     (e5m2 and the fnuz types overflow to inf/NaN), so values are clamped to
-    +-max first; clamping to a grid value commutes with RNE. This is the fast
-    path the emulator uses; the test suite proves it equal to :func:`quantize`.
+    +-max first; clamping to a grid value commutes with RNE. A third, independent
+    route to the same values (via torch's own float8 types); the tests prove it equal to
+    :func:`quantize` for every format. The emulator uses :func:`quantize_fast`, which is
+    cheaper on CPU than a float8 round trip.
     """
     f = get_format(fmt)
     a = torch.clamp(x, min=-f.max_finite, max=f.max_finite)
