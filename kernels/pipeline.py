@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import csv
+import glob
 import io
 import json
 import logging
@@ -304,10 +305,18 @@ os.umask(_UMASK)
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
-    """Yield a temporary path next to ``path``; on success rename it over ``path``, else delete it."""
+    """Yield a temporary path next to ``path``; on success rename it over ``path``, else delete it.
+
+    A writer killed outright (SIGKILL) cannot delete its temporary file, so temporaries left by
+    an earlier writer of the same ``path`` are removed first: one job owns each output, and the
+    rerun of a killed job is what finds them.
+    """
     path = os.fspath(path)
     d = os.path.dirname(path) or "."
     os.makedirs(d, exist_ok=True)
+    for stale in glob.glob(os.path.join(glob.escape(d), f".{glob.escape(os.path.basename(path))}.*.tmp")):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=d)
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions

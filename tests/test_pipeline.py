@@ -168,6 +168,16 @@ def test_resume_after_sigkill_gives_the_same_tables(run_a, tmp_path):
     assert not [p for p in (c / "results").rglob("*.tmp")]
 
 
+def test_a_rewrite_removes_the_temporary_left_by_a_killed_writer(tmp_path):
+    stale = tmp_path / ".a.csv.k1ll3d.tmp"
+    stale.write_text("partial")
+    neighbour = tmp_path / ".b.csv.w0rk1n.tmp"  # another output's writer, still at work
+    neighbour.write_text("partial")
+    P.atomic_write_text(tmp_path / "a.csv", "x\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".b.csv.w0rk1n.tmp", "a.csv"]
+    assert (tmp_path / "a.csv").read_text() == "x\n"
+
+
 # ---------------------------------------------------------------------------------------------
 # partial reruns (dry runs after the complete run)
 
