@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from .formats import FORMATS, FP8Format, get_format
+from .shapes import BLOCK_SIZES, HEAD_DIMS, is_allowed
 
 __all__ = ["attention", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS", "resolve_backend", "fp8_gpu_available"]
 
@@ -57,10 +58,6 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def _is_pow2(n: int) -> bool:
-    return n >= 1 and n & (n - 1) == 0
-
-
 def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_scale, rowsum, backend):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -78,7 +75,7 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
         raise ValueError(f"v shape {tuple(v.shape)} must equal k shape {tuple(k.shape)}")
     if Nq < 1 or k.shape[2] < 1:
         raise ValueError(f"sequence lengths must be >= 1, got Nq={Nq}, Nk={k.shape[2]}")
-    if not (_is_pow2(d) and 16 <= d <= 256):
+    if not is_allowed(d, HEAD_DIMS):
         raise ValueError(f"head dimension d={d} is not allowed; allowed: a power of two from 16 to 256")
     if order not in ORDERS:
         raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
@@ -93,7 +90,7 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
     if isinstance(ksink, bool) or not isinstance(ksink, int) or ksink < 0:
         raise ValueError(f"ksink={ksink!r} is not allowed; allowed: an int >= 0")
     for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if isinstance(b, bool) or not isinstance(b, int) or not _is_pow2(b) or not 16 <= b <= 256:
+        if not is_allowed(b, BLOCK_SIZES):
             raise ValueError(f"{name}={b!r} is not allowed; allowed: a power of two from 16 to 256")
     if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
                                  or not math.isfinite(sm_scale) or sm_scale <= 0):

@@ -41,6 +41,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from .shapes import BLOCK_SIZES, HEAD_DIMS, is_allowed
+
 __all__ = [
     "SWEEP_EXPERIMENTS", "EXPERIMENTS", "TIDY_COLUMNS", "CONFIG_COLUMNS", "CONFORMANCE_COLUMNS",
     "TIMING_COLUMNS", "ConfigError", "deep_merge", "resolve_preset", "check_config", "delta_values",
@@ -83,8 +85,6 @@ _FLOAT_COLUMNS = {"delta", "sigma", "sink_v_scale", "scale", "mse", "rel_mse", "
                   "reference_s", "kernel_s"}
 _BOOL_COLUMNS = {"causal", "diag_equal", "explained"}
 
-ALLOWED_D = (16, 32, 64, 128, 256)
-ALLOWED_BLOCKS = (16, 32, 64, 128, 256)
 
 
 class ConfigError(ValueError):
@@ -145,10 +145,6 @@ def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _pow2(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 1 and x & (x - 1) == 0
-
-
 def check_config(config: Mapping) -> None:
     """Checks that the JSON schema cannot express (run after the schema, on the merged config).
 
@@ -165,11 +161,11 @@ def check_config(config: Mapping) -> None:
         shapes = exp["shapes"]
         for i, shape in enumerate(shapes):
             skey = f"{key}.shapes[{i}]"
-            if not _pow2(shape["d"]) or shape["d"] not in ALLOWED_D:
+            if not is_allowed(shape["d"], HEAD_DIMS):
                 raise ConfigError(f"config key '{skey}.d': {shape['d']!r} is not allowed; allowed: a power of two "
-                                  f"from 16 to 256 ({', '.join(map(str, ALLOWED_D))})")
+                                  f"from 16 to 256 ({', '.join(map(str, HEAD_DIMS))})")
             for b in ("block_m", "block_n"):
-                if not _pow2(shape[b]) or shape[b] not in ALLOWED_BLOCKS:
+                if not is_allowed(shape[b], BLOCK_SIZES):
                     raise ConfigError(f"config key '{skey}.{b}': {shape[b]!r} is not allowed; allowed: a power of "
                                       f"two from 16 to 256")
         ksinks = exp["ksink"] if isinstance(exp["ksink"], list) else [exp["ksink"]]

@@ -34,9 +34,9 @@ import numbers
 
 import torch
 
-__all__ = ["make_base", "apply_sink", "make_inputs", "ALLOWED_D"]
+from .shapes import HEAD_DIMS
 
-ALLOWED_D = (16, 32, 64, 128, 256)  # head dimensions the kernel supports (powers of two)
+__all__ = ["make_base", "apply_sink", "make_inputs"]
 
 
 def _check_pos_int(value, name: str, minimum: int = 1) -> int:
@@ -67,8 +67,8 @@ def _check_seed(seed) -> int:
 
 
 def _check_d(d) -> int:
-    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or int(d) not in ALLOWED_D:
-        raise ValueError(f"d={d!r} must be a power of two in 16..256, one of {ALLOWED_D}")
+    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or int(d) not in HEAD_DIMS:
+        raise ValueError(f"d={d!r} must be a power of two in 16..256, one of {HEAD_DIMS}")
     return int(d)
 
 
