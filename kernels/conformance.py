@@ -23,6 +23,7 @@ import math
 
 import torch
 
+from .emulator import running_max
 from .formats import FP8Format, get_format
 from .reference import causal_mask
 
@@ -54,10 +55,7 @@ def _contract_probs64(q, k, *, reverse, causal, block_n, sm_scale):
     pad = nblk * block_n - Nk
     sp = torch.nn.functional.pad(s, (0, pad), value=float("-inf"))
     bm = sp.view(B, H, Nq, nblk, block_n).amax(-1)
-    if reverse:
-        m = torch.flip(torch.cummax(torch.flip(bm, [-1]), -1).values, [-1])
-    else:
-        m = torch.cummax(bm, -1).values
+    m = running_max(bm, reverse)
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     mcol = m.repeat_interleave(block_n, dim=-1)[..., :Nk]
     p = torch.exp(s - mcol)

@@ -26,14 +26,14 @@ from .formats import FP8Format
 from .rounding import quantize_fast
 from .reference import causal_mask
 
-__all__ = ["emulate_attention"]
+__all__ = ["emulate_attention", "running_max"]
 
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
 _CHUNK_ELEMS = 1 << 18
 
 
-def _running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
+def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
     """Running max seen by each block in visiting order. block_max: [..., nblk]."""
     if reverse:
         return torch.flip(torch.cummax(torch.flip(block_max, [-1]), dim=-1).values, [-1])
@@ -87,7 +87,7 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
             if visible is not None:
                 s.masked_fill_(~visible[r0:r1], float("-inf"))
             sb = s.view(nr, nblk, block_n)
-            m = _running_max(sb.amax(dim=-1), reverse)  # the max in force when each block is processed
+            m = running_max(sb.amax(dim=-1), reverse)  # the max in force when each block is processed
             m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
             p = sb.sub_(m_safe[..., None]).exp_().view(nr, Np)  # in place: s is not needed again
             if not rowsum_rounded:
