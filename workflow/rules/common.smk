@@ -4,15 +4,23 @@
 #   1. validate config.yaml (plus --config / --configfile overrides) against the JSON schema;
 #   2. merge presets[preset] over it (--config preset=smoke|default|paper), then the command-line
 #      overrides again (so --config/--configfile values beat the preset's), and validate again;
-#   3. the checks the schema cannot express (kernels.pipeline.check_config).
+#   3. the checks the schema cannot express (kernels.pipeline.config.check_config);
+#   4. the statistics and claims sections against their schema.
 # Any failure raises WorkflowError naming the config key and what is allowed; nothing is written.
+#
+# Names the rule files share: EXPERIMENTS, SWEEPS, CONFORMANCE, STATS, CLAIMS; paths TIDY,
+# STATS_DIR, ANALYSIS_LOGS, ANALYSIS_BENCH; outputs figure_outputs(), table_outputs(),
+# verdict_outputs(), ANALYSIS_TARGETS (every figure, table and the verdict, from the claims
+# registry kernels.analysis.registry).
 
 import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
-import kernels.pipeline as pipeline
+from kernels import contract
+from kernels.analysis import registry
+from kernels.pipeline import config as pconfig
 
 min_version("9.0")
 
@@ -59,13 +67,13 @@ def load_config(cfg, overrides):
     """Validate, merge the preset (then the command line again), validate, check; return the result."""
     validate_config(cfg, "config.yaml with command-line overrides")
     try:
-        merged = pipeline.resolve_preset(cfg, overrides)
-    except pipeline.ConfigError as e:
+        merged = pconfig.resolve_preset(cfg, overrides)
+    except pconfig.ConfigError as e:
         raise WorkflowError(f"Invalid configuration: {e}") from None
     validate_config(merged, f"after merging preset {merged.get('preset')!r}")
     try:
-        pipeline.check_config(merged)
-    except pipeline.ConfigError as e:
+        pconfig.check_config(merged)
+    except pconfig.ConfigError as e:
         raise WorkflowError(
             f"Invalid configuration (preset {merged.get('preset')!r}): {e}"
         ) from None
@@ -78,21 +86,12 @@ config.update(_merged)
 
 PRESET = config["preset"]
 EXPERIMENTS = config["experiments"]
-SWEEPS = list(pipeline.SWEEP_EXPERIMENTS)
-CONFORMANCE = "conformance"
-
-# Report categories, one per claim, with the same names as the figures of claims.smk so that each
-# tidy table sits next to the figures and tables built from it.
-CATEGORY = {
-    "collapse": "C1, C2 · underflow law, reverse order",
-    "scales": "C3 · S = 256",
-    "threshold": "C4 · threshold Δc",
-    "conformance": "Kernel conformance",
-}
+SWEEPS = list(contract.SWEEP_EXPERIMENTS)
+CONFORMANCE = contract.CONFORMANCE
 
 
 def shard_ids(experiment):
-    return [f"{i:03d}" for i in range(pipeline.n_shards(EXPERIMENTS[experiment]))]
+    return [f"{i:03d}" for i in range(pconfig.n_shards(EXPERIMENTS[experiment]))]
 
 
 def shard_files(pattern):
@@ -110,21 +109,21 @@ def shard_files(pattern):
 
 def shard_spec(wildcards):
     """The shard job's params: everything it computes, as canonical JSON (a params rerun trigger)."""
-    spec = pipeline.shard_spec(
+    spec = pconfig.shard_spec(
         wildcards.experiment, EXPERIMENTS[wildcards.experiment], int(wildcards.shard)
     )
-    return pipeline.spec_json(spec)
+    return pconfig.spec_json(spec)
 
 
 def inputs_spec(wildcards):
-    spec = pipeline.inputs_spec(
+    spec = pconfig.inputs_spec(
         wildcards.experiment, EXPERIMENTS[wildcards.experiment], int(wildcards.shard)
     )
-    return pipeline.spec_json(spec)
+    return pconfig.spec_json(spec)
 
 
 def expected_rows(wildcards):
-    return pipeline.expected_rows(
+    return pconfig.expected_rows(
         wildcards.experiment, EXPERIMENTS[wildcards.experiment]
     )
 
@@ -132,16 +131,79 @@ def expected_rows(wildcards):
 def gpu_resource(wildcards):
     """1 where this job would run on a CUDA GPU here (the default profile allows one at a time)."""
     experiment = wildcards.experiment
-    return pipeline.gpu_jobs(EXPERIMENTS[experiment], kernel=experiment == CONFORMANCE)
+    return pconfig.gpu_jobs(EXPERIMENTS[experiment], kernel=experiment == CONFORMANCE)
 
 
 def category(wildcards):
-    return CATEGORY[wildcards.experiment]
+    """Report category of a tidy table: the claims built from it (kernels.analysis.registry)."""
+    return registry.EXPERIMENT_CATEGORY[wildcards.experiment]
 
 
+TIDY = "results/tidy/{}.csv"
 TIDY_TABLES = expand("results/tidy/{experiment}.csv", experiment=SWEEPS + [CONFORMANCE])
 TIMING_TABLES = expand(
     "results/timing/{experiment}.csv", experiment=SWEEPS + [CONFORMANCE]
+)
+
+# ----------------------------------------------------------------------------- analysis
+# Statistics (results/stats/), figures, tables and the verdict (figures/). Every criterion
+# lives in the `statistics:` and `claims:` sections, validated here with the rest.
+
+validate(config, "../schemas/claims.schema.yaml")
+
+STATS = config["statistics"]
+CLAIMS = config["claims"]
+STATS_DIR = "results/stats"
+ANALYSIS_LOGS = "results/logs/claims"
+ANALYSIS_BENCH = "results/benchmarks/claims"
+
+
+def figure_outputs(name):
+    """PDF for the paper, PNG for the report (captioned, grouped by claim), data CSV beside them."""
+    return {
+        "pdf": f"figures/{name}.pdf",
+        "png": report(
+            f"figures/{name}.png",
+            caption=f"../report/{name}.rst",
+            category=registry.category(name),
+            labels={"output": name, "kind": "figure"},
+        ),
+        "csv": f"figures/{name}.csv",
+    }
+
+
+def table_outputs(name):
+    """CSV (shown in the report), LaTeX booktabs and Markdown."""
+    return {
+        "csv": report(
+            f"figures/{name}.csv",
+            caption=f"../report/{name}.rst",
+            category=registry.category(name),
+            labels={"output": name, "kind": "table"},
+        ),
+        "tex": f"figures/{name}.tex",
+        "md": f"figures/{name}.md",
+    }
+
+
+def verdict_outputs():
+    """figures/claims.md (shown in the report) and figures/claims.json."""
+    name = registry.VERDICT
+    return {
+        "md": report(
+            f"figures/{name}.md",
+            caption=f"../report/{name}.rst",
+            category=registry.category(name),
+            labels={"output": name, "kind": "verdict"},
+        ),
+        "json": f"figures/{name}.json",
+    }
+
+
+ANALYSIS_TARGETS = (
+    [f"figures/{n}.{ext}" for n in registry.FIGURES for ext in ("pdf", "png", "csv")]
+    + [f"figures/{n}.{ext}" for n in registry.TABLES for ext in ("csv", "tex", "md")]
+    + [f"figures/{registry.VERDICT}.{ext}" for ext in ("md", "json")]
 )
 
 
@@ -150,12 +212,12 @@ def backend_note():
     notes = []
     for name in SWEEPS:
         backend = EXPERIMENTS[name].get("backend", "auto")
-        if backend == "auto" and not pipeline.gpu_jobs(EXPERIMENTS[name]):
+        if backend == "auto" and not pconfig.gpu_jobs(EXPERIMENTS[name]):
             notes.append(f"{name}: backend auto -> EMULATOR (no CUDA GPU found)")
         else:
             notes.append(f"{name}: backend {backend}")
     kernel = (
-        "compiled" if pipeline.gpu_jobs({}, kernel=True) else "INTERPRETED on the CPU"
+        "compiled" if pconfig.gpu_jobs({}, kernel=True) else "INTERPRETED on the CPU"
     )
     notes.append(f"conformance: Triton kernel {kernel}")
     return f"pcast-fp8 preset {PRESET!r}; " + "; ".join(notes)

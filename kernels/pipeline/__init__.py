@@ -41,7 +41,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .shapes import BLOCK_SIZES, HEAD_DIMS, is_allowed
+from ..contract import BLOCK_SIZES, HEAD_DIMS, is_allowed
+from .logs import logged_errors, progress, setup_logging
 
 __all__ = [
     "SWEEP_EXPERIMENTS", "EXPERIMENTS", "TIDY_COLUMNS", "CONFIG_COLUMNS", "CONFORMANCE_COLUMNS",
@@ -371,44 +372,6 @@ def _parse(column: str, text: str):
 def combo_label(order: str, scale: float) -> str:
     """``"forward S=1"``, ``"reverse S=256"`` (``{scale:g}``)."""
     return f"{order} S={scale:g}"
-
-
-# ----------------------------------------------------------------------------------------------
-# logging
-
-
-def setup_logging(log_path: str | os.PathLike | None, *, name: str = "pcast") -> logging.Logger:
-    """Send the root logger (INFO) and Python warnings to ``log_path`` (truncated)."""
-    root = logging.getLogger()
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S")
-    if log_path:
-        os.makedirs(os.path.dirname(os.fspath(log_path)) or ".", exist_ok=True)
-        handler: logging.Handler = logging.FileHandler(log_path, mode="w", encoding="utf-8")
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(fmt)
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    logging.captureWarnings(True)
-    return logging.getLogger(name)
-
-
-@contextlib.contextmanager
-def logged_errors() -> Iterator[None]:
-    """Write any exception's traceback to the log before it propagates (and fails the job)."""
-    try:
-        yield
-    except BaseException:
-        log.exception("job failed")
-        raise
-
-
-def progress(message: str) -> None:
-    """One plain line on stderr (it shows in the snakemake output) and in the log."""
-    log.info(message)
-    print(message, file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------------------------

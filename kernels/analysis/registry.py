@@ -1,0 +1,98 @@
+"""The one registry of the paper's claims and of the outputs that answer them.
+
+Each claim has an id, the words of the paper, the config keys its criterion reads
+(``claims.<id>.*`` in config.yaml) and the figure and table targets that answer it. Each output
+has a kind and a report category. ``figures/claims.md`` (its evidence column), the Snakemake
+targets (``workflow/rules/*.smk``) and the report's categories all read this module, so a claim
+or an output is added here and nowhere else. Torch-free and pandas-free: the Snakefile imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..contract import CONFORMANCE, SWEEP_EXPERIMENTS
+
+__all__ = ["Claim", "Output", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
+           "EXPERIMENT_CATEGORY", "claim", "category"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str  # "C1" ... "C6", or "conformance" (the supporting check)
+    statement: str  # the claim in the paper's words
+    criterion_keys: tuple[str, ...]  # keys of claims.<id> in config.yaml that the verdict reads
+    outputs: tuple[str, ...]  # figure and table targets that answer it (claims.md's evidence)
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str  # the Snakemake target and the file stem under figures/
+    kind: str  # "figure" (pdf, png, csv), "table" (csv, tex, md) or "verdict" (md, json)
+    category: str  # the report category it is shown under
+
+
+CLAIMS = (
+    Claim("C1", "With forward KV iteration and a sink, a fraction Φ(Δ + δk − 6.93 − ln S) of non-sink "
+                "P values underflows to zero.",
+          ("combos", "max_abs_error", "leading_max_abs_error"), ("fig_collapse",)),
+    Claim("C2", "Reverse iteration removes the collapse; reverse with S = 256 gives zero underflow.",
+          ("zero_combo", "reverse_combo", "forward_combo", "max_expected_count", "residual_tolerance"),
+          ("fig_collapse",)),
+    Claim("C3", "S = 256 is bit-exact, lies on the lower envelope dp = 2^-4 of the sawtooth dp(S), and "
+                "has the widest normal-range coverage among powers of two; 448 covers slightly more "
+                "but is not bit-exact.",
+          ("scale", "compare_scale", "mse_tolerance"), ("fig_theory_scale", "table_scales")),
+    Claim("C4", "The closed form Δc = 6.93 + ln S − δk predicts precision loss.",
+          ("max_abs_error",), ("fig_threshold", "table_thresholds")),
+    Claim("C5", "With Q, K, V in FP32 (only the P cast isolated), the fixes improve MSE 3–10× at "
+                "moderate sink strengths.",
+          ("baseline", "fixes", "band", "far_above"), ("fig_mse", "fig_improvement", "table_paired_tests")),
+    Claim("C6", "Paired tests show that both fixes saturate to the same precision floor when combined.",
+          ("pairs", "alpha", "holm"), ("table_paired_tests", "fig_mse")),
+    Claim(CONFORMANCE, "Supporting check: the Triton kernel and the emulator agree, every difference "
+                       "explained by FP8 rounding boundaries (the sweeps' numbers are the kernel's).",
+          (), ("fig_conformance", "table_conformance")),
+)
+
+_UNDERFLOW = "C1, C2 · underflow law, reverse order"
+_SCALE = "C3 · S = 256"
+_THRESHOLD = "C4 · threshold Δc"
+_MSE = "C5 · MSE improvement"
+_CONFORMANCE = "Kernel conformance"
+
+OUTPUTS = (
+    Output("fig_theory_scale", "figure", _SCALE),
+    Output("fig_collapse", "figure", _UNDERFLOW),
+    Output("fig_mse", "figure", _MSE),
+    Output("fig_improvement", "figure", _MSE),
+    Output("fig_threshold", "figure", _THRESHOLD),
+    Output("fig_conformance", "figure", _CONFORMANCE),
+    Output("table_paired_tests", "table", "C5, C6 · paired tests"),
+    Output("table_scales", "table", _SCALE),
+    Output("table_thresholds", "table", _THRESHOLD),
+    Output("table_conformance", "table", _CONFORMANCE),
+    Output("claims", "verdict", "Claims verdict"),
+)
+FIGURES = tuple(o.name for o in OUTPUTS if o.kind == "figure")
+TABLES = tuple(o.name for o in OUTPUTS if o.kind == "table")
+VERDICT = "claims"
+
+# The report category of each experiment's tidy table: next to the outputs built from it.
+EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE,), (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE)))
+
+
+def claim(claim_id: str) -> Claim:
+    """The registered claim with this id; KeyError names the known ids."""
+    for c in CLAIMS:
+        if c.id == claim_id:
+            return c
+    raise KeyError(f"unknown claim {claim_id!r}; known: {', '.join(c.id for c in CLAIMS)}")
+
+
+def category(output: str) -> str:
+    """The report category of a registered output."""
+    for o in OUTPUTS:
+        if o.name == output:
+            return o.category
+    raise KeyError(f"unknown output {output!r}; known: {', '.join(o.name for o in OUTPUTS)}")

@@ -1,0 +1,95 @@
+"""The names every part of the project shares, defined once (torch-free, pandas-free).
+
+The kernel, the emulator, the loop oracle (``tests/loop_contract.py``), the pipeline and the
+analysis all import these; ``docs/interfaces.md`` documents them, and a name changes there first.
+Importing this module is free, so the pipeline can check a config before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "STEPS", "step_marker", "DIAGNOSTICS", "ORDERS", "BACKENDS", "BACKENDS_RAN", "ROWSUMS",
+    "PAPER_SCALES", "COMBOS", "COMBO_LABELS", "combo_label", "HEAD_DIMS", "BLOCK_SIZES", "is_allowed",
+    "SWEEP_EXPERIMENTS", "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS",
+    "COMBO_COLUMNS", "TIDY_COLUMNS", "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS",
+]
+
+# ----------------------------------------------------------------------------- the contract
+
+# The per-row contract of kernels.attention, one step each. The Triton kernel, the emulator and
+# the loop oracle mark each step with the same comment, `# step N: name` (tests check this).
+STEPS = (
+    "scores",  # 1. s = q·kᵀ·sm_scale in exact fp32; masked keys -inf
+    "running max",  # 2. m_new = max(m, rowmax(s)); p = exp(s − m_new); alpha = exp(m − m_new)
+    "cast",  # 3. p_q = quantize(p·S, fmt)
+    "row sum",  # 4. l = l·alpha + rowsum(p)  (or of p_q/S)
+    "accumulate",  # 5. acc = acc·alpha + p_q·V
+    "normalise",  # 6. out = acc / (l·S)
+)
+
+
+def step_marker(n: int) -> str:
+    """The comment that marks contract step ``n`` (1-based) in every implementation."""
+    return f"# step {n}: {STEPS[n - 1]}"
+
+
+# Per-row int64 diagnostics of AttentionResult, in this order everywhere (also the Triton
+# kernel's Diag planes).
+DIAGNOSTICS = ("underflow", "underflow_sink", "saturated", "terms", "terms_sink")
+
+ORDERS = ("forward", "reverse")  # KV block order
+ROWSUMS = ("unrounded", "rounded")  # what l sums: p, or p_q / S
+BACKENDS = ("auto", "triton", "emulator", "reference")  # what a caller may ask for
+BACKENDS_RAN = ("triton-compiled", "triton-interpreted", "emulator", "reference")  # what ran
+
+# The paper's four combinations: order x S.
+PAPER_SCALES = (1.0, 256.0)
+COMBOS = tuple((order, scale) for order in ORDERS for scale in PAPER_SCALES)
+
+
+def combo_label(order: str, scale: float) -> str:
+    """The ``combo`` label of the tidy tables: ``"{order} S={scale:g}"`` (``forward S=256``)."""
+    return f"{order} S={float(scale):g}"
+
+
+COMBO_LABELS = tuple(combo_label(o, s) for o, s in COMBOS)
+
+# ----------------------------------------------------------------------------- shapes
+
+HEAD_DIMS = (16, 32, 64, 128, 256)  # head dimension d: a power of two from 16 to 256
+BLOCK_SIZES = (16, 32, 64, 128, 256)  # block_m, block_n: powers of two (tl.arange, tl.dot >= 16)
+
+
+def is_allowed(value, allowed) -> bool:
+    """True when ``value`` is an int (not a bool, not a float) in ``allowed``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value in allowed
+
+
+# ----------------------------------------------------------------------------- pipeline tables
+
+SWEEP_EXPERIMENTS = ("collapse", "scales", "threshold")
+CONFORMANCE = "conformance"
+EXPERIMENTS = SWEEP_EXPERIMENTS + (CONFORMANCE,)
+
+# The configuration of one tidy row; rows are sorted by these, then by seed.
+CONFIG_COLUMNS = (
+    "n", "d", "block_m", "block_n", "causal", "ksink", "delta", "sigma", "sink_v_scale", "order",
+    "scale", "fmt", "rowsum",
+)
+# What the statistics group by: the experiment and its configuration.
+GROUP_COLUMNS = ("experiment",) + CONFIG_COLUMNS
+# Columns that name the combination; pairing by seed happens across them.
+COMBO_COLUMNS = ("order", "scale", "combo", "backend")
+
+TIDY_COLUMNS = (
+    "experiment", "seed", "n", "d", "block_m", "block_n", "causal", "ksink", "delta", "sigma",
+    "sink_v_scale", "order", "scale", "fmt", "rowsum", "combo", "backend", "mse", "rel_mse",
+    "max_abs_err", "underflow", "terms", "underflow_frac", "underflow_sink", "terms_sink",
+    "underflow_sink_frac", "saturated",
+)
+CONFORMANCE_KEY = ("order", "scale", "causal", "n", "d", "seed")
+CONFORMANCE_COLUMNS = CONFORMANCE_KEY + (
+    "kernel_backend", "max_abs_diff", "max_rel_diff", "diag_equal", "mismatched_rows", "explained",
+    "fragile_elements",
+)
+TIMING_COLUMNS = ("experiment", "shard", "seeds", "runs", "backend", "wall_s", "reference_s", "kernel_s")
