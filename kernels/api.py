@@ -7,14 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
+from .contract import BACKENDS, BLOCK_SIZES, HEAD_DIMS, ORDERS, ROWSUMS, is_allowed
 from .formats import FORMATS, FP8Format, get_format
-from .shapes import BLOCK_SIZES, HEAD_DIMS, is_allowed
 
 __all__ = ["attention", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS", "resolve_backend", "fp8_gpu_available"]
-
-ORDERS = ("forward", "reverse")
-BACKENDS = ("auto", "triton", "emulator", "reference")
-ROWSUMS = ("unrounded", "rounded")
 
 
 @dataclass
@@ -113,13 +109,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     The contract, per query row, walking the KV blocks of ``block_n`` keys first to last
     (``order="forward"``) or last to first (``order="reverse"``); m starts at -inf, l and acc at 0:
 
-    1. ``s = q·kᵀ·sm_scale`` in float32 with exact fp32 products (no TF32); masked keys get -inf.
-    2. ``m_new = max(m, rowmax(s))``; ``p = exp(s - m_new)``; ``alpha = exp(m - m_new)``.
-    3. ``p_q = quantize(p·S, fmt)`` (round to nearest even on the FP8 grid, saturating at ±max).
-    4. ``l = l·alpha + rowsum(p)`` (the UNROUNDED p, as FlashAttention-3 and FlashInfer do;
+    1. scores: ``s = q·kᵀ·sm_scale`` in float32 with exact fp32 products (no TF32); masked keys get -inf.
+    2. running max: ``m_new = max(m, rowmax(s))``; ``p = exp(s - m_new)``; ``alpha = exp(m - m_new)``.
+    3. cast: ``p_q = quantize(p·S, fmt)`` (round to nearest even on the FP8 grid, saturating at ±max).
+    4. row sum: ``l = l·alpha + rowsum(p)`` (the UNROUNDED p, as FlashAttention-3 and FlashInfer do;
        ``rowsum="rounded"`` sums ``p_q / S`` instead).
-    5. ``acc = acc·alpha + p_q·V`` in float32 (V stays float32: only the P cast is studied).
-    6. ``out = acc / (l·S)``.
+    5. accumulate: ``acc = acc·alpha + p_q·V`` in float32 (V stays float32: only the P cast is studied).
+    6. normalise: ``out = acc / (l·S)``.
+
+    The step names are :data:`kernels.contract.STEPS`; every implementation marks each step
+    ``# step N: name``. The diagnostics (see :class:`AttentionResult`) are not a step.
 
     Args:
         q: float32 [B, H, Nq, d]; k, v: float32 [B, H, Nk, d]. d is a power of two in 16..256.
@@ -149,31 +148,34 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     kw = dict(reverse=order == "reverse", scale=float(scale), fmt=f, causal=causal, ksink=ksink,
               block_n=block_n, sm_scale=sm, rowsum_rounded=rowsum == "rounded")
     if ran == "reference":
-        from .reference import reference_attention
-
-        out = reference_attention(q, k, v, causal=causal, sm_scale=sm)
-        zeros = torch.zeros(q.shape[:3], dtype=torch.int64, device=q.device)
-        return _reference_result(out, q, k, causal, ksink, zeros)
+        return _reference_result(q, k, v, causal, ksink, sm)
     if ran == "emulator":
         from .emulator import emulate_attention
 
         out, diag = emulate_attention(q, k, v, **kw)
     else:
-        from .triton_attention import triton_attention
-
-        dev = q.device
-        if ran == "triton-compiled" and dev.type != "cuda":
-            q, k, v = (t.cuda() for t in (q, k, v))
-        out, diag = triton_attention(q, k, v, block_m=block_m, **kw)
-        out = out.to(dev)
-        diag = {n: t.to(dev) for n, t in diag.items()}
+        out, diag = _run_triton(q, k, v, compiled=ran == "triton-compiled", block_m=block_m, **kw)
     return AttentionResult(out=out, backend=ran, **diag)
 
 
-def _reference_result(out, q, k, causal, ksink, zeros):
-    """Reference diagnostics: nothing is rounded, so no underflow or saturation; terms count visible keys."""
-    from .reference import causal_mask
+def _run_triton(q, k, v, *, compiled: bool, **kw):
+    """Run the Triton kernel (on the GPU when ``compiled``); results come back on the inputs' device."""
+    from .triton_kernel import triton_attention
 
+    dev = q.device
+    if compiled and dev.type != "cuda":
+        q, k, v = (t.cuda() for t in (q, k, v))
+    out, diag = triton_attention(q, k, v, **kw)
+    return out.to(dev), {n: t.to(dev) for n, t in diag.items()}
+
+
+def _reference_result(q, k, v, causal, ksink, sm_scale):
+    """The float64 reference, and its diagnostics: nothing is rounded, so no underflow or saturation;
+    terms count visible keys."""
+    from .reference import causal_mask, reference_attention
+
+    out = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+    zeros = torch.zeros(q.shape[:3], dtype=torch.int64, device=q.device)
     Nq, Nk = q.shape[2], k.shape[2]
     vis = causal_mask(Nq, Nk, device=q.device) if causal else torch.ones(Nq, Nk, dtype=torch.bool, device=q.device)
     ks = min(ksink, Nk)

@@ -23,6 +23,7 @@ import math
 
 import torch
 
+from .contract import DIAGNOSTICS
 from .emulator import running_max
 from .formats import FP8Format, get_format
 from .reference import causal_mask
@@ -100,8 +101,7 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
     ``fragile_elements``, ``explained`` (True when every difference is accounted for), ``why`` (text).
     ``fragile`` may pass :func:`fragile_elements` of the same call, computed once for several comparisons.
     """
-    names = ("underflow", "underflow_sink", "saturated", "terms", "terms_sink")
-    diffs = {n: (getattr(a, n).cpu() - getattr(b, n).cpu()) for n in names}
+    diffs = {n: (getattr(a, n).cpu() - getattr(b, n).cpu()) for n in DIAGNOSTICS}
     mism = torch.zeros_like(diffs["terms"], dtype=torch.bool)
     for t in diffs.values():
         mism |= t != 0
@@ -128,14 +128,7 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
     if bool((diffs["underflow"].abs() > fu_ns).any()) or bool((diffs["underflow_sink"].abs() > fu_s).any()):
         ok = False
         why.append("an underflow count differs by more than the fragile elements at the threshold")
-    # Output bound per row: tol*max|out| + sum over fragile elements of step*|v|/(l*S), and the
-    # same again times |out| for the row sum when p_q enters it (rowsum="rounded").
-    vabs = v.cpu().double().abs().amax(-1)  # [B,H,Nk]
-    flip = (fr["step"] * frag).mul(vabs[..., None, :]).sum(-1)
-    flip_l = (fr["step"] * frag).sum(-1)
-    denom = (fr["l"] * scale).clamp_min(1e-300)
-    bound = tol * scale_out + (flip + flip_l * oa.abs().amax(-1)) / denom
-    bad = dout.amax(-1) > bound
+    bad = dout.amax(-1) > _output_bound(fr, v, oa, scale=scale, tol=tol, scale_out=scale_out)
     if bool(bad.any()):
         ok = False
         why.append(f"outputs differ beyond the bound in {int(bad.sum())} rows")
@@ -155,6 +148,20 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
         "why": "; ".join(why) if why else "identical up to tolerance" if not bool(mism.any()) else
         "every difference sits on a rounding boundary within the fp32 score error",
     }
+
+
+def _output_bound(fr, v, oa, *, scale, tol, scale_out):
+    """Per row: how far two outputs may differ, given the fragile elements ``fr`` of the call.
+
+    ``tol·max|out|`` plus, over fragile elements, ``step·|v| / (l·S)``, and the same again
+    times ``|out|`` for the row sum when p_q enters it (rowsum="rounded").
+    """
+    frag = fr["fragile"]
+    vabs = v.cpu().double().abs().amax(-1)  # [B,H,Nk]
+    flip = (fr["step"] * frag).mul(vabs[..., None, :]).sum(-1)
+    flip_l = (fr["step"] * frag).sum(-1)
+    denom = (fr["l"] * scale).clamp_min(1e-300)
+    return tol * scale_out + (flip + flip_l * oa.abs().amax(-1)) / denom
 
 
 def compare(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=0, block_m=64, block_n=64,

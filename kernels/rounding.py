@@ -10,7 +10,7 @@
 
 The rounding is done with float32 -> int32 bit manipulation, never with a
 float8 cast, so it behaves identically on every backend. The same algorithm,
-written in Triton ops, lives in :mod:`kernels.triton_attention` (``fp8_round``).
+written in Triton ops, lives in :mod:`kernels.triton_kernel` (``fp8_round``).
 
 Algorithm, for ``a = |x|`` (a normal float32 with unbiased exponent ``e`` and
 24-bit significand ``mant`` including the implicit bit):

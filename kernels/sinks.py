@@ -34,7 +34,7 @@ import numbers
 
 import torch
 
-from .shapes import HEAD_DIMS
+from .contract import HEAD_DIMS
 
 __all__ = ["make_base", "apply_sink", "make_inputs"]
 

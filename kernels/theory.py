@@ -22,12 +22,12 @@ import numpy as np
 from scipy import integrate, optimize, special
 from scipy.stats import norm
 
+from .contract import ORDERS
 from .formats import FP8Format, get_format
 
 __all__ = ["delta_k", "log_threshold", "critical_delta", "underflow_fraction", "dp", "coverage",
            "bit_exact", "optimal_scale", "ORDERS", "METHODS"]
 
-ORDERS = ("forward", "reverse")
 METHODS = ("leading", "exact")
 
 # |z| beyond this carries less than phi(40) ~ 1e-348 (0 in float64) of any integrand below.
@@ -60,16 +60,17 @@ def _pos_real(value, name: str) -> float:
     return float(value)
 
 
-def _pos_real_array(value, name: str) -> np.ndarray:
-    """A finite, positive scalar or array-like, as a float64 array."""
+def _real_array(value, name: str, *, positive: bool = False) -> np.ndarray:
+    """A finite scalar or array-like (non-empty and > 0 when ``positive``), as a float64 array."""
+    allowed = "finite real number(s)" + (" > 0" if positive else "")
     try:
         if isinstance(value, (bool, np.bool_)):
             raise TypeError
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}={value!r} is not allowed; allowed: finite real number(s) > 0") from None
-    if arr.size == 0 or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
-        raise ValueError(f"{name}={value!r} is not allowed; allowed: finite real number(s) > 0")
+        raise ValueError(f"{name}={value!r} is not allowed; allowed: {allowed}") from None
+    if not np.all(np.isfinite(arr)) or (positive and (arr.size == 0 or not np.all(arr > 0))):
+        raise ValueError(f"{name}={value!r} is not allowed; allowed: {allowed}")
     return arr
 
 
@@ -208,11 +209,8 @@ def underflow_fraction(delta, S: float, k: int = 4, fmt: str | FP8Format = "e4m3
         underflows iff its score is <= ``W - c`` where W is the max of the *other* keys it has
         met: in forward order the k sinks and every other non-sink key of blocks 0..j; in reverse
         order, for j >= 1, only the non-sink keys of blocks j..last, and for the sink block all
-        keys. (A key that is itself the running max has p = 1 and never underflows for
-        ``S > u_f``.) So each key's probability is ``int phi(z) (1 - F_W(sigma z + c)) dz`` with
-        ``F_W(w) = Phi((w - delta)/sigma)^k_sinks Phi(w/sigma)^r``; the fraction is the
-        key-count-weighted mean over blocks. The fraction's expectation is what this returns;
-        the realised fraction of one row scatters around it.
+        keys; :func:`_exact_fraction` integrates that per block. The fraction's expectation is
+        what this returns; the realised fraction of one row scatters around it.
 
     If ``S <= u_f`` (``c <= 0``) every p*S <= u_f and the answer is 1 for either method.
 
@@ -232,6 +230,21 @@ def underflow_fraction(delta, S: float, k: int = 4, fmt: str | FP8Format = "e4m3
     Raises:
         ValueError: naming the argument and what is allowed.
     """
+    f, S, sigma, n, block_n, k, d_arr = _underflow_args(delta, S, k, fmt, sigma, order, n, block_n, method)
+    c = f.log_threshold + math.log(S)
+    if c <= 0:
+        res = np.ones_like(d_arr)
+    elif method == "leading":
+        res = norm.cdf((d_arr + sigma * delta_k(k) - c) / sigma)
+        if order == "reverse":
+            res = res * ((min(block_n, n) - k) / (n - k))
+    else:
+        res = _exact_fraction(d_arr, c / sigma, sigma, n, block_n, k, order)
+    return float(res) if res.ndim == 0 else res
+
+
+def _underflow_args(delta, S, k, fmt, sigma, order, n, block_n, method):
+    """Check :func:`underflow_fraction`'s arguments; return (format, S, sigma, n, block_n, k, delta array)."""
     if method not in METHODS:
         raise ValueError(f"method={method!r} is not allowed; allowed: {', '.join(METHODS)}")
     if order not in ORDERS:
@@ -245,32 +258,26 @@ def underflow_fraction(delta, S: float, k: int = 4, fmt: str | FP8Format = "e4m3
     if k > block_n or k >= n:
         raise ValueError(f"k={k} is not allowed; allowed: k <= block_n ({block_n}) and k < n ({n}) "
                          "(the sinks must all sit in block 0 and at least one key must be a non-sink)")
-    try:
-        if isinstance(delta, (bool, np.bool_)):
-            raise TypeError
-        d_arr = np.asarray(delta, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"delta={delta!r} is not allowed; allowed: finite real number(s)") from None
-    if not np.all(np.isfinite(d_arr)):
-        raise ValueError(f"delta={delta!r} is not allowed; allowed: finite real number(s)")
+    d_arr = _real_array(delta, "delta")
+    return f, S, sigma, n, block_n, k, d_arr
 
-    c = f.log_threshold + math.log(S)
-    if c <= 0:
-        res = np.ones_like(d_arr)
-    elif method == "leading":
-        res = norm.cdf((d_arr + sigma * delta_k(k) - c) / sigma)
-        if order == "reverse":
-            res = res * ((min(block_n, n) - k) / (n - k))
-    else:
-        blocks = _blocks(n, block_n, k, order)
-        u = c / sigma
-        res = np.empty_like(d_arr)
-        for idx, dv in np.ndenumerate(d_arr):
-            D = float(dv) / sigma
-            # blocks that see no sink do not depend on delta: cache with D = 0
-            tot = sum(cnt * _p_under(u, D if ks else 0.0, ks, r) for cnt, ks, r in blocks)
-            res[idx] = tot / (n - k)
-    return float(res) if res.ndim == 0 else res
+
+def _exact_fraction(d_arr, u: float, sigma: float, n: int, block_n: int, k: int, order: str):
+    """method="exact" of :func:`underflow_fraction`, for ``u = c/sigma > 0``.
+
+    A key that is itself the running max has p = 1 and never underflows for ``S > u_f``, so
+    each key's probability is ``int phi(z) (1 - F_W(sigma z + c)) dz`` with
+    ``F_W(w) = Phi((w - delta)/sigma)^k_sinks Phi(w/sigma)^r`` (:func:`_p_under`); the fraction
+    is the key-count-weighted mean over blocks (:func:`_blocks`).
+    """
+    blocks = _blocks(n, block_n, k, order)
+    res = np.empty_like(d_arr)
+    for idx, dv in np.ndenumerate(d_arr):
+        D = float(dv) / sigma
+        # blocks that see no sink do not depend on delta: cache with D = 0
+        tot = sum(cnt * _p_under(u, D if ks else 0.0, ks, r) for cnt, ks, r in blocks)
+        res[idx] = tot / (n - k)
+    return res
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,7 +311,7 @@ def dp(S, fmt: str | FP8Format = "e4m3fn"):
     Accepts a scalar (returns a float) or an array-like (returns an ndarray).
     """
     f = _fmt(fmt)
-    arr = _pos_real_array(S, "S")
+    arr = _real_array(S, "S", positive=True)
     out = np.vectorize(lambda s: _dp1(float(s), f), otypes=[np.float64])(arr)
     return float(out) if out.ndim == 0 else out
 
@@ -325,7 +332,7 @@ def coverage(S, fmt: str | FP8Format = "e4m3fn"):
     Accepts a scalar (returns a float) or an array-like (returns an ndarray).
     """
     f = _fmt(fmt)
-    arr = _pos_real_array(S, "S")
+    arr = _real_array(S, "S", positive=True)
     out = np.maximum(np.log2(np.minimum(arr, f.max_finite) / f.min_normal), 0.0)
     return float(out) if out.ndim == 0 else out
 

@@ -14,12 +14,14 @@ import torch
 
 import kernels
 from kernels.conformance import explain, fragile_elements
+from kernels.contract import COMBOS, DIAGNOSTICS, ORDERS, PAPER_SCALES
 
 from loop_contract import loop_attention
 
-COMBOS = [("forward", 1.0, "e4m3fn"), ("reverse", 1.0, "e4m3fn"), ("forward", 256.0, "e4m3fn"),
-          ("reverse", 256.0, "e4m3fn"), ("forward", 448.0, "e4m3fn"), ("reverse", 448.0, "e4m3fn"),
-          ("forward", 1.0, None), ("reverse", 256.0, None)]
+# The paper's four combinations in E4M3FN, then saturation (S = 448) and no rounding.
+PAPER_CASES = [(order, scale, "e4m3fn") for order, scale in COMBOS]
+CASES = PAPER_CASES + [("forward", 448.0, "e4m3fn"), ("reverse", 448.0, "e4m3fn"), ("forward", 1.0, None),
+                       ("reverse", 256.0, None)]
 
 
 def sink_inputs(seed, nq, nk, d, *, delta=7.0, ksink=4, b=1, h=2):
@@ -58,7 +60,7 @@ def check_three(q, k, v, *, order, scale, fmt, causal, ksink=4, block_m=64, bloc
 SMALL = [(1, 1), (63, 63), (64, 64), (200, 200), (100, 200), (200, 63)]
 
 
-@pytest.mark.parametrize("order,scale,fmt", COMBOS)
+@pytest.mark.parametrize("order,scale,fmt", CASES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("nq,nk", SMALL)
 def test_three_implementations_agree_small(order, scale, fmt, causal, nq, nk):
@@ -66,7 +68,7 @@ def test_three_implementations_agree_small(order, scale, fmt, causal, nq, nk):
     check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=min(4, nk))
 
 
-@pytest.mark.parametrize("order,scale,fmt", COMBOS[:4])
+@pytest.mark.parametrize("order,scale,fmt", PAPER_CASES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("nq,nk", [(1, 1), (63, 63), (200, 200)])
 @pytest.mark.parametrize("d", [16, 128])
@@ -75,7 +77,7 @@ def test_three_implementations_agree_small_other_d(order, scale, fmt, causal, nq
     check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=min(4, nk))
 
 
-@pytest.mark.parametrize("order,scale,fmt,causal", [c + (False,) for c in COMBOS[:4]] + [
+@pytest.mark.parametrize("order,scale,fmt,causal", [c + (False,) for c in PAPER_CASES] + [
     ("forward", 1.0, "e4m3fn", True), ("reverse", 256.0, "e4m3fn", True), ("forward", 448.0, "e4m3fn", False),
     ("reverse", 1.0, None, True)])
 def test_three_implementations_agree_n1024(order, scale, fmt, causal):
@@ -163,8 +165,8 @@ def test_reverse_s256_has_no_underflow_outside_the_sink_block(backend):
     assert 0.0 < resid < 0.03  # the residual exists, and is small
 
 
-@pytest.mark.parametrize("order", ["forward", "reverse"])
-@pytest.mark.parametrize("scale", [1.0, 256.0])
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("scale", PAPER_SCALES)
 def test_unrounded_matches_reference(order, scale):
     q, k, v = physics_inputs(10.0)
     ref = kernels.attention(q, k, v, backend="reference").out
@@ -243,7 +245,7 @@ def test_query_and_key_lengths_may_differ_and_outputs_have_the_documented_shapes
     k = torch.randn(2, 3, 70, 32)
     r = kernels.attention(q, k, torch.randn(2, 3, 70, 32), ksink=2, backend="emulator")
     assert r.out.shape == (2, 3, 5, 32) and r.out.dtype == torch.float32
-    for n in ("underflow", "underflow_sink", "saturated", "terms", "terms_sink"):
+    for n in DIAGNOSTICS:
         t = getattr(r, n)
         assert t.shape == (2, 3, 5) and t.dtype == torch.int64
     assert int(r.terms_sink.min()) == 2 and int(r.terms.max()) == 68

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from kernels.audit import audit, main
+from kernels.cli.audit import audit, main
 from kernels.sinks import make_inputs
 
 

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not fp8_gpu_available(), reaso
 
 
 def test_software_rounding_compiled_matches_torch_cast():
-    from kernels.gpu_check import check_conversion
+    from kernels.cli.gpu_check import check_conversion
 
     r = check_conversion()
     assert r["sw_compiled_vs_cast_mismatches"] == 0
@@ -19,7 +19,7 @@ def test_software_rounding_compiled_matches_torch_cast():
 
 
 def test_compiled_kernel_matches_emulator():
-    from kernels.gpu_check import check_kernel
+    from kernels.cli.gpu_check import check_kernel
 
     rows = check_kernel()
     assert rows and all(r["kernel_backend"] == "triton-compiled" for r in rows)
@@ -27,6 +27,6 @@ def test_compiled_kernel_matches_emulator():
 
 
 def test_dot_is_ieee_fp32_not_tf32():
-    from kernels.gpu_check import check_ieee_dot
+    from kernels.cli.gpu_check import check_ieee_dot
 
     assert check_ieee_dot()["unrounded_vs_reference_rel"] <= 1e-5

@@ -35,9 +35,34 @@ def test_torch_is_pinned_to_the_cpu_build_version():
 
 
 def test_distribution_name_differs_from_pypi_kernels():
-    proj = _pyproject()
-    assert proj["project"]["name"] != "kernels"
-    assert proj["tool"]["setuptools"]["packages"] == ["kernels"]
+    assert _pyproject()["project"]["name"] != "kernels"
+
+
+def test_kernels_and_every_subpackage_are_packaged_and_nothing_else():
+    from setuptools import find_packages
+
+    find = _pyproject()["tool"]["setuptools"]["packages"]["find"]
+    packaged = set(find_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ())))
+    # every folder of kernels/ that holds Python code must be a package that is installed
+    on_disk = {".".join(f.parent.relative_to(ROOT).parts) for f in (ROOT / "kernels").rglob("*.py")}
+    assert on_disk <= packaged
+    assert {"kernels", "kernels.cli", "kernels.pipeline", "kernels.analysis"} <= packaged
+    assert all(p == "kernels" or p.startswith("kernels.") for p in packaged)
+
+
+def test_console_scripts_name_callable_entry_points():
+    import importlib
+
+    scripts = _pyproject()["project"]["scripts"]
+    assert set(scripts) == {"pcast-audit", "pcast-bench", "pcast-gpu-check"}
+    for name, target in scripts.items():
+        module, func = target.split(":")
+        assert module.startswith("kernels.cli."), name
+        assert callable(getattr(importlib.import_module(module), func)), name
+
+
+def test_tabulate_is_declared_for_to_markdown():
+    assert any(d.split(">")[0].split("=")[0].strip() == "tabulate" for d in _pyproject()["project"]["dependencies"])
 
 
 def test_ci_runs_exactly_the_readme_test_command():

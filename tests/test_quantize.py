@@ -15,7 +15,7 @@ import torch
 from kernels import FORMATS, quantize
 from kernels.formats import get_format
 from kernels.rounding import quantize_fast, quantize_native
-from kernels.triton_attention import triton_builtin_cast, triton_quantize
+from kernels.triton_kernel import triton_builtin_cast, triton_quantize
 
 ALL = ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz")
 

@@ -1,10 +1,10 @@
 """Audit your own tensors: how much precision does an FP8 P cast lose on them, and why?
 
-``pcast-audit inputs.safetensors`` loads ``q``, ``k`` and ``v`` (float32 or any float dtype,
-``[B, H, N, d]`` or ``[H, N, d]`` or ``[N, d]``) and runs the contract of
-:func:`kernels.attention` for your kernel's policy (``--order``, ``--scale``, ``--fmt``,
-``--block-n``, ``--rowsum``, ``--causal``) next to the four reference combinations
-order ∈ {forward, reverse} × S ∈ {1, 256}. For each it prints the MSE against the float64
+``pcast-audit inputs.safetensors`` (or ``python -m kernels.cli.audit inputs.safetensors``) loads
+``q``, ``k`` and ``v`` (float32 or any float dtype, ``[B, H, N, d]`` or ``[H, N, d]`` or ``[N, d]``)
+and runs the contract of :func:`kernels.attention` for your kernel's policy (``--order``,
+``--scale``, ``--fmt``, ``--block-n``, ``--rowsum``, ``--causal``) next to the four reference
+combinations order ∈ {forward, reverse} × S ∈ {1, 256} (``kernels.contract.COMBOS``). For each it prints the MSE against the float64
 reference, the fraction of non-sink P that rounds to zero, the sink keys' own underflow and
 the saturated count; ``--csv PATH`` writes the same table.
 
@@ -17,7 +17,8 @@ import argparse
 import csv
 import sys
 
-COMBOS = (("forward", 1.0), ("forward", 256.0), ("reverse", 1.0), ("reverse", 256.0))
+from ..contract import COMBOS, combo_label
+
 COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
            "underflow", "terms", "underflow_sink", "saturated")
 
@@ -53,12 +54,12 @@ def load_tensors(path: str, names=("q", "k", "v")):
 def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded", causal=False,
           ksink=1, backend="auto"):
     """Rows (dicts) for your policy and the four reference combinations; see module docstring."""
-    from .api import attention
+    from ..api import attention
 
     ref = attention(q, k, v, causal=causal, backend="reference").out
     ref_power = float((ref**2).mean())
     policies = [("yours", order, float(scale), fmt, block_n, rowsum)]
-    policies += [(f"{o} S={s:g}", o, s, "e4m3fn", block_n, "unrounded") for o, s in COMBOS]
+    policies += [(combo_label(o, s), o, s, "e4m3fn", block_n, "unrounded") for o, s in COMBOS]
     rows = []
     for name, o, s, f, bn, rs in policies:
         r = attention(q, k, v, order=o, scale=s, fmt=f, causal=causal, ksink=ksink, block_n=bn, rowsum=rs,

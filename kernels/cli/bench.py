@@ -1,6 +1,6 @@
 """Benchmark: the emulator's attention throughput as a fraction of torch's float32 matmul throughput.
 
-Run as ``pcast-bench`` (or ``python -m kernels.bench``). Everything is measured in one
+Run as ``pcast-bench`` (or ``python -m kernels.cli.bench``). Everything is measured in one
 run on one machine, interleaved, so the ratio is robust to a noisy machine:
 
 * emulator: ``kernels.attention(..., backend="emulator")`` on [B, 1, N, d] inputs,
@@ -26,7 +26,7 @@ def _flops(b, n, d):
 
 
 def measure(batch=8, n=1024, d=64, reps=7, seed=0, scale=256.0, order="forward"):
-    from . import attention
+    from .. import attention
 
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(batch, 1, n, d, generator=g) for _ in range(3))

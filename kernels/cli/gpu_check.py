@@ -1,6 +1,6 @@
 """GPU check: run on a machine with a CUDA GPU (capability >= 8.9), in well under 5 minutes.
 
-``pcast-gpu-check`` (or ``python -m kernels.gpu_check``) checks, and exits non-zero on failure:
+``pcast-gpu-check`` (or ``python -m kernels.cli.gpu_check``) checks, and exits non-zero on failure:
 
 1. the hardware float32 -> float8e4nv conversion (``.to(tl.float8e4nv)``, compiled) against
    the software quantizer ``fp8_round`` (compiled) and torch's cast, bit for bit, on every
@@ -25,6 +25,8 @@ import time
 
 import torch
 
+from ..contract import COMBOS
+
 
 def _samples(n, seed):
     g = torch.Generator().manual_seed(seed)
@@ -33,8 +35,8 @@ def _samples(n, seed):
 
 
 def check_conversion():
-    from .rounding import quantize
-    from .triton_attention import triton_builtin_cast, triton_quantize
+    from ..rounding import quantize
+    from ..triton_kernel import triton_builtin_cast, triton_quantize
 
     grid = torch.arange(0, 255, dtype=torch.uint8)
     vals = grid.view(torch.float8_e4m3fn).float()
@@ -57,35 +59,34 @@ def check_conversion():
 
 
 def check_kernel():
-    from .api import attention
-    from .conformance import explain
-    from .sinks import make_inputs
+    from ..api import attention
+    from ..conformance import explain
+    from ..sinks import make_inputs
 
     rows = []
     for n, d in ((200, 64), (1024, 128), (4096, 64)):
         q, k, v = make_inputs(n + d, heads=2, n=n, d=d, ksink=4, delta=8.0)
-        for order in ("forward", "reverse"):
-            for scale in (1.0, 256.0):
-                for causal in (False, True):
-                    kw = dict(order=order, scale=scale, fmt="e4m3fn", causal=causal, ksink=4, block_n=64)
-                    t0 = time.perf_counter()
-                    a = attention(q.cuda(), k.cuda(), v.cuda(), backend="triton", **kw)
-                    torch.cuda.synchronize()
-                    dt = time.perf_counter() - t0
-                    b = attention(q, k, v, backend="emulator", **kw)
-                    a_cpu = type(a)(**{f: (getattr(a, f).cpu() if f != "backend" else a.backend)
-                                       for f in a.__dataclass_fields__})
-                    rep = explain(a_cpu, b, q, k, v, **kw)
-                    rows.append({"n": n, "d": d, **kw, "kernel_backend": a.backend, "seconds": dt,
-                                 **{x: rep[x] for x in ("max_rel_diff", "diag_equal", "mismatched_rows",
-                                                        "fragile_elements", "explained", "why")}})
-                    print(f"  N={n} d={d} {order} S={scale:g} causal={causal}: explained={rep['explained']} "
-                          f"diag_equal={rep['diag_equal']} max_rel={rep['max_rel_diff']:.2e}", flush=True)
+        for order, scale in COMBOS:
+            for causal in (False, True):
+                kw = dict(order=order, scale=scale, fmt="e4m3fn", causal=causal, ksink=4, block_n=64)
+                t0 = time.perf_counter()
+                a = attention(q.cuda(), k.cuda(), v.cuda(), backend="triton", **kw)
+                torch.cuda.synchronize()
+                dt = time.perf_counter() - t0
+                b = attention(q, k, v, backend="emulator", **kw)
+                a_cpu = type(a)(**{f: (getattr(a, f).cpu() if f != "backend" else a.backend)
+                                   for f in a.__dataclass_fields__})
+                rep = explain(a_cpu, b, q, k, v, **kw)
+                rows.append({"n": n, "d": d, **kw, "kernel_backend": a.backend, "seconds": dt,
+                             **{x: rep[x] for x in ("max_rel_diff", "diag_equal", "mismatched_rows",
+                                                    "fragile_elements", "explained", "why")}})
+                print(f"  N={n} d={d} {order} S={scale:g} causal={causal}: explained={rep['explained']} "
+                      f"diag_equal={rep['diag_equal']} max_rel={rep['max_rel_diff']:.2e}", flush=True)
     return rows
 
 
 def check_ieee_dot():
-    from .api import attention
+    from ..api import attention
 
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(1, 1, 1024, 128, generator=g) for _ in range(3))
@@ -98,7 +99,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="GPU conformance check")
     ap.add_argument("--json", default=None, help="also write the summary to this file")
     args = ap.parse_args(argv)
-    from .api import fp8_gpu_available
+    from ..api import fp8_gpu_available
 
     if not fp8_gpu_available():
         print("no CUDA GPU with capability >= 8.9: nothing to check", file=sys.stderr)

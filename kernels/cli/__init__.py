@@ -1,0 +1,9 @@
+"""The command-line tools, installed as console scripts by ``pip install -e .``.
+
+* ``pcast-audit`` (:mod:`kernels.cli.audit`): your own q, k, v through your P-cast policy and
+  the paper's four combinations;
+* ``pcast-bench`` (:mod:`kernels.cli.bench`): the emulator's throughput against torch's matmuls;
+* ``pcast-gpu-check`` (:mod:`kernels.cli.gpu_check`): the compiled kernel on a CUDA GPU.
+
+Each also runs as ``python -m kernels.cli.NAME``.
+"""

@@ -1,0 +1,325 @@
+"""The Triton kernels and their launchers: compiled on a CUDA GPU, interpreted on CPU.
+
+First the ``@triton.jit`` sources: the bit-exact FP8 rounding helper ``fp8_round``, a
+quantize kernel, Triton's own cast (for documenting its behaviour), and the forward
+attention kernel with the P-cast contract (:func:`_attn_fwd`, whose KV loop is
+:func:`_attn_fwd_inner`; each contract step is marked ``# step N: name``, as in the
+emulator and the test oracle). Then the launchers (:func:`triton_attention`,
+:func:`triton_quantize`, :func:`triton_builtin_cast`): CUDA tensors launch the kernels
+compiled; CPU tensors launch them through Triton's interpreter (see :func:`_interpreting`),
+so no one has to set ``TRITON_INTERPRET`` by hand.
+
+Why a hand-written rounding: Triton's interpreter converts float32 to
+``tl.float8e4nv`` wrongly (it truncates subnormals, drops mantissa carries and
+turns overflow into garbage), so the kernel rounds with integer/float ops that
+behave the same interpreted and compiled. See :mod:`kernels.rounding` for the
+algorithm; the two are tested bit-identical.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+
+import torch
+import triton
+import triton.language as tl
+
+from .contract import DIAGNOSTICS
+from .formats import FP8Format, get_format
+
+__all__ = ["triton_attention", "triton_quantize", "triton_builtin_cast", "fp8_round"]
+
+# ============================================================================= @triton.jit sources
+
+
+@triton.jit
+def fp8_round(x, MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_FINITE: tl.constexpr):
+    """Round float32 ``x`` to the FP8 grid: nearest-even, satfinite, NaN kept.
+
+    MAN_BITS: stored mantissa bits of the format (3 for E4M3, 2 for E5M2).
+    EMIN: unbiased exponent of the smallest normal (-6 for E4M3FN).
+    MAX_FINITE: largest finite value (448.0 for E4M3FN); larger magnitudes saturate.
+    """
+    xbits = x.to(tl.int32, bitcast=True)
+    a = tl.minimum(tl.abs(x), MAX_FINITE)
+    bits = a.to(tl.int32, bitcast=True)
+    e = (bits >> 23) - 127  # unbiased fp32 exponent (-127 for zero / fp32 subnormals)
+    t = tl.maximum(e, EMIN)  # exponent of the target binade (subnormals share EMIN)
+    shift = tl.minimum(23 - MAN_BITS + (t - e), 25)  # low significand bits to drop
+    mant = (bits & 0x7FFFFF) | 0x800000  # 24-bit significand with the implicit bit
+    q = (mant + ((1 << (shift - 1)) - 1) + ((mant >> shift) & 1)) >> shift  # round half to even
+    step = ((t - MAN_BITS + 127) << 23).to(tl.float32, bitcast=True)  # 2^(t - MAN_BITS)
+    mag = q.to(tl.float32) * step
+    out = (mag.to(tl.int32, bitcast=True) | (xbits & -2147483648)).to(tl.float32, bitcast=True)  # copysign
+    return tl.where(x != x, x, out)
+
+
+@triton.jit
+def _quantize_kernel(X, Y, N,
+                     MAN_BITS: tl.constexpr,  # format: stored mantissa bits
+                     EMIN: tl.constexpr,  # format: exponent of the smallest normal
+                     MAX_FINITE: tl.constexpr,  # format: saturation value
+                     BLOCK: tl.constexpr,  # elements per program
+                     ):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    x = tl.load(X + offs, mask=mask, other=0.0)
+    tl.store(Y + offs, fp8_round(x, MAN_BITS, EMIN, MAX_FINITE), mask=mask)
+
+
+@triton.jit
+def _builtin_cast_kernel(X, Y, N, BLOCK: tl.constexpr):
+    """Triton's own float32 -> float8e4nv -> float32 conversion (for documenting its behaviour)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    x = tl.load(X + offs, mask=mask, other=0.0)
+    tl.store(Y + offs, x.to(tl.float8e4nv).to(tl.float32), mask=mask)
+
+
+@triton.jit
+def _count_diagnostics(n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink,  # [BLOCK_M] int32 counts
+                       p, x, pq,  # [BLOCK_M, BLOCK_N]: p, p*S and p_q of one KV block
+                       visible,  # [BLOCK_M, BLOCK_N] keys not masked out
+                       offs_n, KSINK,  # key positions of the block; keys < KSINK are sinks
+                       QUANT: tl.constexpr,  # p*S was rounded (otherwise nothing saturates)
+                       MAX_FINITE: tl.constexpr,  # FP8 format: saturation value
+                       ):
+    """Add one KV block to the per-row diagnostics (not a contract step: they change nothing)."""
+    sink = (offs_n < KSINK)[None, :]
+    pos = p > 0.0
+    under = pos & (pq == 0.0)
+    n_underflow += tl.sum((under & ~sink).to(tl.int32), 1)
+    n_underflow_sink += tl.sum((under & sink).to(tl.int32), 1)
+    n_terms += tl.sum((pos & ~sink).to(tl.int32), 1)
+    n_terms_sink += tl.sum((pos & sink).to(tl.int32), 1)
+    if QUANT:
+        n_saturated += tl.sum((visible & (x > MAX_FINITE)).to(tl.int32), 1)
+    return n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink
+
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulator, row sum, row max
+                    n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink,  # diagnostics
+                    q,  # [BLOCK_M, HEAD_D] query rows
+                    k_base, v_base,  # K and V of this (batch, head)
+                    stride_kn, stride_vn,  # K and V row strides
+                    offs_m, offs_d,  # query positions, head-dimension offsets
+                    N_K, sm_scale, p_scale, KSINK,  # as in _attn_fwd
+                    HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
+                    BLOCK_N: tl.constexpr,  # keys per KV block
+                    REVERSE: tl.constexpr,  # visit KV blocks last to first
+                    CAUSAL: tl.constexpr,  # top-left causal mask: key j visible to query i iff j <= i
+                    QUANT: tl.constexpr,  # round p*S to the FP8 grid (False: no rounding)
+                    MAN_BITS: tl.constexpr,  # FP8 format: stored mantissa bits
+                    EMIN: tl.constexpr,  # FP8 format: exponent of the smallest normal
+                    MAX_FINITE: tl.constexpr,  # FP8 format: saturation value
+                    ROWSUM_ROUNDED: tl.constexpr,  # l sums p_q / S instead of the unrounded p
+                    ):
+    """Walk every KV block for BLOCK_M query rows: contract steps 1-5 and the diagnostics.
+    Returns the updated state (acc, l_i, m_i and the five diagnostic counts) in argument order."""
+    n_blocks = tl.cdiv(N_K, BLOCK_N)
+    for i in range(0, n_blocks):
+        if REVERSE:
+            blk = n_blocks - 1 - i
+        else:
+            blk = i
+        offs_n = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < N_K
+        kT = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=key_ok[None, :], other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        # step 1: scores
+        s = tl.dot(q, kT, input_precision="ieee") * sm_scale  # fp32 with exact products (no TF32)
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        # step 2: running max
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        # step 3: cast
+        x = p * p_scale
+        if QUANT:
+            pq = fp8_round(x, MAN_BITS, EMIN, MAX_FINITE)
+        else:
+            pq = x
+        # step 4: row sum
+        if ROWSUM_ROUNDED:
+            l_blk = tl.sum(pq, 1) / p_scale
+        else:
+            l_blk = tl.sum(p, 1)
+        l_i = l_i * alpha + l_blk
+        # step 5: accumulate
+        acc = acc * alpha[:, None] + tl.dot(pq, v, input_precision="ieee")
+        m_i = m_new
+        # diagnostics
+        n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink = _count_diagnostics(
+            n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, p, x, pq, visible, offs_n, KSINK,
+            QUANT, MAX_FINITE)
+    return acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, Out, Diag,
+              stride_qz, stride_qh, stride_qm,  # Q strides: batch, head, row (last dim contiguous)
+              stride_kz, stride_kh, stride_kn,  # K strides
+              stride_vz, stride_vh, stride_vn,  # V strides
+              stride_oz, stride_oh, stride_om,  # Out strides
+              H, N_Q, N_K,  # heads, query length, key length
+              sm_scale,  # score scale, usually 1/sqrt(d)
+              p_scale,  # S: P is multiplied by S before the FP8 cast
+              KSINK,  # keys at positions < KSINK count as sinks in the diagnostics
+              HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
+              BLOCK_M: tl.constexpr,  # query rows per program
+              BLOCK_N: tl.constexpr,  # keys per KV block
+              REVERSE: tl.constexpr,  # visit KV blocks last to first
+              CAUSAL: tl.constexpr,  # top-left causal mask: key j visible to query i iff j <= i
+              QUANT: tl.constexpr,  # round p*S to the FP8 grid (False: no rounding)
+              MAN_BITS: tl.constexpr,  # FP8 format: stored mantissa bits
+              EMIN: tl.constexpr,  # FP8 format: exponent of the smallest normal
+              MAX_FINITE: tl.constexpr,  # FP8 format: saturation value
+              ROWSUM_ROUNDED: tl.constexpr,  # l sums p_q / S instead of the unrounded p
+              ):
+    """One program computes BLOCK_M query rows of one (batch, head), walking all KV blocks.
+    Diag is int32 [5, B*H, N_Q]: one plane per name of kernels.contract.DIAGNOSTICS, in that order."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    z = pid_bh // H
+    h = pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    row_ok = offs_m < N_Q
+    q = tl.load(Q + z * stride_qz + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_D], tl.float32)
+    n_underflow = tl.zeros([BLOCK_M], tl.int32)
+    n_underflow_sink = tl.zeros([BLOCK_M], tl.int32)
+    n_saturated = tl.zeros([BLOCK_M], tl.int32)
+    n_terms = tl.zeros([BLOCK_M], tl.int32)
+    n_terms_sink = tl.zeros([BLOCK_M], tl.int32)
+    acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink = _attn_fwd_inner(
+        acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, q,
+        K + z * stride_kz + h * stride_kh, V + z * stride_vz + h * stride_vh, stride_kn, stride_vn,
+        offs_m, offs_d, N_K, sm_scale, p_scale, KSINK,
+        HEAD_D, BLOCK_N, REVERSE, CAUSAL, QUANT, MAN_BITS, EMIN, MAX_FINITE, ROWSUM_ROUNDED)
+
+    # step 6: normalise
+    out = acc / (l_i * p_scale)[:, None]
+    tl.store(Out + z * stride_oz + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :], out,
+             mask=row_ok[:, None])
+    # diagnostics: one plane each, in the order of DIAGNOSTICS
+    plane = tl.num_programs(1) * N_Q
+    dbase = Diag + pid_bh * N_Q + offs_m
+    tl.store(dbase, n_underflow, mask=row_ok)
+    tl.store(dbase + plane, n_underflow_sink, mask=row_ok)
+    tl.store(dbase + 2 * plane, n_saturated, mask=row_ok)
+    tl.store(dbase + 3 * plane, n_terms, mask=row_ok)
+    tl.store(dbase + 4 * plane, n_terms_sink, mask=row_ok)
+
+
+# ============================================================================= launchers
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreted(fn):
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return InterpretedFunction(fn)
+
+
+_INTERPRET_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _interpreting():
+    """Run Triton's interpreter for the launches inside, whatever TRITON_INTERPRET says.
+
+    Inside an interpreted kernel every ``@triton.jit`` callee must run interpreted too,
+    including Triton's own standard library (``tl.sum``, ``tl.max``, ...), which was
+    created as compiled ``JITFunction`` objects when triton was imported. So, for the
+    duration, calling a ``JITFunction`` runs its interpreted twin.
+    """
+    import triton
+    from triton.runtime.jit import JITFunction
+
+    with _INTERPRET_LOCK:
+        original_call = JITFunction.__call__
+        previous = triton.knobs.runtime.interpret
+        JITFunction.__call__ = lambda self, *args, **kwargs: _interpreted(self.fn)(*args, **kwargs)
+        triton.knobs.runtime.interpret = True
+        try:
+            yield
+        finally:
+            JITFunction.__call__ = original_call
+            triton.knobs.runtime.interpret = previous
+
+
+def _launch(kernel, grid, device: torch.device, *args, **kwargs):
+    """Launch ``kernel`` compiled on CUDA tensors, interpreted on CPU tensors."""
+    if device.type == "cuda":
+        return kernel[grid](*args, **kwargs)
+    with _interpreting():
+        return _interpreted(kernel.fn)[grid](*args, **kwargs)
+
+
+def triton_quantize(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn", *, block: int = 1 << 16) -> torch.Tensor:
+    """Round float32 ``x`` to the FP8 grid with the Triton helper ``fp8_round``."""
+    f = get_format(fmt)
+    if x.dtype != torch.float32:
+        raise ValueError(f"x must be float32, got {x.dtype}")
+    xc = x.contiguous().view(-1)
+    y = torch.empty_like(xc)
+    n = xc.numel()
+    if n:
+        grid = (triton_cdiv(n, block),)
+        _launch(_quantize_kernel, grid, x.device, xc, y, n, MAN_BITS=f.man_bits, EMIN=f.emin,
+                MAX_FINITE=f.max_finite, BLOCK=block)
+    return y.view(x.shape)
+
+
+def triton_builtin_cast(x: torch.Tensor, *, block: int = 1 << 12) -> torch.Tensor:
+    """Triton's built-in ``.to(tl.float8e4nv)`` round trip. Wrong when interpreted; see tests."""
+    xc = x.contiguous().view(-1)
+    y = torch.empty_like(xc)
+    n = xc.numel()
+    _launch(_builtin_cast_kernel, (triton_cdiv(n, block),), x.device, xc, y, n, BLOCK=block)
+    return y.view(x.shape)
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | None, causal: bool,
+                     ksink: int, block_m: int, block_n: int, sm_scale: float, rowsum_rounded: bool):
+    """Launch the attention kernel. Arguments are validated by :func:`kernels.attention`.
+
+    q [B,H,Nq,d], k and v [B,H,Nk,d]: float32, last dim contiguous, one device.
+    Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq])``.
+    """
+    B, H, Nq, d = q.shape
+    Nk = k.shape[-2]
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.empty_like(q)
+    diag = torch.zeros(len(DIAGNOSTICS), B * H, Nq, dtype=torch.int32, device=q.device)
+    grid = (triton_cdiv(Nq, block_m), B * H)
+    f = fmt if fmt is not None else get_format("e4m3fn")  # format constants unused when QUANT=False
+    _launch(
+        _attn_fwd, grid, q.device,
+        q, k, v, out, diag,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        H, Nq, Nk, float(sm_scale), float(scale), int(ksink),
+        HEAD_D=d, BLOCK_M=block_m, BLOCK_N=block_n, REVERSE=reverse, CAUSAL=causal,
+        QUANT=fmt is not None, MAN_BITS=f.man_bits, EMIN=f.emin, MAX_FINITE=f.max_finite,
+        ROWSUM_ROUNDED=rowsum_rounded,
+    )
+    return out, {n: diag[i].to(torch.int64).view(B, H, Nq) for i, n in enumerate(DIAGNOSTICS)}
