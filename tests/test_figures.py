@@ -1,31 +1,30 @@
-"""Figures: data saved next to them, fixed colors, byte-identical renders; and, on the smoke preset,
-every figure and table rule of the pipeline producing well-formed, non-empty outputs."""
+"""Figures: data saved next to them, fixed colors, byte-identical renders; and, on the smoke preset
+(the session's ``smoke_run`` of tests/conftest.py), every statistics, figure and table rule of the
+pipeline producing well-formed, non-empty outputs, and a plot-only change rerunning only that plot."""
 
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import matplotlib.colors as mcolors
+import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from kernels import plotting as P
-from kernels import stats as st
+import synthetic_tables as data
+from kernels.analysis import plots as P
+from kernels.analysis import registry
+from kernels.analysis.paired import paired_tests
+from kernels.analysis.registry import FIGURES, TABLES
+from kernels.analysis.summaries import (
+    collapse_summary, knee_summary, scales_summary, threshold_summary, write_csv,
+)
 
-from repo_copy import copy_repo
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_claims as data  # noqa: E402 (the constructed tidy tables)
-
-ROOT = Path(__file__).resolve().parents[1]
-FIGURES = ["fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",
-           "fig_conformance"]
-TABLES = ["table_paired_tests", "table_scales", "table_thresholds", "table_conformance"]
+STATS_RULES = ["stats_collapse", "stats_paired", "stats_scales", "stats_threshold"]
 
 
 @pytest.fixture(scope="module")
@@ -33,19 +32,19 @@ def summaries(tmp_path_factory):
     """The results/stats/*.csv of constructed data, written once."""
     out = tmp_path_factory.mktemp("stats")
     collapse = data.make_collapse(svs_values=(0.0, 0.25, 1.0), seeds=6)
-    paired = st.paired_tests(collapse, [("forward S=1", "forward S=256"), ("forward S=1", "reverse S=1"),
-                                        ("forward S=1", "reverse S=256"), ("forward S=256", "reverse S=256"),
-                                        ("reverse S=1", "reverse S=256")], n_resamples=200)
+    paired = paired_tests(collapse, [("forward S=1", "forward S=256"), ("forward S=1", "reverse S=1"),
+                                     ("forward S=1", "reverse S=256"), ("forward S=256", "reverse S=256"),
+                                     ("reverse S=1", "reverse S=256")], n_resamples=200)
     tables = {
-        "collapse": st.collapse_summary(collapse),
+        "collapse": collapse_summary(collapse),
         "paired": paired,
-        "knees": st.knee_summary(paired),
-        "scales": st.scales_summary(data.make_scales(), n_resamples=200),
-        "thresholds": st.threshold_summary(data.make_threshold(), n_resamples=200),
+        "knees": knee_summary(paired),
+        "scales": scales_summary(data.make_scales(), n_resamples=200),
+        "thresholds": threshold_summary(data.make_threshold(), n_resamples=200),
         "conformance": data.make_conformance(unexplained=1),
     }
     for name, df in tables.items():
-        st.write_csv(df, out / f"{name}.csv")
+        write_csv(df, out / f"{name}.csv")
     return out
 
 
@@ -53,7 +52,7 @@ RENDER = textwrap.dedent("""
     import sys
     from pathlib import Path
     import pandas as pd
-    from kernels import plotting as P
+    from kernels.analysis import plots as P
     src, dst = Path(sys.argv[1]), Path(sys.argv[2])
     t = {p.stem: pd.read_csv(p) for p in src.glob("*.csv")}
     figs = {
@@ -104,7 +103,7 @@ def test_figure_data_tables(summaries):
     for fig, d in built:
         assert list(d.columns[:6]) == P.DATA_COLUMNS
         assert len(d) > 0 and d["series"].notna().all()
-        P.plt.close(fig)
+        plt.close(fig)
 
 
 def test_one_fixed_color_per_combination(summaries):
@@ -125,7 +124,7 @@ def test_one_fixed_color_per_combination(summaries):
             if h.get_label() in P.COMBO_STYLE:
                 seen += 1
                 assert mcolors.same_color(h.get_color(), P.COMBO_STYLE[h.get_label()]["color"])
-        P.plt.close(fig)
+        plt.close(fig)
     assert seen >= 8
 
 
@@ -140,67 +139,62 @@ def test_band_intervals():
 # ----------------------------------------------------------------------------- the smoke pipeline
 
 
-def _pipeline_missing() -> str | None:
-    if shutil.which("snakemake") is None:
-        return "snakemake is not installed"
-    if not (ROOT / "Snakefile").exists():
-        return "the pipeline's Snakefile has not landed yet"
-    rules = "".join(p.read_text() for p in (ROOT / "workflow" / "rules").glob("*.smk"))
-    for needed in ("rule tidy_table", "rule conformance_table", "rule fig_collapse"):
-        if needed not in rules:
-            return f"the pipeline pieces are not there yet ({needed!r} missing)"
-    if not (ROOT / ".git").exists():
-        return "not a git checkout"
-    return None
+def test_the_registry_names_every_figure_and_table():
+    """The outputs' names under figures/ are the paper's; the registry lists each once."""
+    assert FIGURES == ("fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",
+                       "fig_conformance")
+    assert TABLES == ("table_paired_tests", "table_scales", "table_thresholds", "table_conformance")
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    reason = _pipeline_missing()
-    if reason:
-        pytest.skip(reason)
-    repo = tmp_path_factory.mktemp("smoke") / "repo"
-    repo.mkdir()
-    copy_repo(repo)
-    for d in ("results", "figures", ".snakemake"):
-        shutil.rmtree(repo / d, ignore_errors=True)
-    proc = subprocess.run(["snakemake", "--cores", "2", "--config", "preset=smoke"], cwd=repo,
-                          capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return repo
+def test_every_registered_output_has_a_rule_a_script_and_a_caption():
+    """The registry, the rule files, the scripts and the report captions name the same outputs."""
+    root = Path(__file__).resolve().parents[1]
+    rules = "".join((root / "workflow" / "rules" / f"{f}.smk").read_text() for f in ("figures", "tables", "verdict"))
+    for o in registry.OUTPUTS:
+        assert f"\nrule {o.name}:\n" in rules, o.name
+        assert (root / "workflow" / "scripts" / f"{o.name}.py").exists(), o.name
+        assert (root / "workflow" / "report" / f"{o.name}.rst").exists(), o.name
+    assert sorted(o.name for o in registry.OUTPUTS) == sorted(FIGURES + TABLES + (registry.VERDICT,))
 
 
 def test_smoke_every_figure_and_table(smoke_run):
     fig_dir = smoke_run / "figures"
+    logs = smoke_run / "results" / "logs" / "claims"
     for name in FIGURES:
         pdf, png, csv = (fig_dir / f"{name}.{e}" for e in ("pdf", "png", "csv"))
         assert pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 5000, name
         assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 5000, name
         d = pd.read_csv(csv)
         assert len(d) > 0 and list(d.columns[:6]) == P.DATA_COLUMNS, name
-        assert (smoke_run / "results" / "logs" / "claims" / f"{name}.log").exists()
+        assert "data rows" in (logs / f"{name}.log").read_text(), name  # written through rule_log
     for name in TABLES:
         assert len(pd.read_csv(fig_dir / f"{name}.csv")) > 0, name
         tex = (fig_dir / f"{name}.tex").read_text()
         assert all(t in tex for t in (r"\toprule", r"\midrule", r"\bottomrule", r"\end{tabular}")), name
         md = (fig_dir / f"{name}.md").read_text()
         assert "|" in md and "---" in md, name
+        assert (logs / f"{name}.log").exists(), name
+    for name in STATS_RULES:
+        assert "wrote" in (logs / f"{name}.log").read_text(), name
     verdict = json.loads((fig_dir / "claims.json").read_text())
     assert verdict["preset"] == "smoke"
     assert set(verdict["claims"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "conformance"}
     assert all(c["verdict"] in ("PASS", "PARTIAL", "FAIL", "INCONCLUSIVE") for c in verdict["claims"].values())
     assert "## C1:" in (fig_dir / "claims.md").read_text()
+    assert "C1: " in (logs / "claims.log").read_text()
 
 
 def test_smoke_changing_a_plot_script_reruns_only_that_plot(smoke_run):
+    """The one test of a plot-only change: editing fig_mse's script reruns fig_mse and nothing else."""
     script = smoke_run / "workflow" / "scripts" / "fig_mse.py"
-    original = script.read_text()
-    script.write_text(original + "\n# a change to the plotting code\n")
+    original, stat = script.read_bytes(), script.stat()
+    script.write_bytes(original + b"\n# a change to the plotting code\n")
     try:
         proc = subprocess.run(["snakemake", "-n", "--cores", "1", "--config", "preset=smoke"], cwd=smoke_run,
                               capture_output=True, text=True, timeout=120)
     finally:
-        script.write_text(original)
+        script.write_bytes(original)  # put back as it was: bytes and modification time
+        os.utime(script, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
     assert "Job stats:" in out, out[-3000:]

@@ -1,4 +1,4 @@
-"""kernels.stats on constructed data with known answers."""
+"""kernels.analysis.paired and kernels.analysis.summaries on constructed data with known answers."""
 
 import math
 
@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernels import stats as S
+from kernels.analysis import paired as S
+from kernels.analysis.summaries import crossing, crossing_ci, knee_ratio, seed_interval
 
 MARGIN = math.log(1.1)
 
@@ -200,12 +201,12 @@ def test_paired_tests_pair_by_seed_and_reject_duplicates():
 
 def test_crossing_interpolates():
     x = np.array([0.0, 1.0, 2.0, 3.0])
-    assert S.crossing(x, [0.0, 0.2, 0.6, 0.9], 0.5) == pytest.approx(1.75)
-    assert S.crossing(x, [0.5, 0.6, 0.7, 0.8], 0.5) == 0.0
-    assert math.isnan(S.crossing(x, [0.6, 0.7, 0.8, 0.9], 0.5))  # not bracketed
-    assert math.isnan(S.crossing(x, [0.0, 0.1, 0.2, 0.3], 0.5))  # never reached
+    assert crossing(x, [0.0, 0.2, 0.6, 0.9], 0.5) == pytest.approx(1.75)
+    assert crossing(x, [0.5, 0.6, 0.7, 0.8], 0.5) == 0.0
+    assert math.isnan(crossing(x, [0.6, 0.7, 0.8, 0.9], 0.5))  # not bracketed
+    assert math.isnan(crossing(x, [0.0, 0.1, 0.2, 0.3], 0.5))  # never reached
     with pytest.raises(ValueError):
-        S.crossing([1.0, 0.0], [0.0, 1.0])
+        crossing([1.0, 0.0], [0.0, 1.0])
 
 
 def test_crossing_ci_logistic():
@@ -214,21 +215,21 @@ def test_crossing_ci_logistic():
     rng = np.random.default_rng(9)
     x = np.arange(0, 10.01, 0.25)
     curves = np.array([expit(2 * (x - 5.0 - rng.normal(0, 0.1))) for _ in range(16)])
-    est, lo, hi = S.crossing_ci(x, curves, 0.5, n_resamples=500, seed=1)
+    est, lo, hi = crossing_ci(x, curves, 0.5, n_resamples=500, seed=1)
     assert lo <= est <= hi
     assert abs(est - 5.0) < 0.1 and hi - lo < 0.2
-    assert S.crossing_ci(x, np.tile(expit(x - 5), (4, 1)), 0.5) == pytest.approx((5.0,) * 3, abs=0.02)
+    assert crossing_ci(x, np.tile(expit(x - 5), (4, 1)), 0.5) == pytest.approx((5.0,) * 3, abs=0.02)
 
 
 def test_knee_ratio():
     x = np.array([0.0, 1.0, 2.0, 3.0])
-    assert S.knee_ratio(x, [1.0, 1.0, 4.0, 10.0], 2.0) == pytest.approx(1.5)
-    assert math.isnan(S.knee_ratio(x, [1.0, 1.1, 1.2, 1.3], 2.0))
+    assert knee_ratio(x, [1.0, 1.0, 4.0, 10.0], 2.0) == pytest.approx(1.5)
+    assert math.isnan(knee_ratio(x, [1.0, 1.1, 1.2, 1.3], 2.0))
 
 
 def test_seed_interval():
     df = pd.DataFrame({"g": [0] * 5 + [1] * 5, "v": list(range(5)) + list(range(10, 15))})
-    out = S.seed_interval(df, ["g"], "v", level=0.5)
+    out = seed_interval(df, ["g"], "v", level=0.5)
     assert out["v_median"].tolist() == [2.0, 12.0]
     assert out["v_lo"].tolist() == [1.0, 11.0] and out["v_hi"].tolist() == [3.0, 13.0]
     assert out["n_seeds"].tolist() == [5, 5]

@@ -1,4 +1,13 @@
 """The analysis of the tidy tables: paired statistics, the claims verdict, tables and figures.
 
-Torch-free. ``registry`` ties each claim to its outputs.
+Torch-free. Modules, in the order the pipeline uses them:
+
+* :mod:`.registry`: the claims, their config keys and the outputs that answer them;
+* :mod:`.paired`: pairing by seed, ratio CIs, Wilcoxon, t, TOST, Holm (the T1 family);
+* :mod:`.summaries`: seed intervals, Δc crossings, the per-experiment summaries, ``write_csv``;
+* :mod:`.stats`: one builder per statistics rule, from the ``statistics:`` section;
+* :mod:`.tables`: T1–T4 and their LaTeX / Markdown / CSV writers;
+* :mod:`.plots`: F1–F6, one module per figure, one shared style;
+* :mod:`.verdicts`: the verdict per claim, ``figures/claims.md`` and ``claims.json``;
+* :mod:`.text`: numbers as short text, shared by verdicts, tables and plots.
 """

@@ -1,0 +1,61 @@
+"""One builder per statistics step, from the ``statistics:`` section of config.yaml.
+
+Each rule of ``workflow/rules/statistics.smk`` calls one of these on its tidy table, and so does
+:func:`kernels.analysis.verdicts.evaluate_tidy`, so a config key is read in exactly one place:
+
+* :func:`collapse` (rule ``stats_collapse``, tidy ``collapse``): ``seed_interval``;
+* :func:`paired` (rule ``stats_paired``, tidy ``collapse``): ``pairs``, ``tost_margin``,
+  ``alpha``, ``reference``, ``knee_factor`` and the bootstrap keys;
+* :func:`scales` (rule ``stats_scales``, tidy ``scales``): ``baseline``, ``seed_interval`` and
+  the bootstrap keys;
+* :func:`threshold` (rule ``stats_threshold``, tidy ``threshold``): ``crossing_level`` and the
+  bootstrap keys.
+
+The bootstrap keys are ``bootstrap_resamples``, ``confidence_level``, ``bootstrap_method`` and
+``seed`` (:func:`bootstrap`). The statistics themselves live in :mod:`.paired` and
+:mod:`.summaries`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from .paired import paired_tests
+from .summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
+
+__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold"]
+
+
+def bootstrap(cfg: Mapping) -> dict:
+    """The bootstrap keyword arguments (``n_resamples``, ``confidence_level``, ``boot_method``,
+    ``seed``) of every bootstrapped statistic, from the ``statistics:`` section."""
+    return {"n_resamples": int(cfg["bootstrap_resamples"]),
+            "confidence_level": float(cfg["confidence_level"]),
+            "boot_method": cfg["bootstrap_method"],
+            "seed": int(cfg["seed"])}
+
+
+def collapse(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
+    """Measured vs predicted underflow and MSE per configuration of the collapse experiment."""
+    return collapse_summary(tidy, level=float(cfg["seed_interval"]))
+
+
+def paired(tidy: pd.DataFrame, cfg: Mapping) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The T1 family of paired tests on the collapse experiment, and the MSE knees from it."""
+    tests = paired_tests(tidy, [tuple(p) for p in cfg["pairs"]], margin=float(cfg["tost_margin"]),
+                         alpha=float(cfg["alpha"]), **bootstrap(cfg))
+    knees = knee_summary(tests, reference=cfg["reference"], factor=float(cfg["knee_factor"]))
+    return tests, knees
+
+
+def scales(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
+    """Theory of S next to measured MSE, underflow and the paired improvement over the baseline."""
+    return scales_summary(tidy, baseline=cfg["baseline"], level=float(cfg["seed_interval"]),
+                          **bootstrap(cfg))
+
+
+def threshold(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
+    """Measured Δc (crossing of ``crossing_level``, bootstrap CI over seeds) vs predicted."""
+    return threshold_summary(tidy, level=float(cfg["crossing_level"]), **bootstrap(cfg))

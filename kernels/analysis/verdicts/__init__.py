@@ -1,0 +1,91 @@
+"""The verdict on each claim of the paper, computed from the measured data.
+
+Every ``claim_*`` function takes the summary tables of :mod:`kernels.analysis.stats` (what the
+statistics rules write to ``results/stats/``) and its part of the ``claims:`` section of
+config.yaml, and returns a dict::
+
+    {"claim": "C1", "statement": ..., "verdict": "PASS" | "PARTIAL" | "FAIL" | "INCONCLUSIVE",
+     "criterion": <the rule applied, with the config's numbers>, "numbers": {...},
+     "details": [<lines>], "evidence": [<figure/table targets>]}
+
+The statement and the evidence come from :mod:`kernels.analysis.registry`. No threshold is
+written in this package: each comes from the config. ``INCONCLUSIVE`` means the data cannot
+evaluate the criterion at all (e.g. a Δ grid too coarse to contain a crossing, as on the smoke
+preset); it is never used to soften a claim that the data contradicts.
+
+One module per claim group: :mod:`.underflow` (C1, C2), :mod:`.scale` (C3), :mod:`.threshold`
+(C4), :mod:`.mse` (C5, C6), :mod:`.conformance`; here, all of them at once and their output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import pandas as pd
+
+from ... import theory
+from .. import stats
+from ..text import intervals
+from .common import VERDICTS
+from .conformance import conformance_check
+from .mse import claim_c5, claim_c6
+from .scale import claim_c3
+from .threshold import claim_c4
+from .underflow import claim_c1, claim_c2
+
+__all__ = [
+    "VERDICTS", "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6",
+    "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json", "intervals",
+]
+
+
+def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFrame,
+             thresholds: pd.DataFrame, knees: pd.DataFrame, conformance: pd.DataFrame | None,
+             claims_cfg: Mapping) -> dict:
+    """Every verdict from the summary tables (what the ``claims`` rule runs)."""
+    fmt = str(collapse["fmt"].iloc[0]) if len(collapse) and "fmt" in collapse else "e4m3fn"
+    k = int(collapse["ksink"].iloc[0]) if len(collapse) and "ksink" in collapse else 4
+    onset = theory.critical_delta(float(claims_cfg["C3"]["scale"]), k=k, fmt=fmt)
+    return {
+        "C1": claim_c1(collapse, claims_cfg["C1"]),
+        "C2": claim_c2(collapse, claims_cfg["C2"]),
+        "C3": claim_c3(scales, claims_cfg["C3"], fmt=fmt),
+        "C4": claim_c4(thresholds, knees, claims_cfg["C4"]),
+        "C5": claim_c5(paired, claims_cfg["C5"]),
+        "C6": claim_c6(paired, claims_cfg["C6"], dc_onset=onset),
+        "conformance": conformance_check(conformance),
+    }
+
+
+def evaluate_tidy(tidy: Mapping[str, pd.DataFrame], stats_cfg: Mapping, claims_cfg: Mapping) -> dict:
+    """The whole chain in memory: tidy tables -> summaries (the statistics rules' builders) ->
+    verdicts. Used by the tests."""
+    paired, knees = stats.paired(tidy["collapse"], stats_cfg)
+    return evaluate(collapse=stats.collapse(tidy["collapse"], stats_cfg), paired=paired,
+                    scales=stats.scales(tidy["scales"], stats_cfg),
+                    thresholds=stats.threshold(tidy["threshold"], stats_cfg), knees=knees,
+                    conformance=tidy.get("conformance"), claims_cfg=claims_cfg)
+
+
+def to_json(result: Mapping) -> str:
+    """Deterministic JSON (sorted keys, fixed float text)."""
+    return json.dumps(result, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def render_markdown(result: Mapping, *, preset: str | None = None) -> str:
+    """``figures/claims.md``: a verdict table, then per claim the criterion and the numbers."""
+    lines = ["# Claims verdict", ""]
+    if preset:
+        lines += [f"Computed from the `{preset}` preset's tidy tables by `snakemake claims`; "
+                  "criteria from the `claims:` section of config.yaml.", ""]
+    lines += ["| claim | verdict | evidence |", "|---|---|---|"]
+    for key, r in result.items():
+        lines.append(f"| {key} | **{r['verdict']}** | {', '.join(r['evidence'])} |")
+    lines.append("")
+    for key, r in result.items():
+        lines += [f"## {key}: {r['verdict']}", "", f"*Claim.* {r['statement']}", "",
+                  f"*Criterion.* {r['criterion']}", ""]
+        lines += [f"- {d}" for d in r["details"]]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,128 @@
+"""Constructed tidy tables with known answers, for the verdict, table and figure tests.
+
+Each ``make_*`` builds the tidy table of one experiment (columns
+:data:`kernels.contract.TIDY_COLUMNS`; the conformance table its own columns) from the theory, so
+that the data agrees with every claim; each keyword moves the data away from one claim.
+:func:`config_sections` gives the ``statistics:`` and ``claims:`` sections of config.yaml with a
+cheap bootstrap.
+"""
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from kernels import theory
+from kernels.contract import TIDY_COLUMNS, combo_label
+
+ROOT = Path(__file__).resolve().parents[1]
+N, BLOCK, K = 256, 64, 4
+SCALES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 448, 512)
+
+
+def config_sections():
+    """The statistics and claims sections of config.yaml, with a cheap bootstrap for the tests."""
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    stats_cfg = dict(cfg["statistics"], bootstrap_resamples=200)
+    return stats_cfg, copy.deepcopy(cfg["claims"])
+
+
+def _row(experiment, seed, delta, svs, order, scale, mse, frac, *, n=N, k=K, saturated=0):
+    terms = (n - k) * n
+    uf = int(round(frac * terms))
+    return {"experiment": experiment, "seed": seed, "n": n, "d": 64, "block_m": BLOCK, "block_n": BLOCK,
+            "causal": False, "ksink": k, "delta": float(delta), "sigma": 1.0, "sink_v_scale": float(svs),
+            "order": order, "scale": float(scale), "fmt": "e4m3fn", "rowsum": "unrounded",
+            "combo": combo_label(order, scale), "backend": "emulator", "mse": mse, "rel_mse": mse,
+            "max_abs_err": math.sqrt(mse), "underflow": uf, "terms": terms, "underflow_frac": uf / terms,
+            "underflow_sink": 0, "terms_sink": k * n, "underflow_sink_frac": 0.0, "saturated": saturated}
+
+
+def _frame(rows):
+    return pd.DataFrame(rows)[list(TIDY_COLUMNS)]
+
+
+def make_collapse(*, ratio_peak=6.0, floor_gap=1.0, uf_shift=0.0, reverse_leak=0, seeds=8,
+                  deltas=tuple(np.arange(0.0, 16.01, 1.0)), svs_values=(0.0, 1.0)):
+    """Collapse tidy table built from the theory: underflow = exact prediction (+ ``uf_shift`` for
+    forward S=1); MSE(forward S=1) = floor x a bump peaking at ``ratio_peak`` near Δ = 7; the fixes sit
+    on the floor, forward S=256 at ``floor_gap`` x the floor; ``reverse_leak`` underflow events are
+    added to reverse S=256 at Δ = 0."""
+    rng = np.random.default_rng(0)
+    base = rng.lognormal(-12, 0.3, seeds)
+    rows = []
+    for order in ("forward", "reverse"):
+        for scale in (1, 256):
+            pred = theory.underflow_fraction(np.array(deltas), scale, k=K, order=order, n=N, block_n=BLOCK,
+                                             method="exact")
+            for svs in svs_values:
+                for di, delta in enumerate(deltas):
+                    bump = 1 + (ratio_peak - 1) * math.exp(-0.5 * ((delta - 7) / 1.5) ** 2)
+                    factor = {("forward", 1): bump, ("forward", 256): floor_gap}.get((order, scale), 1.0)
+                    frac = float(pred[di])
+                    if (order, scale) == ("forward", 1):
+                        frac = min(1.0, frac + uf_shift)
+                    for seed in range(seeds):
+                        noise = math.exp(rng.normal(0, 0.01))
+                        r = _row("collapse", seed, delta, svs, order, scale, base[seed] * factor * noise, frac)
+                        if (order, scale) == ("reverse", 256) and delta == deltas[0] and reverse_leak:
+                            r["underflow"] += reverse_leak
+                            r["underflow_frac"] = r["underflow"] / r["terms"]
+                        rows.append(r)
+    return _frame(rows)
+
+
+def make_scales(*, penalty_256=1.0, seeds=6):
+    """Scales tidy table: MSE falls with S up to 256 (flat among large powers of two), 512 saturates;
+    ``penalty_256`` multiplies the MSE at S = 256."""
+    rng = np.random.default_rng(1)
+    base = rng.lognormal(-12, 0.3, seeds)
+    rows = []
+    for order in ("forward", "reverse"):
+        for scale in SCALES:
+            for delta in (4.0, 8.0):
+                g = 1 + 8 / scale if scale <= 448 else 50.0
+                if scale == 256:
+                    g *= penalty_256
+                frac = float(theory.underflow_fraction(delta, scale, k=K, order=order, n=N, block_n=BLOCK))
+                for seed in range(seeds):
+                    rows.append(_row("scales", seed, delta, 0.0, order, scale,
+                                     base[seed] * g * math.exp(rng.normal(0, 0.01)), frac,
+                                     saturated=1000 if scale > 448 else 0))
+    return _frame(rows)
+
+
+def make_threshold(*, shift=0.0, seeds=4, deltas=tuple(np.arange(0.0, 16.01, 0.25))):
+    """Threshold tidy table: the leading-order law, shifted by ``shift`` in Δ, per (ksink, S)."""
+    rng = np.random.default_rng(2)
+    rows = []
+    for k in (1, 4):
+        for scale in (1, 256):
+            d = np.array(deltas)
+            frac = theory.underflow_fraction(d - shift, scale, k=k, order="forward", n=N, block_n=BLOCK)
+            for seed in range(seeds):
+                jitter = np.clip(frac + rng.normal(0, 0.002, d.size), 0, 1)
+                for delta, f in zip(d, jitter):
+                    rows.append(_row("threshold", seed, delta, 1.0, "forward", scale, 1e-6, float(f), k=k))
+    return _frame(rows)
+
+
+def make_conformance(*, unexplained=0):
+    """Conformance table: every combination, causal or not, two seeds; the first ``unexplained``
+    rows have differing diagnostics that are not explained."""
+    rows = []
+    for order in ("forward", "reverse"):
+        for scale in (1, 256):
+            for causal in (False, True):
+                for seed in range(2):
+                    rows.append({"order": order, "scale": scale, "causal": causal, "n": 64, "d": 16,
+                                 "seed": seed, "kernel_backend": "triton-interpreted",
+                                 "max_abs_diff": 1e-7 * (seed + 1), "max_rel_diff": 1e-7,
+                                 "diag_equal": True, "mismatched_rows": 0, "explained": True,
+                                 "fragile_elements": 0})
+    for r in rows[:unexplained]:
+        r.update(diag_equal=False, explained=False, mismatched_rows=1)
+    return pd.DataFrame(rows)

@@ -1,0 +1,110 @@
+# Step 5: the paper's figures F1-F6 (figures/fig_*.{pdf,png,csv}), one rule each, e.g.
+# `snakemake --cores 2 fig_collapse`. Each script calls kernels.analysis.plots.fig_<name> on the
+# statistics it reads; the params are that function's keyword arguments, taken from config.yaml.
+
+
+rule fig_theory_scale:
+    input:
+        scales=rules.stats_scales.output.summary,
+    output:
+        **figure_outputs("fig_theory_scale"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_theory_scale.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_theory_scale.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        fmt=EXPERIMENT_CFG["scales"].get("fmt", "e4m3fn"),
+        highlight=CRITERIA["C3"]["scale"],
+        compare=CRITERIA["C3"]["compare_scale"],
+    script:
+        "../scripts/fig_theory_scale.py"
+
+
+rule fig_collapse:
+    input:
+        collapse=rules.stats_collapse.output.summary,
+    output:
+        **figure_outputs("fig_collapse"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_collapse.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_collapse.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/fig_collapse.py"
+
+
+rule fig_mse:
+    input:
+        collapse=rules.stats_collapse.output.summary,
+        paired=rules.stats_paired.output.paired,
+    output:
+        **figure_outputs("fig_mse"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_mse.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_mse.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        baseline=STATS_CFG["baseline"],
+        reference=STATS_CFG["reference"],
+        band=CRITERIA["C5"]["band"],
+    script:
+        "../scripts/fig_mse.py"
+
+
+rule fig_improvement:
+    input:
+        paired=rules.stats_paired.output.paired,
+        scales=rules.stats_scales.output.summary,
+    output:
+        **figure_outputs("fig_improvement"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_improvement.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_improvement.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        baseline=STATS_CFG["baseline"],
+        fixes=STATS_CFG["fixes"],
+        band=CRITERIA["C5"]["band"],
+    script:
+        "../scripts/fig_improvement.py"
+
+
+rule fig_threshold:
+    input:
+        thresholds=rules.stats_threshold.output.summary,
+        knees=rules.stats_paired.output.knees,
+    output:
+        **figure_outputs("fig_threshold"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_threshold.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_threshold.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        tolerance=CRITERIA["C4"]["max_abs_error"],
+    script:
+        "../scripts/fig_threshold.py"
+
+
+rule fig_conformance:
+    input:
+        conformance=TIDY.format("conformance"),
+    output:
+        **figure_outputs("fig_conformance"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_conformance.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_conformance.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/fig_conformance.py"

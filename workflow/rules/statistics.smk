@@ -1,0 +1,73 @@
+# Step 4: paired statistics from the tidy tables (results/stats/), one rule per summary. Each
+# script calls one builder of kernels.analysis.stats with the `statistics:` section of config.yaml:
+# stats_collapse -> stats.collapse, stats_paired -> stats.paired, stats_scales -> stats.scales,
+# stats_threshold -> stats.threshold. Figures, tables and the verdict read these files.
+
+
+rule stats_collapse:
+    input:
+        tidy=TIDY.format("collapse"),
+    output:
+        summary=f"{STATS_DIR}/collapse.csv",
+    log:
+        f"{ANALYSIS_LOGS}/stats_collapse.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/stats_collapse.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS_CFG,
+    script:
+        "../scripts/stats_collapse.py"
+
+
+rule stats_paired:
+    input:
+        tidy=TIDY.format("collapse"),
+    output:
+        paired=f"{STATS_DIR}/paired.csv",
+        knees=f"{STATS_DIR}/knees.csv",
+    log:
+        f"{ANALYSIS_LOGS}/stats_paired.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/stats_paired.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS_CFG,
+    script:
+        "../scripts/stats_paired.py"
+
+
+rule stats_scales:
+    input:
+        tidy=TIDY.format("scales"),
+    output:
+        summary=f"{STATS_DIR}/scales.csv",
+    log:
+        f"{ANALYSIS_LOGS}/stats_scales.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/stats_scales.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS_CFG,
+    script:
+        "../scripts/stats_scales.py"
+
+
+rule stats_threshold:
+    input:
+        tidy=TIDY.format("threshold"),
+    output:
+        summary=f"{STATS_DIR}/threshold.csv",
+    log:
+        f"{ANALYSIS_LOGS}/stats_threshold.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/stats_threshold.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS_CFG,
+    script:
+        "../scripts/stats_threshold.py"

@@ -1,0 +1,68 @@
+# Step 6: the paper's tables T1-T4 (figures/table_*.{csv,tex,md}), one rule each. Each script
+# writes kernels.analysis.tables.<builder>(...) with tables.write: the CSV holds every number,
+# LaTeX (booktabs) and Markdown the display.
+
+
+rule table_paired_tests:
+    input:
+        paired=rules.stats_paired.output.paired,
+    output:
+        **table_outputs("table_paired_tests"),
+    log:
+        f"{ANALYSIS_LOGS}/table_paired_tests.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_paired_tests.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS_CFG,
+    script:
+        "../scripts/table_paired_tests.py"
+
+
+rule table_scales:
+    input:
+        scales=rules.stats_scales.output.summary,
+    output:
+        **table_outputs("table_scales"),
+    log:
+        f"{ANALYSIS_LOGS}/table_scales.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_scales.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/table_scales.py"
+
+
+rule table_thresholds:
+    input:
+        thresholds=rules.stats_threshold.output.summary,
+        knees=rules.stats_paired.output.knees,
+    output:
+        **table_outputs("table_thresholds"),
+    log:
+        f"{ANALYSIS_LOGS}/table_thresholds.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_thresholds.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        c4=CRITERIA["C4"],
+    script:
+        "../scripts/table_thresholds.py"
+
+
+rule table_conformance:
+    input:
+        conformance=TIDY.format("conformance"),
+    output:
+        **table_outputs("table_conformance"),
+    log:
+        f"{ANALYSIS_LOGS}/table_conformance.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_conformance.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/table_conformance.py"

@@ -1,0 +1,26 @@
+# Step 7: the claims verdict, PASS / PARTIAL / FAIL / INCONCLUSIVE per claim with the numbers
+# behind it (figures/claims.md and claims.json), by kernels.analysis.verdicts.evaluate from the
+# statistics and the `claims:` section of config.yaml: `snakemake --cores 2 claims`.
+
+
+rule claims:
+    input:
+        collapse=rules.stats_collapse.output.summary,
+        paired=rules.stats_paired.output.paired,
+        knees=rules.stats_paired.output.knees,
+        scales=rules.stats_scales.output.summary,
+        thresholds=rules.stats_threshold.output.summary,
+        conformance=TIDY.format("conformance"),
+    output:
+        **verdict_outputs(),
+    log:
+        f"{ANALYSIS_LOGS}/claims.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/claims.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        claims=CRITERIA,
+        preset=config["preset"],
+    script:
+        "../scripts/claims.py"

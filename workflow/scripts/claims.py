@@ -1,0 +1,21 @@
+"""Rule claims: the verdict per claim (figures/claims.md and figures/claims.json), from the data."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from kernels.analysis import verdicts
+from kernels.pipeline.logs import rule_log
+
+with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
+    inp, out, params = snakemake.input, snakemake.output, snakemake.params  # noqa: F821
+    result = verdicts.evaluate(
+        collapse=pd.read_csv(inp.collapse), paired=pd.read_csv(inp.paired),
+        scales=pd.read_csv(inp.scales), thresholds=pd.read_csv(inp.thresholds),
+        knees=pd.read_csv(inp.knees), conformance=pd.read_csv(inp.conformance),
+        claims_cfg=params.claims,
+    )
+    for key, r in result.items():
+        log.info("%s: %s", key, r["verdict"])
+    Path(out.md).write_text(verdicts.render_markdown(result, preset=params.preset), encoding="utf-8")
+    Path(out.json).write_text(verdicts.to_json({"preset": params.preset, "claims": result}), encoding="utf-8")
