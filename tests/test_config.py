@@ -13,13 +13,14 @@ import copy
 import re
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
-from kernels import pipeline as P
+from kernels import contract
+from kernels.pipeline import config as pconfig
+from kernels.pipeline.tables import format_value
 
 from repo_copy import copy_repo
 
@@ -41,7 +42,7 @@ def repo_copy(tmp_path_factory) -> Path:
 def merged(preset: str = "default", overrides: dict | None = None) -> dict:
     cfg = copy.deepcopy(CONFIG)
     cfg["preset"] = preset
-    return P.resolve_preset(cfg, overrides)
+    return pconfig.resolve_preset(cfg, overrides)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,7 +51,7 @@ def merged(preset: str = "default", overrides: dict | None = None) -> dict:
 
 def test_every_preset_passes_the_checks():
     for name in CONFIG["presets"]:
-        P.check_config(merged(name))
+        pconfig.check_config(merged(name))
 
 
 def test_presets_merge_over_experiments_and_the_command_line_beats_the_preset():
@@ -66,74 +67,66 @@ def test_presets_merge_over_experiments_and_the_command_line_beats_the_preset():
 def test_issue_requirements_on_the_default_grids():
     e = merged("default")["experiments"]
     c = e["collapse"]
-    deltas = P.delta_values(c["delta"])
+    deltas = pconfig.delta_values(c["delta"])
     assert deltas[0] == 0 and deltas[-1] == 16 and max(b - a for a, b in zip(deltas, deltas[1:])) <= 0.5
     assert c["ksink"] == [4] and set(c["order"]) == {"forward", "reverse"} and set(c["scale"]) == {1, 256}
     assert c["seeds"] >= 16 and set(c["sink_v_scale"]) == {0, 0.25, 1}
     s = e["scales"]
     assert set(s["scale"]) >= {2**i for i in range(10)} | {448, 100, 300, 384}
-    assert set(P.delta_values(s["delta"])) == {4, 8, 12} and set(s["order"]) == {"forward", "reverse"}
+    assert set(pconfig.delta_values(s["delta"])) == {4, 8, 12} and set(s["order"]) == {"forward", "reverse"}
     t = e["threshold"]
     assert t["ksink"] == [1, 2, 4, 8, 16] and t["scale"] == [1, 16, 256] and t["order"] == ["forward"]
-    td = P.delta_values(t["delta"])
+    td = pconfig.delta_values(t["delta"])
     assert max(b - a for a, b in zip(td, td[1:])) <= 0.25
     k = e["conformance"]
     assert set(k["causal"]) == {False, True} and len(k["order"]) * len(k["scale"]) == 4
     p = merged("paper")["experiments"]
-    for name in P.SWEEP_EXPERIMENTS:
+    for name in contract.SWEEP_EXPERIMENTS:
         assert all(sh["n"] >= 4096 and sh["d"] == 128 for sh in p[name]["shapes"])
         assert p[name]["seeds"] > e[name]["seeds"]
 
 
 def test_delta_range_is_inclusive_and_clean():
-    assert P.delta_values({"start": 0, "stop": 1, "step": 0.1}) == [round(0.1 * i, 10) for i in range(11)]
-    assert P.delta_values({"start": 0, "stop": 16, "step": 0.5})[-1] == 16.0
-    assert P.delta_values({"start": 2, "stop": 3, "step": 5}) == [2.0]
-    assert P.delta_values([4, 8.5]) == [4.0, 8.5]
+    assert pconfig.delta_values({"start": 0, "stop": 1, "step": 0.1}) == [round(0.1 * i, 10) for i in range(11)]
+    assert pconfig.delta_values({"start": 0, "stop": 16, "step": 0.5})[-1] == 16.0
+    assert pconfig.delta_values({"start": 2, "stop": 3, "step": 5}) == [2.0]
+    assert pconfig.delta_values([4, 8.5]) == [4.0, 8.5]
 
 
 def test_shards_cover_every_seed_once_and_specs_are_canonical():
     exp = merged("default")["experiments"]["collapse"]
-    groups = P.shard_seeds(exp)
+    groups = pconfig.shard_seeds(exp)
     assert sorted(s for g in groups for s in g) == list(range(exp["seeds"]))
-    a = P.spec_json(P.shard_spec("collapse", exp, 0))
-    assert a == P.spec_json(P.shard_spec("collapse", copy.deepcopy(exp), 0))
-    with pytest.raises(P.ConfigError):
-        P.shard_spec("collapse", exp, len(groups))
+    a = pconfig.spec_json(pconfig.shard_spec("collapse", exp, 0))
+    assert a == pconfig.spec_json(pconfig.shard_spec("collapse", copy.deepcopy(exp), 0))
+    with pytest.raises(pconfig.ConfigError):
+        pconfig.shard_spec("collapse", exp, len(groups))
 
 
 def test_grid_changes_touch_only_the_shard_specs_they_should():
     exp = merged("default")["experiments"]["collapse"]
     more = copy.deepcopy(exp)
     more["delta"] = {"start": 0, "stop": 16, "step": 0.25}
-    assert P.shard_spec("collapse", exp, 0) != P.shard_spec("collapse", more, 0)
-    assert P.inputs_spec("collapse", exp, 0) == P.inputs_spec("collapse", more, 0)  # no new inputs
+    assert pconfig.shard_spec("collapse", exp, 0) != pconfig.shard_spec("collapse", more, 0)
+    assert pconfig.inputs_spec("collapse", exp, 0) == pconfig.inputs_spec("collapse", more, 0)  # no new inputs
     seeds = copy.deepcopy(exp)
     seeds["seeds"] = exp["seeds"] + exp["seeds_per_shard"]  # one more shard, the others unchanged
-    for i in range(P.n_shards(exp)):
-        assert P.shard_spec("collapse", exp, i)["seeds"] == P.shard_spec("collapse", seeds, i)["seeds"]
+    for i in range(pconfig.n_shards(exp)):
+        assert pconfig.shard_spec("collapse", exp, i)["seeds"] == pconfig.shard_spec("collapse", seeds, i)["seeds"]
 
 
 def test_expected_rows_matches_the_grid():
     e = merged("default")["experiments"]
     c = e["collapse"]
-    assert P.expected_rows("collapse", c) == c["seeds"] * 33 * 3 * 4
+    assert pconfig.expected_rows("collapse", c) == c["seeds"] * 33 * 3 * 4
     k = e["conformance"]
-    assert P.expected_rows("conformance", k) == k["seeds"] * len(k["shapes"]) * 2 * 4
+    assert pconfig.expected_rows("conformance", k) == k["seeds"] * len(k["shapes"]) * 2 * 4
 
 
 def test_format_value_is_fixed():
-    assert [P.format_value(x) for x in (True, 3, 0.5, 256.0, 1 / 3, float("nan"))] == [
+    assert [format_value(x) for x in (True, 3, 0.5, 256.0, 1 / 3, float("nan"))] == [
         "True", "3", "0.5", "256", "0.3333333333", "nan"]
-    assert P.combo_label("forward", 256.0) == "forward S=256"
-
-
-def test_conda_env_pins_match_pyproject():
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    env = yaml.safe_load((REPO / "workflow/envs/pcast-fp8.yaml").read_text())
-    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    norm = lambda xs: sorted(x.replace(" ", "") for x in xs)  # noqa: E731
-    assert norm(pip) == norm(deps)
+    assert contract.combo_label("forward", 256.0) == "forward S=256"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,13 +3,15 @@
 Every workflow run happens in a temporary copy of the repository (tracked and untracked-but-not-
 ignored files, see :func:`copy_repo`), never in the working tree.
 
-* two clean runs, one with ``--cores 2`` and one with ``--cores 1``, give byte-identical tidy
-  tables and byte-identical figure data (every CSV under ``results/tidy`` and ``figures/``);
+* the session's smoke run (``--cores 2``, the ``smoke_run`` fixture of ``conftest.py``) and a
+  clean run with ``--cores 1`` give byte-identical tidy tables and byte-identical figure data
+  (every CSV under ``results/tidy`` and ``figures/``);
 * a run whose snakemake process group is SIGKILLed mid-way, then unlocked (``--unlock``, as
   Snakemake asks after a kill) and started again, completes with the same tidy tables;
 * dry runs (``-n``) after a complete run prove the partial reruns: nothing to do; a changed grid
   reruns only that experiment's jobs; a changed script reruns only the rules that use it; a
-  single table is a target that runs only what it needs;
+  single table is a target that runs only what it needs (the plot-only rerun is in
+  ``test_figures``);
 * ``snakemake --lint`` is clean, the Snakemake files are snakefmt-formatted, the report builds.
 """
 
@@ -27,7 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernels import pipeline as P
+from kernels import contract
+from kernels.pipeline import config, files, inputs, runs, tables
 
 from repo_copy import copy_repo
 
@@ -36,9 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake not installed")
 
 SMOKE = ["--config", "preset=smoke"]
-MY_RULES = {"inputs", "sweep_shard", "tidy_table", "conformance_shard", "conformance_table"}
-SMK_FILES = ["Snakefile", "workflow/rules/common.smk", "workflow/rules/inputs.smk", "workflow/rules/sweeps.smk",
-             "workflow/rules/conformance.smk"]
+MY_RULES = {"inputs", "sweep_shard", "tidy_table", "conformance_shard"}
+SMK_FILES = ["Snakefile", "workflow/"]
 
 
 def smk(cwd: Path, *args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -79,52 +81,41 @@ def touch_later(path: Path) -> None:
     os.utime(path, (t, t))
 
 
-@pytest.fixture(scope="module")
-def run_a(tmp_path_factory) -> Path:
-    """A clean smoke run with --cores 2 (shared by the tests that only read or dry-run)."""
-    root = copy_repo(tmp_path_factory.mktemp("run_a"))
-    t0 = time.perf_counter()
-    res = smk(root, "--cores", "2")
-    (root / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
-    (root / "run.log").write_text(res.stdout + res.stderr)
-    return root
-
-
 # ---------------------------------------------------------------------------------------------
 # a complete run
 
 
-def test_smoke_run_writes_complete_tables(run_a):
-    cfg = P.resolve_preset({**yaml.safe_load((run_a / "config.yaml").read_text()), "preset": "smoke"})
-    for name in P.EXPERIMENTS:
-        text = (run_a / "results/tidy" / f"{name}.csv").read_text()
+def test_smoke_run_writes_complete_tables(smoke_run):
+    cfg = config.resolve_preset({**yaml.safe_load((smoke_run / "config.yaml").read_text()), "preset": "smoke"})
+    for name in contract.EXPERIMENTS:
+        text = (smoke_run / "results/tidy" / f"{name}.csv").read_text()
         lines = text.splitlines()
-        cols = P.CONFORMANCE_COLUMNS if name == "conformance" else P.TIDY_COLUMNS
+        cols = contract.CONFORMANCE_COLUMNS if name == contract.CONFORMANCE else contract.TIDY_COLUMNS
         assert lines[0] == ",".join(cols)
-        assert len(lines) - 1 == P.expected_rows(name, cfg["experiments"][name])
-        assert (run_a / "results/timing" / f"{name}.csv").exists()
+        assert len(lines) - 1 == config.expected_rows(name, cfg["experiments"][name])
+        assert (smoke_run / "results/timing" / f"{name}.csv").exists()
     # backend actually run is recorded; on a machine without an FP8 GPU the log says so plainly
-    log = (run_a / "run.log").read_text()
-    tidy = (run_a / "results/tidy/collapse.csv").read_text()
+    log = (smoke_run.parent / "snakemake.log").read_text()
+    tidy = (smoke_run / "results/tidy/collapse.csv").read_text()
     if ",emulator," in tidy:
         assert "ran on the EMULATOR" in log
-    conf = (run_a / "results/tidy/conformance.csv").read_text()
+    conf = (smoke_run / "results/tidy/conformance.csv").read_text()
     if "triton-interpreted" in conf:
         assert "ran INTERPRETED" in log
-    with open(run_a / "results/tidy/conformance.csv", newline="") as fh:
+    with open(smoke_run / "results/tidy/conformance.csv", newline="") as fh:
         unexplained = [r for r in csv.DictReader(fh) if r["explained"] != "True"]
     assert not unexplained, f"kernel and emulator differ beyond what rounding explains: {unexplained}"
     # every job wrote its log and benchmark; no temporary files are left anywhere
-    assert list((run_a / "results/logs").rglob("*.log"))
-    assert list((run_a / "results/benchmarks").rglob("*.tsv"))
-    assert not [p for p in (run_a / "results").rglob("*.tmp")]
+    assert list((smoke_run / "results/logs").rglob("*.log"))
+    assert list((smoke_run / "results/benchmarks").rglob("*.tsv"))
+    assert not [p for p in (smoke_run / "results").rglob("*.tmp")]
     # inputs: Δ-free bases in safetensors, far below the 1 GB budget
-    sizes = [p.stat().st_size for p in (run_a / "results/inputs").rglob("*.safetensors")]
+    sizes = [p.stat().st_size for p in (smoke_run / "results/inputs").rglob("*.safetensors")]
     assert sizes and sum(sizes) < 50e6
 
 
-def test_nothing_to_do_after_a_complete_run(run_a):
-    res = smk(run_a, "-n")
+def test_nothing_to_do_after_a_complete_run(smoke_run):
+    res = smk(smoke_run, "-n")
     assert "Nothing to be done" in res.stdout, res.stdout
 
 
@@ -132,20 +123,20 @@ def test_nothing_to_do_after_a_complete_run(run_a):
 # determinism and resume
 
 
-def test_two_clean_runs_are_byte_identical_with_1_and_2_cores(run_a, tmp_path):
+def test_two_clean_runs_are_byte_identical_with_1_and_2_cores(smoke_run, tmp_path):
     b = copy_repo(tmp_path / "b")
     smk(b, "--cores", "1")
-    da, db = data_files(run_a), data_files(b)
-    assert set(da) >= {f"results/tidy/{n}.csv" for n in P.EXPERIMENTS}
+    da, db = data_files(smoke_run), data_files(b)
+    assert set(da) >= {f"results/tidy/{n}.csv" for n in contract.EXPERIMENTS}
     assert sorted(da) == sorted(db)
     for k in da:
         assert da[k] == db[k], f"{k} differs between --cores 2 and --cores 1"
 
 
-def test_resume_after_sigkill_gives_the_same_tables(run_a, tmp_path):
+def test_resume_after_sigkill_gives_the_same_tables(smoke_run, tmp_path):
     c = copy_repo(tmp_path / "c")
-    tables = [f"results/tidy/{n}.csv" for n in P.EXPERIMENTS]  # the tidy tables only, to save time
-    proc = subprocess.Popen(["snakemake", "--cores", "2", *tables, *SMOKE], cwd=c, stdout=subprocess.DEVNULL,
+    tidy = [f"results/tidy/{n}.csv" for n in contract.EXPERIMENTS]  # the tidy tables only, to save time
+    proc = subprocess.Popen(["snakemake", "--cores", "2", *tidy, *SMOKE], cwd=c, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 300
@@ -159,12 +150,12 @@ def test_resume_after_sigkill_gives_the_same_tables(run_a, tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    missing = [n for n in P.EXPERIMENTS if not (c / "results/tidy" / f"{n}.csv").exists()]
+    missing = [n for n in contract.EXPERIMENTS if not (c / "results/tidy" / f"{n}.csv").exists()]
     assert missing, "the run was not interrupted mid-way"
     smk(c, "--unlock")
-    smk(c, "--cores", "2", *tables)
-    for t in tables:
-        assert (c / t).read_bytes() == (run_a / t).read_bytes(), f"{t} differs after kill and resume"
+    smk(c, "--cores", "2", *tidy)
+    for t in tidy:
+        assert (c / t).read_bytes() == (smoke_run / t).read_bytes(), f"{t} differs after kill and resume"
     assert not [p for p in (c / "results").rglob("*.tmp")]
 
 
@@ -173,7 +164,7 @@ def test_a_rewrite_removes_the_temporary_left_by_a_killed_writer(tmp_path):
     stale.write_text("partial")
     neighbour = tmp_path / ".b.csv.w0rk1n.tmp"  # another output's writer, still at work
     neighbour.write_text("partial")
-    P.atomic_write_text(tmp_path / "a.csv", "x\n")
+    files.atomic_write_text(tmp_path / "a.csv", "x\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".b.csv.w0rk1n.tmp", "a.csv"]
     assert (tmp_path / "a.csv").read_text() == "x\n"
 
@@ -182,10 +173,10 @@ def test_a_rewrite_removes_the_temporary_left_by_a_killed_writer(tmp_path):
 # partial reruns (dry runs after the complete run)
 
 
-def test_changing_one_grid_reruns_only_that_experiment(run_a, tmp_path):
+def test_changing_one_grid_reruns_only_that_experiment(smoke_run, tmp_path):
     override = tmp_path / "grid.yaml"
     override.write_text(yaml.safe_dump({"experiments": {"collapse": {"delta": {"start": 0, "stop": 16, "step": 2}}}}))
-    listed = jobs(smk(run_a, "-n", "--configfile", str(override)).stdout)
+    listed = jobs(smk(smoke_run, "-n", "--configfile", str(override)).stdout)
     mine = [j for j in listed if j["rule"] in MY_RULES]
     assert {(j["rule"], j["wildcards"]["experiment"]) for j in mine} == {("sweep_shard", "collapse"),
                                                                           ("tidy_table", "collapse")}
@@ -196,34 +187,18 @@ def test_changing_one_grid_reruns_only_that_experiment(run_a, tmp_path):
             assert j["reason"].startswith("Input files updated by another job"), j
 
 
-def test_changing_a_script_reruns_only_the_rules_that_use_it(run_a):
-    merge = run_a / "workflow/scripts/merge_tables.py"
+def test_changing_a_script_reruns_only_the_rules_that_use_it(smoke_run):
+    merge = smoke_run / "workflow/scripts/tidy_table.py"
     old = merge.stat()
     touch_later(merge)
     try:
-        listed = jobs(smk(run_a, "-n").stdout)
+        listed = jobs(smk(smoke_run, "-n").stdout)
     finally:
         os.utime(merge, ns=(old.st_atime_ns, old.st_mtime_ns))
     direct = {j["rule"] for j in listed if not j["reason"].startswith("Input files updated by another job")}
-    assert direct - {"all"} == {"tidy_table", "conformance_table"}, listed
+    assert direct - {"all"} == {"tidy_table"}, listed
+    assert {j["wildcards"]["experiment"] for j in listed if j["rule"] == "tidy_table"} == set(contract.EXPERIMENTS)
     assert not {"inputs", "sweep_shard", "conformance_shard"} & {j["rule"] for j in listed}
-
-
-def test_changing_plotting_code_reruns_only_the_plot(run_a):
-    rules_text = "".join(p.read_text() for p in (run_a / "workflow/rules").glob("*.smk"))
-    figs = sorted(p for p in (run_a / "workflow/scripts").glob("fig_*.py") if p.name in rules_text)
-    if not figs:
-        pytest.skip("no rule uses a figure script yet")
-    fig = figs[0]
-    old = fig.stat()
-    touch_later(fig)
-    try:
-        listed = jobs(smk(run_a, "-n").stdout)
-    finally:
-        os.utime(fig, ns=(old.st_atime_ns, old.st_mtime_ns))
-    rules = {j["rule"] for j in listed} - {"all"}
-    assert rules, f"touching {fig.name} reran nothing"
-    assert not rules & MY_RULES, listed
 
 
 def test_a_single_table_is_a_target_that_runs_only_what_it_needs(tmp_path):
@@ -231,15 +206,18 @@ def test_a_single_table_is_a_target_that_runs_only_what_it_needs(tmp_path):
     listed = jobs(smk(clean, "-n", "results/tidy/scales.csv").stdout)
     assert {(j["rule"], j["wildcards"].get("experiment")) for j in listed} == {
         ("inputs", "scales"), ("sweep_shard", "scales"), ("tidy_table", "scales")}
+    listed = jobs(smk(clean, "-n", "results/tidy/conformance.csv").stdout)  # the same merge rule
+    assert {(j["rule"], j["wildcards"].get("experiment")) for j in listed} == {
+        ("inputs", "conformance"), ("conformance_shard", "conformance"), ("tidy_table", "conformance")}
 
 
-def test_a_deleted_table_is_remade_from_its_shards(run_a):
-    target = run_a / "results/tidy/threshold.csv"
+def test_a_deleted_table_is_remade_from_its_shards(smoke_run):
+    target = smoke_run / "results/tidy/threshold.csv"
     saved = target.read_bytes()
     stat = target.stat()
     target.unlink()
     try:
-        listed = jobs(smk(run_a, "-n").stdout)
+        listed = jobs(smk(smoke_run, "-n").stdout)
     finally:
         target.write_bytes(saved)
         os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
@@ -251,8 +229,8 @@ def test_a_deleted_table_is_remade_from_its_shards(run_a):
 # lint, format, report
 
 
-def test_lint_reports_nothing(run_a):
-    res = smk(run_a, "--lint")
+def test_lint_reports_nothing(smoke_run):
+    res = smk(smoke_run, "--lint")
     assert "Congratulations, your workflow is in a good condition" in res.stdout + res.stderr, res.stdout
 
 
@@ -262,11 +240,13 @@ def test_snakemake_files_are_snakefmt_formatted():
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_report_builds_with_captions(run_a):
-    smk(run_a, "--report", "report.html", timeout=300)
-    html = (run_a / "report.html").read_text(errors="replace")
+def test_report_builds_with_captions(smoke_run, tmp_path):
+    smk(smoke_run, "--report", str(tmp_path / "report.html"), timeout=300)
+    html = (tmp_path / "report.html").read_text(errors="replace")
     assert "Tidy results of the collapse experiment" in html
     assert "Triton kernel against the emulator" in html
+    # one tidy_table rule for every experiment; the conformance table keeps its own label
+    assert '"table": "Triton kernel vs emulator"' in html and '"table": "tidy results"' in html
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,7 +256,7 @@ def test_report_builds_with_captions(run_a):
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):
     target = tmp_path / "t.csv"
     with pytest.raises(RuntimeError):
-        with P.atomic_path(target) as tmp:
+        with files.atomic_path(target) as tmp:
             Path(tmp).write_text("partial")
             raise RuntimeError("killed")
     assert list(tmp_path.iterdir()) == []
@@ -284,22 +264,22 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path):
 
 def test_atomic_write_gives_the_usual_permissions(tmp_path):
     target = tmp_path / "t.csv"
-    P.atomic_write_text(target, "x\n")
+    files.atomic_write_text(target, "x\n")
     umask = os.umask(0)
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_merge_rejects_duplicates_and_wrong_counts(tmp_path):
-    row = {c: 0 for c in P.TIDY_COLUMNS} | {"experiment": "x", "causal": False, "order": "forward",
-                                            "fmt": "e4m3fn", "rowsum": "unrounded", "combo": "forward S=1",
-                                            "backend": "emulator", "delta": 1.0, "scale": 1.0}
+    row = {c: 0 for c in contract.TIDY_COLUMNS} | {"experiment": "x", "causal": False, "order": "forward",
+                                                   "fmt": "e4m3fn", "rowsum": "unrounded", "combo": "forward S=1",
+                                                   "backend": "emulator", "delta": 1.0, "scale": 1.0}
     a = tmp_path / "a.csv"
-    P.atomic_write_text(a, P._csv_text(P.TIDY_COLUMNS, [row]))
+    files.atomic_write_text(a, tables.csv_text(contract.TIDY_COLUMNS, [row]))
     with pytest.raises(RuntimeError, match="duplicate"):
-        P.merge_tidy([a, a], tmp_path / "out.csv")
+        tables.merge_tidy([a, a], tmp_path / "out.csv")
     with pytest.raises(RuntimeError, match="expected 2"):
-        P.merge_tidy([a], tmp_path / "out.csv", expected=2)
+        tables.merge_tidy([a], tmp_path / "out.csv", expected=2)
     assert not (tmp_path / "out.csv").exists()
 
 
@@ -307,14 +287,14 @@ def test_sweep_shard_rows_on_a_tiny_grid(tmp_path):
     exp = {"seeds": 2, "seeds_per_shard": 2, "shapes": [{"n": 64, "d": 16, "block_m": 16, "block_n": 16}],
            "causal": [False], "ksink": [4], "sigma": [1.0], "sink_v_scale": [0.0, 1.0], "delta": [0.0, 12.0],
            "order": ["forward", "reverse"], "scale": [1, 256], "backend": "emulator"}
-    spec = P.shard_spec("collapse", exp, 0)
-    P.write_inputs(P.inputs_spec("collapse", exp, 0), tmp_path / "in.safetensors")
-    P.run_sweep_shard(spec, tmp_path / "in.safetensors", tmp_path / "rows.csv", tmp_path / "t.csv")
-    P.merge_tidy([tmp_path / "rows.csv"], tmp_path / "tidy.csv", expected=P.expected_rows("collapse", exp))
+    spec = config.shard_spec("collapse", exp, 0)
+    inputs.write_inputs(config.inputs_spec("collapse", exp, 0), tmp_path / "in.safetensors")
+    runs.run_sweep_shard(spec, tmp_path / "in.safetensors", tmp_path / "rows.csv", tmp_path / "t.csv")
+    tables.merge_tidy([tmp_path / "rows.csv"], tmp_path / "tidy.csv", expected=config.expected_rows("collapse", exp))
     import pandas as pd
 
     df = pd.read_csv(tmp_path / "tidy.csv")
-    assert list(df.columns) == list(P.TIDY_COLUMNS)
+    assert list(df.columns) == list(contract.TIDY_COLUMNS)
     assert (df.backend == "emulator").all() and (df.terms == 64 * 60).all() and (df.terms_sink == 64 * 4).all()
     strong = df[(df.delta == 12) & (df.sink_v_scale == 0)].set_index(["combo", "seed"])
     # C1/C2: forward S=1 loses most non-sink P values under a strong sink; reverse S=256 loses
@@ -323,5 +303,5 @@ def test_sweep_shard_rows_on_a_tiny_grid(tmp_path):
     assert (strong.loc["reverse S=256"].underflow <= 64 * 12).all()
     assert (strong.loc["forward S=1"].mse > strong.loc["reverse S=256"].mse).all()
     again = tmp_path / "rows2.csv"
-    P.run_sweep_shard(spec, tmp_path / "in.safetensors", again, tmp_path / "t2.csv")
+    runs.run_sweep_shard(spec, tmp_path / "in.safetensors", again, tmp_path / "t2.csv")
     assert again.read_bytes() == (tmp_path / "rows.csv").read_bytes()

@@ -8,10 +8,12 @@
 #   4. the statistics and claims sections against their schema.
 # Any failure raises WorkflowError naming the config key and what is allowed; nothing is written.
 #
-# Names the rule files share: EXPERIMENTS, SWEEPS, CONFORMANCE, STATS, CLAIMS; paths TIDY,
-# STATS_DIR, ANALYSIS_LOGS, ANALYSIS_BENCH; outputs figure_outputs(), table_outputs(),
-# verdict_outputs(), ANALYSIS_TARGETS (every figure, table and the verdict, from the claims
-# registry kernels.analysis.registry).
+# Shared with every rules file -- EXPERIMENT_CFG (the config sections), SWEEPS, CONFORMANCE,
+# ALL_EXPERIMENTS (names from kernels.contract), STATS_CFG, CRITERIA; input functions shard_files(),
+# shard_spec, inputs_spec, expected_rows, gpu_resource, category, tidy_labels; paths TIDY,
+# TIDY_TABLES, TIMING_TABLES, STATS_DIR, ANALYSIS_LOGS, ANALYSIS_BENCH; outputs figure_outputs(),
+# table_outputs(), verdict_outputs(), ANALYSIS_TARGETS (every figure, table and the verdict, from
+# the claims registry kernels.analysis.registry).
 
 import sys
 
@@ -85,13 +87,14 @@ config.clear()
 config.update(_merged)
 
 PRESET = config["preset"]
-EXPERIMENTS = config["experiments"]
+EXPERIMENT_CFG = config["experiments"]
 SWEEPS = list(contract.SWEEP_EXPERIMENTS)
 CONFORMANCE = contract.CONFORMANCE
+ALL_EXPERIMENTS = list(contract.EXPERIMENTS)
 
 
 def shard_ids(experiment):
-    return [f"{i:03d}" for i in range(pconfig.n_shards(EXPERIMENTS[experiment]))]
+    return [f"{i:03d}" for i in range(pconfig.n_shards(EXPERIMENT_CFG[experiment]))]
 
 
 def shard_files(pattern):
@@ -110,28 +113,30 @@ def shard_files(pattern):
 def shard_spec(wildcards):
     """The shard job's params: everything it computes, as canonical JSON (a params rerun trigger)."""
     spec = pconfig.shard_spec(
-        wildcards.experiment, EXPERIMENTS[wildcards.experiment], int(wildcards.shard)
+        wildcards.experiment, EXPERIMENT_CFG[wildcards.experiment], int(wildcards.shard)
     )
     return pconfig.spec_json(spec)
 
 
 def inputs_spec(wildcards):
     spec = pconfig.inputs_spec(
-        wildcards.experiment, EXPERIMENTS[wildcards.experiment], int(wildcards.shard)
+        wildcards.experiment, EXPERIMENT_CFG[wildcards.experiment], int(wildcards.shard)
     )
     return pconfig.spec_json(spec)
 
 
 def expected_rows(wildcards):
     return pconfig.expected_rows(
-        wildcards.experiment, EXPERIMENTS[wildcards.experiment]
+        wildcards.experiment, EXPERIMENT_CFG[wildcards.experiment]
     )
 
 
 def gpu_resource(wildcards):
     """1 where this job would run on a CUDA GPU here (the default profile allows one at a time)."""
     experiment = wildcards.experiment
-    return pconfig.gpu_jobs(EXPERIMENTS[experiment], kernel=experiment == CONFORMANCE)
+    return pconfig.gpu_jobs(
+        EXPERIMENT_CFG[experiment], kernel=experiment == CONFORMANCE
+    )
 
 
 def category(wildcards):
@@ -139,11 +144,16 @@ def category(wildcards):
     return registry.EXPERIMENT_CATEGORY[wildcards.experiment]
 
 
+def tidy_labels(wildcards):
+    """Report labels of a tidy table: its experiment, and what the table compares."""
+    experiment = wildcards.experiment
+    what = "Triton kernel vs emulator" if experiment == CONFORMANCE else "tidy results"
+    return {"experiment": experiment, "table": what}
+
+
 TIDY = "results/tidy/{}.csv"
-TIDY_TABLES = expand("results/tidy/{experiment}.csv", experiment=SWEEPS + [CONFORMANCE])
-TIMING_TABLES = expand(
-    "results/timing/{experiment}.csv", experiment=SWEEPS + [CONFORMANCE]
-)
+TIDY_TABLES = expand("results/tidy/{experiment}.csv", experiment=ALL_EXPERIMENTS)
+TIMING_TABLES = expand("results/timing/{experiment}.csv", experiment=ALL_EXPERIMENTS)
 
 # ----------------------------------------------------------------------------- analysis
 # Statistics (results/stats/), figures, tables and the verdict (figures/). Every criterion
@@ -151,8 +161,8 @@ TIMING_TABLES = expand(
 
 validate(config, "../schemas/claims.schema.yaml")
 
-STATS = config["statistics"]
-CLAIMS = config["claims"]
+STATS_CFG = config["statistics"]
+CRITERIA = config["claims"]
 STATS_DIR = "results/stats"
 ANALYSIS_LOGS = "results/logs/claims"
 ANALYSIS_BENCH = "results/benchmarks/claims"
@@ -211,8 +221,8 @@ def backend_note():
     """A plain sentence on where the sweeps and the conformance kernel will run on this machine."""
     notes = []
     for name in SWEEPS:
-        backend = EXPERIMENTS[name].get("backend", "auto")
-        if backend == "auto" and not pconfig.gpu_jobs(EXPERIMENTS[name]):
+        backend = EXPERIMENT_CFG[name].get("backend", "auto")
+        if backend == "auto" and not pconfig.gpu_jobs(EXPERIMENT_CFG[name]):
             notes.append(f"{name}: backend auto -> EMULATOR (no CUDA GPU found)")
         else:
             notes.append(f"{name}: backend {backend}")

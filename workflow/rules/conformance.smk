@@ -1,5 +1,6 @@
-# Step 4: the Triton kernel (compiled on a GPU, interpreted on a CPU) against the emulator with
-# kernels.conformance.compare, in shards of seeds; one table results/tidy/conformance.csv.
+# Step 3: the Triton kernel (compiled on a GPU, interpreted on a CPU) against the emulator with
+# kernels.conformance.compare, in shards of seeds (kernels.pipeline.runs). Rule tidy_table
+# (sweeps.smk) merges the shards into results/tidy/conformance.csv.
 
 
 rule conformance_shard:
@@ -23,35 +24,4 @@ rule conformance_shard:
     params:
         spec=shard_spec,
     script:
-        "../scripts/run_conformance_shard.py"
-
-
-rule conformance_table:
-    input:
-        rows=shard_files("results/shards/{experiment}/shard{shard}.csv"),
-        timing=shard_files("results/shards/{experiment}/shard{shard}.timing.csv"),
-    output:
-        tidy=report(
-            "results/tidy/{experiment}.csv",
-            caption="../report/tidy.rst",
-            category=category,
-            subcategory="Tidy table",
-            labels={
-                "experiment": "{experiment}",
-                "table": "Triton kernel vs emulator",
-            },
-        ),
-        timing="results/timing/{experiment}.csv",
-    log:
-        "results/logs/tidy/{experiment}.log",
-    benchmark:
-        "results/benchmarks/tidy/{experiment}.tsv"
-    wildcard_constraints:
-        experiment=CONFORMANCE,
-    localrule: True
-    conda:
-        "../envs/pcast-fp8.yaml"
-    params:
-        expected=expected_rows,
-    script:
-        "../scripts/merge_tables.py"
+        "../scripts/conformance_shard.py"

@@ -1,5 +1,6 @@
 # Step 1: the Δ-free base tensors (kernels.sinks.make_base) of every seed, shape and sigma of a
-# shard, stored in one safetensors file. Δ, ksink and sink_v_scale are applied at run time.
+# shard, stored in one safetensors file (kernels.pipeline.inputs). Δ, ksink and sink_v_scale are
+# applied at run time.
 
 
 rule inputs:
@@ -10,7 +11,7 @@ rule inputs:
     benchmark:
         "results/benchmarks/inputs/{experiment}/shard{shard}.tsv"
     wildcard_constraints:
-        experiment="|".join(SWEEPS + [CONFORMANCE]),
+        experiment="|".join(ALL_EXPERIMENTS),
         shard=r"\d{3}",
     conda:
         "../envs/pcast-fp8.yaml"
@@ -18,4 +19,4 @@ rule inputs:
     params:
         spec=inputs_spec,
     script:
-        "../scripts/make_inputs.py"
+        "../scripts/inputs.py"

@@ -1,5 +1,6 @@
-# Step 2: the sweeps (collapse, scales, threshold) in shards of seeds; step 3: one tidy table per
-# experiment, with the shard timings kept apart in results/timing/.
+# Step 2: the sweeps (collapse, scales, threshold) in shards of seeds (kernels.pipeline.runs), and
+# one tidy table per experiment, the conformance check's included (rule tidy_table, for every
+# experiment), with the shard timings kept apart in results/timing/ (kernels.pipeline.tables).
 
 
 rule sweep_shard:
@@ -23,7 +24,7 @@ rule sweep_shard:
     params:
         spec=shard_spec,
     script:
-        "../scripts/run_sweep_shard.py"
+        "../scripts/sweep_shard.py"
 
 
 rule tidy_table:
@@ -36,7 +37,7 @@ rule tidy_table:
             caption="../report/tidy.rst",
             category=category,
             subcategory="Tidy table",
-            labels={"experiment": "{experiment}", "table": "tidy results"},
+            labels=tidy_labels,
         ),
         timing="results/timing/{experiment}.csv",
     log:
@@ -44,11 +45,11 @@ rule tidy_table:
     benchmark:
         "results/benchmarks/tidy/{experiment}.tsv"
     wildcard_constraints:
-        experiment="|".join(SWEEPS),
+        experiment="|".join(ALL_EXPERIMENTS),
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
         expected=expected_rows,
     script:
-        "../scripts/merge_tables.py"
+        "../scripts/tidy_table.py"

@@ -1,0 +1,253 @@
+"""The pipeline's configuration: presets, the checks a JSON schema cannot express, shard specs.
+
+Torch-free: ``workflow/rules/common.smk`` imports this before any job, so a bad config stops the
+run before anything heavy loads. The schema (``workflow/schemas/config.schema.yaml``) runs first;
+:func:`check_config` then checks what it cannot say (powers of two, ``ksink < n``, finite and
+distinct grid values).
+
+A shard is a group of consecutive seeds of one experiment (:func:`shard_seeds`). Its
+:func:`shard_spec` lists everything the shard job computes, Δ grid expanded; the rules pass it as
+canonical JSON (:func:`spec_json`) in ``params``, so Snakemake's params trigger reruns exactly
+the shards whose work changed. :func:`inputs_spec` is the part that decides the stored inputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..contract import BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, HEAD_DIMS, is_allowed
+
+__all__ = [
+    "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "shard_seeds",
+    "n_shards", "shard_spec", "inputs_spec", "expected_rows", "spec_json", "gpu_jobs",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed; the message names the key and what is allowed."""
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+def deep_merge(base: Mapping, override: Mapping) -> dict:
+    """A new dict: ``override`` merged into ``base``; nested mappings merge, anything else replaces."""
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def resolve_preset(config: Mapping, overrides: Mapping | None = None) -> dict:
+    """Merge ``presets[preset]`` over the rest of the config, then ``overrides`` over that.
+
+    Precedence, lowest first: config.yaml, the preset, the command line (``overrides``: what
+    ``--config``/``--configfile`` set, so a command-line value beats the preset's). ``preset`` and
+    ``presets`` are kept (the latter unchanged) so the result validates with the same schema. A
+    preset may override any section (``experiments``, ``statistics``, ``claims``).
+    """
+    name = config.get("preset", "default")
+    presets = config.get("presets") or {}
+    if name not in presets:
+        allowed = ", ".join(sorted(presets)) or "(none defined)"
+        raise ConfigError(f"config key 'preset': {name!r} is not a defined preset; allowed: {allowed} "
+                          "(the keys of the 'presets' section)")
+    override = {k: v for k, v in (presets[name] or {}).items() if k != "description"}
+    merged = deep_merge({k: v for k, v in config.items() if k != "presets"}, override)
+    if overrides:
+        merged = deep_merge(merged, {k: v for k, v in overrides.items() if k not in ("preset", "presets")})
+    merged["presets"] = copy.deepcopy(dict(presets))
+    return merged
+
+
+def delta_values(spec: Any) -> list[float]:
+    """Δ grid: a list of numbers as given, or ``{start, stop, step}`` expanded inclusively.
+
+    Range values are ``start + i*step`` rounded to 10 decimals (so 0.1 steps print as 0.1, 0.2, ...);
+    ``stop`` is included when it lies on the grid (to within 1e-9 steps).
+    """
+    if isinstance(spec, Mapping):
+        start, stop, step = float(spec["start"]), float(spec["stop"]), float(spec["step"])
+        count = int(math.floor((stop - start) / step + 1e-9)) + 1
+        return [round(start + i * step, 10) + 0.0 for i in range(max(count, 0))]
+    return [float(x) for x in spec]
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def check_config(config: Mapping) -> None:
+    """Checks that the JSON schema cannot express (run after the schema, on the merged config).
+
+    Raises:
+        ConfigError: naming the key (``experiments.collapse.shapes[0].d``) and what is allowed.
+    """
+    exps = config["experiments"]
+    for name in EXPERIMENTS:
+        if name not in exps:
+            raise ConfigError(f"config key 'experiments.{name}' is missing; allowed: a section for each of "
+                              f"{', '.join(EXPERIMENTS)}")
+    for name, exp in exps.items():
+        key = f"experiments.{name}"
+        _check_shapes(key, exp["shapes"])
+        _check_ksink(key, exp)
+        for field in ("delta", "sigma", "sink_v_scale", "scale"):
+            _check_grid(key, field, exp[field])
+        if name == CONFORMANCE:
+            _check_distinct_nd(key, exp["shapes"])
+
+
+def _check_shapes(key: str, shapes) -> None:
+    for i, shape in enumerate(shapes):
+        skey = f"{key}.shapes[{i}]"
+        if not is_allowed(shape["d"], HEAD_DIMS):
+            raise ConfigError(f"config key '{skey}.d': {shape['d']!r} is not allowed; allowed: a power of two "
+                              f"from 16 to 256 ({', '.join(map(str, HEAD_DIMS))})")
+        for b in ("block_m", "block_n"):
+            if not is_allowed(shape[b], BLOCK_SIZES):
+                raise ConfigError(f"config key '{skey}.{b}': {shape[b]!r} is not allowed; allowed: a power of "
+                                  f"two from 16 to 256")
+
+
+def _check_ksink(key: str, exp: Mapping) -> None:
+    """Every sink inside the sequence and inside KV block 0, for every shape."""
+    ksinks = exp["ksink"] if isinstance(exp["ksink"], list) else [exp["ksink"]]
+    for i, shape in enumerate(exp["shapes"]):
+        for k in ksinks:
+            if k >= shape["n"]:
+                raise ConfigError(f"config key '{key}.ksink': {k} is not allowed with {key}.shapes[{i}].n = "
+                                  f"{shape['n']}; allowed: 0 <= ksink < n")
+            if k > shape["block_n"]:
+                raise ConfigError(f"config key '{key}.ksink': {k} is not allowed with {key}.shapes[{i}].block_n"
+                                  f" = {shape['block_n']}; allowed: ksink <= block_n (every sink in KV block 0,"
+                                  " as the theory assumes)")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_grid(key: str, field: str, raw) -> None:
+    """A grid field (a value, a list, or a Δ range): finite numbers, distinct, Δ not empty."""
+    values = delta_values(raw) if isinstance(raw, (list, Mapping)) else [raw]
+    if isinstance(raw, Mapping):
+        if raw["stop"] < raw["start"]:
+            raise ConfigError(f"config key '{key}.delta': stop={raw['stop']!r} < start={raw['start']!r}; "
+                              "allowed: start <= stop with step > 0")
+    for v in values:
+        if not _is_number(v) or not math.isfinite(v):
+            raise ConfigError(f"config key '{key}.{field}': {v!r} is not allowed; allowed: finite numbers")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"config key '{key}.{field}': values {values!r} repeat; allowed: distinct values "
+                          "(a repeated value would duplicate tidy rows)")
+    if field == "delta" and not values:
+        raise ConfigError(f"config key '{key}.delta': the grid is empty; allowed: at least one value")
+
+
+def _check_distinct_nd(key: str, shapes) -> None:
+    nd = [(s["n"], s["d"]) for s in shapes]
+    if len(set(nd)) != len(nd):
+        raise ConfigError(f"config key '{key}.shapes': (n, d) pairs {nd} repeat; allowed: distinct (n, d) "
+                          "(conformance rows are keyed by order, scale, causal, n, d, seed)")
+
+
+# ----------------------------------------------------------------------------- shards
+
+
+def shard_seeds(exp: Mapping) -> list[list[int]]:
+    """Seeds ``0 .. seeds-1`` cut into consecutive groups of ``seeds_per_shard``."""
+    seeds = list(range(int(exp["seeds"])))
+    k = int(exp.get("seeds_per_shard", 1))
+    return [seeds[i:i + k] for i in range(0, len(seeds), k)]
+
+
+def n_shards(exp: Mapping) -> int:
+    return len(shard_seeds(exp))
+
+
+def _shapes(exp: Mapping) -> list[dict]:
+    return [{k: int(s[k]) for k in ("n", "d", "block_m", "block_n")} for s in exp["shapes"]]
+
+
+def _floats(values) -> list[float]:
+    return [float(v) for v in (values if isinstance(values, list) else [values])]
+
+
+def shard_spec(name: str, exp: Mapping, shard: int) -> dict:
+    """Everything one shard job computes, explicit (Δ expanded): the job's ``params``.
+
+    Snakemake's ``params`` rerun trigger compares this across runs, so a change to one experiment's
+    grid reruns only that experiment's shards; adding seeds touches only the shards whose seed list
+    changed (so the number of shards is deliberately not part of it).
+    """
+    groups = shard_seeds(exp)
+    if not 0 <= shard < len(groups):
+        raise ConfigError(f"experiment {name!r} has {len(groups)} shards; shard {shard} does not exist")
+    spec = {
+        "experiment": name,
+        "shard": shard,
+        "seeds": groups[shard],
+        "batch": int(exp.get("batch", 1)),
+        "heads": int(exp.get("heads", 1)),
+        "shapes": _shapes(exp),
+        "causal": [bool(c) for c in exp["causal"]],
+        "order": list(exp["order"]),
+        "scale": _floats(exp["scale"]),
+        "fmt": exp.get("fmt", "e4m3fn"),
+        "rowsum": exp.get("rowsum", "unrounded"),
+    }
+    if name == CONFORMANCE:
+        spec.update(ksink=int(exp["ksink"]), delta=float(exp["delta"]), sigma=float(exp["sigma"]),
+                    sink_v_scale=float(exp["sink_v_scale"]), tol=float(exp.get("tol", 1e-5)))
+    else:
+        spec.update(ksink=[int(k) for k in exp["ksink"]], delta=delta_values(exp["delta"]),
+                    sigma=_floats(exp["sigma"]), sink_v_scale=_floats(exp["sink_v_scale"]),
+                    backend=exp.get("backend", "auto"), max_batch_items=int(exp.get("max_batch_items", 64)))
+    return spec
+
+
+def inputs_spec(name: str, exp: Mapping, shard: int) -> dict:
+    """The part of a shard's spec that decides its stored inputs (not Δ, ksink, sink_v_scale)."""
+    spec = shard_spec(name, exp, shard)
+    nd = sorted({(s["n"], s["d"]) for s in spec["shapes"]})
+    sig = spec["sigma"] if isinstance(spec["sigma"], list) else [spec["sigma"]]
+    return {"experiment": name, "shard": shard, "seeds": spec["seeds"], "batch": spec["batch"],
+            "heads": spec["heads"], "nd": [list(x) for x in nd], "sigma": sig}
+
+
+def expected_rows(name: str, exp: Mapping) -> int:
+    """Rows of the experiment's tidy table."""
+    seeds = int(exp["seeds"])
+    shapes, causal, combos = len(exp["shapes"]), len(exp["causal"]), len(exp["order"]) * len(exp["scale"])
+    if name == CONFORMANCE:
+        return seeds * shapes * causal * combos
+    grid = len(exp["ksink"]) * len(delta_values(exp["delta"])) * len(exp["sigma"]) * len(exp["sink_v_scale"])
+    return seeds * shapes * causal * combos * grid
+
+
+def spec_json(spec: Mapping) -> str:
+    """Canonical JSON (sorted keys, no spaces): a stable ``params`` value."""
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def gpu_jobs(exp: Mapping, *, kernel: bool = False) -> int:
+    """1 when a job of this experiment would use the GPU here (for ``resources: gpu``), else 0.
+
+    Decided without importing torch: a CUDA device node must exist and CUDA_VISIBLE_DEVICES must
+    not hide every device. ``kernel=True`` (conformance) always runs the Triton kernel.
+    """
+    backend = "triton" if kernel else exp.get("backend", "auto")
+    if backend not in ("auto", "triton"):
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    return int(os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0"))

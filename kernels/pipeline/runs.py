@@ -1,0 +1,256 @@
+"""The shard jobs: one shard of a sweep, or of the conformance check, from its stored inputs.
+
+* :func:`run_sweep_shard` stacks the (sink_v_scale, Δ) variants of one stored base along the
+  batch dimension, computes the float64 reference once per stack and runs every (order, scale)
+  combination on the same tensors; one tidy row per (seed x configuration).
+* :func:`run_conformance_shard` calls :func:`kernels.conformance.compare` (Triton kernel against
+  the emulator) on every shape, causal flag and combination of the shard's seeds.
+
+Both write their rows (sorted, ``TIDY_COLUMNS`` / ``CONFORMANCE_COLUMNS``) and a one-row timing
+table atomically, and print one plain progress line that says what actually ran.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..contract import (
+    CONFIG_COLUMNS, CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, TIDY_COLUMNS,
+    TIMING_COLUMNS, combo_label,
+)
+from .files import atomic_write_text
+from .inputs import base_tensors, load_inputs
+from .logs import progress
+from .tables import csv_text
+
+__all__ = ["run_sweep_shard", "run_conformance_shard"]
+
+log = logging.getLogger("pcast.pipeline")
+
+
+@dataclass
+class _Tally:
+    """What a shard job has produced and measured so far."""
+
+    rows: list[dict] = field(default_factory=list)
+    backends: set[str] = field(default_factory=set)
+    reference_s: float = 0.0
+    kernel_s: float = 0.0
+    runs: int = 0
+
+
+def _device(backend: str):
+    import torch
+
+    if backend in ("auto", "triton") and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _write_shard(spec: Mapping, tally: _Tally, columns, out_csv, timing_csv, wall: float) -> dict:
+    """Write the shard's rows and its one-row timing table; return the timing row."""
+    atomic_write_text(out_csv, csv_text(columns, tally.rows))
+    timing = {"experiment": spec["experiment"], "shard": spec["shard"],
+              "seeds": " ".join(map(str, spec["seeds"])), "runs": tally.runs,
+              "backend": ",".join(sorted(tally.backends)), "wall_s": round(wall, 3),
+              "reference_s": round(tally.reference_s, 3), "kernel_s": round(tally.kernel_s, 3)}
+    atomic_write_text(timing_csv, csv_text(TIMING_COLUMNS, [timing]))
+    return timing
+
+
+def _of(shard: int, n_shards: int | None) -> str:
+    return f"{shard + 1}/{n_shards}" if n_shards else f"{shard + 1}"
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+
+def _reference_chunked(q, k, v, *, causal: bool, budget: int = 1 << 20):
+    """float64 reference for a stacked batch, about ``budget`` scores at a time (cache-sized: fastest)."""
+    import torch
+
+    from ..reference import reference_attention
+
+    per_item = q.shape[1] * q.shape[2] * k.shape[2]
+    step = max(1, budget // max(per_item, 1))
+    parts = [reference_attention(q[i:i + step], k[i:i + step], v[i:i + step], causal=causal)
+             for i in range(0, q.shape[0], step)]
+    return torch.cat(parts, 0)
+
+
+def _item_rows(r, ref, ref_sq, items, meta: Mapping) -> list[dict]:
+    """Tidy rows of one attention call on a stack of ``len(items)`` (sink_v_scale, Δ) variants."""
+    L = len(items)
+    err = (r.out.double() - ref).reshape(L, -1)
+    mse, mae = err.square().mean(1).cpu(), err.abs().amax(1).cpu()
+    rsq = ref_sq.cpu()
+    cnt = {c: getattr(r, c).reshape(L, -1).sum(1).cpu().tolist() for c in DIAGNOSTICS}
+    rows = []
+    for i, (svs, dl) in enumerate(items):
+        uf, tm, ufs, tms = cnt["underflow"][i], cnt["terms"][i], cnt["underflow_sink"][i], cnt["terms_sink"][i]
+        m, r2 = float(mse[i]), float(rsq[i])
+        rows.append({**meta, "delta": dl, "sink_v_scale": svs, "backend": r.backend, "mse": m,
+                     "rel_mse": m / r2 if r2 > 0 else math.nan, "max_abs_err": float(mae[i]),
+                     "underflow": uf, "terms": tm, "underflow_frac": uf / tm if tm else math.nan,
+                     "underflow_sink": ufs, "terms_sink": tms,
+                     "underflow_sink_frac": ufs / tms if tms else math.nan, "saturated": cnt["saturated"][i]})
+    return rows
+
+
+def _stack(tensors: Mapping, seed: int, shape: Mapping, sigma: float, ksink: int, items, device):
+    """q, k, v of the (sink_v_scale, Δ) variants ``items`` of one stored base, stacked along batch."""
+    import torch
+
+    from ..sinks import apply_sink
+
+    base = base_tensors(tensors, seed, shape["n"], shape["d"], sigma)
+    parts = [apply_sink(*base, ksink=ksink, delta=dl, sink_v_scale=svs) for svs, dl in items]
+    return tuple(torch.cat([p[j] for p in parts]).to(device) for j in range(3))
+
+
+def _sweep_stack(tally: _Tally, spec: Mapping, qkv, items, meta: Mapping, *, causal: bool, ksink: int,
+                 block_m: int, block_n: int) -> None:
+    """The reference once, then every (order, scale) on the same stacked tensors; rows into ``tally``."""
+    import torch
+
+    from .. import attention
+
+    q, k, v = qkv
+    t0 = time.perf_counter()
+    ref = _reference_chunked(q, k, v, causal=causal)
+    ref_sq = ref.square().reshape(len(items), -1).mean(1)
+    tally.reference_s += time.perf_counter() - t0
+    for order in spec["order"]:
+        for scale in map(float, spec["scale"]):
+            t0 = time.perf_counter()
+            r = attention(q, k, v, order=order, scale=scale, fmt=spec["fmt"], causal=causal, ksink=ksink,
+                          block_m=block_m, block_n=block_n, rowsum=spec["rowsum"], backend=spec["backend"])
+            if q.device.type == "cuda":
+                torch.cuda.synchronize()
+            tally.kernel_s += time.perf_counter() - t0
+            tally.runs += len(items)
+            tally.backends.add(r.backend)
+            combo = {"order": order, "scale": scale, "combo": combo_label(order, scale)}
+            tally.rows += _item_rows(r, ref, ref_sq, items, {**meta, **combo})
+
+
+def _sweep_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
+    """Every shape, sigma, causal flag, ksink and chunk of (sink_v_scale, Δ) variants of one seed."""
+    variants = [(svs, dl) for svs in spec["sink_v_scale"] for dl in spec["delta"]]
+    chunk = max(1, spec["max_batch_items"])
+    groups = itertools.product(spec["shapes"], spec["sigma"], spec["causal"], spec["ksink"],
+                               range(0, len(variants), chunk))
+    for shape, sigma, causal, ksink, c0 in groups:
+        items = variants[c0:c0 + chunk]
+        qkv = _stack(tensors, seed, shape, sigma, ksink, items, device)
+        meta = {"experiment": spec["experiment"], "seed": seed, "n": shape["n"], "d": shape["d"],
+                "block_m": shape["block_m"], "block_n": shape["block_n"], "causal": bool(causal),
+                "ksink": ksink, "sigma": sigma, "fmt": spec["fmt"], "rowsum": spec["rowsum"]}
+        _sweep_stack(tally, spec, qkv, items, meta, causal=causal, ksink=ksink, block_m=shape["block_m"],
+                     block_n=shape["block_n"])
+        del qkv
+
+
+def _tidy_sort_key(row: Mapping[str, Any]):
+    return tuple(row[c] for c in CONFIG_COLUMNS) + (row["seed"],)
+
+
+def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str | os.PathLike,
+                    timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
+    """Run one shard of a sweep experiment and write its tidy rows and timing.
+
+    For every seed, shape, sigma, causal flag and ksink, the (sink_v_scale, Δ) variants of the
+    stored base are stacked along the batch dimension (``max_batch_items`` at a time); the float64
+    reference is computed once per stack and every (order, scale) combination runs on the same
+    tensors, so the combinations are paired by seed. ``spec`` is the shard's
+    :func:`kernels.pipeline.config.shard_spec`; returns the timing row.
+    """
+    import torch
+
+    torch.set_num_threads(max(1, int(threads)))
+    t_start = time.perf_counter()
+    name = spec["experiment"]
+    tensors = load_inputs(inputs_path, spec)
+    device = _device(spec["backend"])
+    tally = _Tally()
+    for si, seed in enumerate(spec["seeds"]):
+        t_seed = time.perf_counter()
+        _sweep_seed(tally, spec, tensors, seed, device)
+        log.info("%s shard %d: seed %d (%d/%d) done in %.2f s", name, spec["shard"], seed, si + 1,
+                 len(spec["seeds"]), time.perf_counter() - t_seed)
+    tally.rows.sort(key=_tidy_sort_key)
+    wall = time.perf_counter() - t_start
+    timing = _write_shard(spec, tally, TIDY_COLUMNS, out_csv, timing_csv, wall)
+    note = ""
+    if "emulator" in tally.backends and spec["backend"] == "auto":
+        note = " -- ran on the EMULATOR (backend=auto found no CUDA GPU with FP8 support)"
+    elif "triton-interpreted" in tally.backends:
+        note = " -- the Triton kernel ran INTERPRETED on the CPU"
+    progress(f"[pcast] {name} shard {_of(spec['shard'], n_shards)}: seeds "
+             f"{spec['seeds'][0]}-{spec['seeds'][-1]}, {tally.runs} runs in {wall:.1f} s "
+             f"(reference {tally.reference_s:.1f} s, kernel {tally.kernel_s:.1f} s), "
+             f"backend {timing['backend']}{note}")
+    return timing
+
+
+# ----------------------------------------------------------------------------- conformance
+
+
+def _conformance_row(spec: Mapping, q, k, v, *, seed: int, shape: Mapping, causal: bool, order: str,
+                     scale: float) -> dict:
+    """One comparison of the Triton kernel with the emulator (:func:`kernels.conformance.compare`)."""
+    from ..conformance import compare
+
+    rep = compare(q, k, v, order=order, scale=scale, fmt=spec["fmt"], causal=causal, ksink=spec["ksink"],
+                  block_m=shape["block_m"], block_n=shape["block_n"], rowsum=spec["rowsum"], tol=spec["tol"])
+    level = logging.INFO if rep["explained"] else logging.WARNING
+    log.log(level, "seed %d n=%d d=%d causal=%s %s: diag_equal=%s explained=%s (%s)", seed, shape["n"],
+            shape["d"], causal, combo_label(order, scale), rep["diag_equal"], rep["explained"], rep.get("why", ""))
+    return {"order": order, "scale": scale, "causal": bool(causal), "n": shape["n"], "d": shape["d"],
+            "seed": seed, "kernel_backend": rep["kernel_backend"], "max_abs_diff": float(rep["max_abs_diff"]),
+            "max_rel_diff": float(rep["max_rel_diff"]), "diag_equal": bool(rep["diag_equal"]),
+            "mismatched_rows": int(rep["mismatched_rows"]), "explained": bool(rep["explained"]),
+            "fragile_elements": int(rep["fragile_elements"])}
+
+
+def _conformance_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
+    from ..sinks import apply_sink
+
+    for shape in spec["shapes"]:
+        base = base_tensors(tensors, seed, shape["n"], shape["d"], spec["sigma"])
+        q, k, v = apply_sink(*base, ksink=spec["ksink"], delta=spec["delta"], sink_v_scale=spec["sink_v_scale"])
+        for causal, order, scale in itertools.product(spec["causal"], spec["order"], spec["scale"]):
+            row = _conformance_row(spec, q, k, v, seed=seed, shape=shape, causal=causal, order=order, scale=scale)
+            tally.rows.append(row)
+            tally.backends.add(row["kernel_backend"])
+
+
+def run_conformance_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str | os.PathLike,
+                          timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
+    """Triton kernel vs emulator (:func:`kernels.conformance.compare`) on every shape, causal flag and
+    (order, scale) of one shard's seeds; one row per (order, scale, causal, n, d, seed)."""
+    import torch
+
+    torch.set_num_threads(max(1, int(threads)))
+    t_start = time.perf_counter()
+    tensors = load_inputs(inputs_path, spec)
+    tally = _Tally()
+    for seed in spec["seeds"]:
+        _conformance_seed(tally, spec, tensors, seed)
+    tally.rows.sort(key=lambda r: tuple(r[c] for c in CONFORMANCE_KEY))
+    tally.runs = len(tally.rows)
+    wall = time.perf_counter() - t_start
+    tally.kernel_s = wall  # the whole job is kernel and emulator: no separate reference
+    timing = _write_shard(spec, tally, CONFORMANCE_COLUMNS, out_csv, timing_csv, wall)
+    note = " -- the Triton kernel ran INTERPRETED on the CPU" if "triton-interpreted" in tally.backends else ""
+    bad = sum(not r["explained"] for r in tally.rows)
+    progress(f"[pcast] conformance shard {_of(spec['shard'], n_shards)}: {len(tally.rows)} comparisons in "
+             f"{wall:.1f} s, {bad} unexplained, kernel backend {timing['backend']}{note}")
+    return timing

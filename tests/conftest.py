@@ -1,0 +1,39 @@
+"""Fixtures shared across test modules: one smoke-preset run of the whole workflow per session.
+
+``smoke_run`` is the one full pipeline run of the test suite; ``test_pipeline`` and
+``test_figures`` read its outputs and dry-run against it. A test that changes a file of that run
+puts it back as it was (bytes and modification time) before it returns, and a test that needs
+another run makes its own copy (:func:`repo_copy.copy_repo`), so test order does not matter.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from repo_copy import copy_repo
+
+SMOKE_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> Path:
+    """A copy of the repository after a clean ``snakemake --cores 2 --config preset=smoke``.
+
+    Returns the copy's root. Snakemake's output (stdout, then stderr) is kept beside it, in
+    ``smoke_run.parent / "snakemake.log"``, outside the copy.
+    """
+    repo = tmp_path_factory.mktemp("smoke") / "repo"
+    repo.mkdir()
+    copy_repo(repo)
+    for d in ("results", "figures", ".snakemake"):
+        shutil.rmtree(repo / d, ignore_errors=True)
+    proc = subprocess.run(["snakemake", "--cores", "2", "--config", "preset=smoke"], cwd=repo,
+                          capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
+    (repo.parent / "snakemake.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, (f"the smoke run failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n"
+                                  f"{proc.stderr[-6000:]}")
+    return repo
