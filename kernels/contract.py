@@ -7,11 +7,15 @@ Importing this module is free, so the pipeline can check a config before anythin
 
 from __future__ import annotations
 
+import math
+import struct
+
 __all__ = [
-    "STEPS", "step_marker", "DIAGNOSTICS", "ORDERS", "BACKENDS", "BACKENDS_RAN", "ROWSUMS",
+    "SCALE_MODES", "SINK_MODES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker", "DIAGNOSTICS", "ORDERS", "BACKENDS", "BACKENDS_RAN", "ROWSUMS",
     "PAPER_SCALES", "COMBOS", "COMBO_LABELS", "combo_label", "HEAD_DIMS", "BLOCK_SIZES", "is_allowed",
     "SWEEP_EXPERIMENTS", "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS",
-    "COMBO_COLUMNS", "TIDY_COLUMNS", "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS",
+    "COMBO_COLUMNS", "TIDY_COLUMNS", "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
+    "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS",
 ]
 
 # ----------------------------------------------------------------------------- the contract
@@ -31,6 +35,27 @@ STEPS = (
 def step_marker(n: int) -> str:
     """The comment that marks contract step ``n`` (1-based) in every implementation."""
     return f"# step {n}: {STEPS[n - 1]}"
+
+
+# ----------------------------------------------------------------------------- policy options
+# The options of kernels.attention beyond the paper's order and S (docs/interfaces.md, "P policies").
+
+SCALE_MODES = ("multiply", "exp2_offset")  # x = exp(s - m)·S, or x = exp2(s·LOG2E - (m·LOG2E - log2 S))
+SINK_MODES = ("init", "final")  # a learned sink logit seeds (m, l), or joins l after the last block
+OPERAND_SCALES = ("tensor",)  # qk_scale / v_scale words: amax per (batch, head) / max_finite; or a float
+
+
+def float32(x: float) -> float:
+    """``x`` rounded once to the nearest float32 (round to nearest even), as a Python float."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+LOG2E = float32(1.4426950408889634)  # log2(e) as the float32 every implementation multiplies by
+
+
+def log2_scale(scale: float) -> float:
+    """The float32 offset ``log2 S`` of ``scale_mode="exp2_offset"``: float64 log2, rounded once."""
+    return float32(math.log2(scale))
 
 
 # Per-row int64 diagnostics of AttentionResult, in this order everywhere (also the Triton
@@ -93,3 +118,21 @@ CONFORMANCE_COLUMNS = CONFORMANCE_KEY + (
     "fragile_elements",
 )
 TIMING_COLUMNS = ("experiment", "shard", "seeds", "runs", "backend", "wall_s", "reference_s", "kernel_s")
+
+# ----------------------------------------------------------------------------- the policies experiment
+# Deployed kernels' P policies under sinks (docs/interfaces.md, "The policies experiment").
+
+POLICY_EXPERIMENT = "policies"
+SINK_KINDS = ("keys", "logit")  # ksink sink keys scoring Δ + N(0, σ²), or a learned sink logit Δ (no key, no value)
+VARIANTS = ("p_only", "deployed")  # Q, K, V in float32 (the paper), or the operand casts of a deployment
+
+# The configuration of one policies row; rows are sorted by these, then by seed.
+POLICY_CONFIG_COLUMNS = (
+    "n", "d", "sink_kind", "ksink", "delta", "sigma", "sink_v_scale", "variant", "policy", "order", "scale",
+    "scale_mode", "rescale_threshold", "sink_mode", "fmt", "rowsum", "qk_fmt", "v_fmt", "block_m", "block_n",
+    "causal",
+)
+POLICY_TIDY_COLUMNS = ("experiment", "seed") + POLICY_CONFIG_COLUMNS + (
+    "backend", "mse", "rel_mse", "max_abs_err", "floor_mse", "floor_rel_mse", "underflow", "terms",
+    "underflow_frac", "underflow_sink", "terms_sink", "underflow_sink_frac", "saturated", "saturated_frac",
+)

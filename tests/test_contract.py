@@ -88,11 +88,12 @@ def _definitions(pattern, reexport=None):
 
 # Names of kernels/contract.py that must have no second definition (the workflow's config
 # sections are EXPERIMENT_CFG, STATS_CFG and CRITERIA, so that no name reads as both).
-SHARED_NAMES = ("EXPERIMENTS", "CONFORMANCE", "DIAGNOSTICS", "ORDERS", "COMBOS", "COMBO_LABELS", "ROWSUMS", "BACKENDS", "BACKENDS_RAN",
+SHARED_NAMES = ("EXPERIMENTS", "CONFORMANCE", "SCALE_MODES", "SINK_MODES", "OPERAND_SCALES", "LOG2E", "DIAGNOSTICS", "ORDERS", "COMBOS", "COMBO_LABELS", "ROWSUMS", "BACKENDS", "BACKENDS_RAN",
                 "PAPER_SCALES", "STEPS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
                 "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "HEAD_DIMS", "BLOCK_SIZES",
-                "SWEEP_EXPERIMENTS")
-SHARED_FUNCTIONS = ("combo_label", "step_marker", "is_allowed")
+                "SWEEP_EXPERIMENTS", "POLICY_EXPERIMENT", "SINK_KINDS", "VARIANTS", "POLICY_CONFIG_COLUMNS",
+                "POLICY_TIDY_COLUMNS")
+SHARED_FUNCTIONS = ("combo_label", "step_marker", "is_allowed", "log2_scale")
 
 
 def test_the_scan_sees_the_tree():
