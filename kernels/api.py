@@ -1,4 +1,4 @@
-"""The front door: :func:`attention`, with argument checking and backend choice."""
+"""The front door: :func:`attention`, with argument checking, policy resolution and backend choice."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .contract import BACKENDS, BLOCK_SIZES, HEAD_DIMS, ORDERS, ROWSUMS, is_allowed
+from .contract import (BACKENDS, BLOCK_SIZES, HEAD_DIMS, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
+                       is_allowed)
 from .formats import FORMATS, FP8Format, get_format
 
 __all__ = ["attention", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS", "resolve_backend", "fp8_gpu_available"]
@@ -17,13 +18,17 @@ __all__ = ["attention", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS", "res
 class AttentionResult:
     """Output and per-row diagnostics of one attention call.
 
+    A key's unrounded value is p (``scale_mode="multiply"``) or x (``"exp2_offset"``); x is p·S or
+    the exp2_offset x. A learned sink logit is not a key and is never counted.
+
     Attributes:
         out: float32 [B, H, Nq, d] (float64 for the reference backend).
-        underflow: int64 [B, H, Nq]: unmasked non-sink keys (position >= ksink) with p > 0 but p_q == 0.
+        underflow: int64 [B, H, Nq]: unmasked non-sink keys (position >= ksink) with unrounded value > 0
+            but p_q == 0.
         underflow_sink: int64 [B, H, Nq]: the same for sink keys.
-        saturated: int64 [B, H, Nq]: unmasked entries with p·S above the format's max finite value.
-        terms: int64 [B, H, Nq]: unmasked non-sink keys with p > 0.
-        terms_sink: int64 [B, H, Nq]: unmasked sink keys with p > 0.
+        saturated: int64 [B, H, Nq]: unmasked entries with x above the format's max finite value.
+        terms: int64 [B, H, Nq]: unmasked non-sink keys with unrounded value > 0.
+        terms_sink: int64 [B, H, Nq]: unmasked sink keys with unrounded value > 0.
         backend: what actually ran: "triton-compiled", "triton-interpreted", "emulator" or "reference".
     """
 
@@ -34,6 +39,25 @@ class AttentionResult:
     terms: torch.Tensor
     terms_sink: torch.Tensor
     backend: str
+
+
+class _Default:
+    """The default of a keyword a policy may set: tells "not given" from "given" and shows as its value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self):
+        return repr(self.value)
+
+
+# The keywords of Policy.attention_kwargs(), with the defaults a caller gets without a policy.
+_D = {name: _Default(value) for name, value in (
+    ("order", "forward"), ("scale", 1.0), ("scale_mode", "multiply"), ("rescale_threshold", 0.0),
+    ("sink_mode", "final"), ("fmt", "e4m3fn"), ("rowsum", "unrounded"), ("qk_fmt", None), ("qk_scale", "tensor"),
+    ("v_fmt", None), ("v_scale", "tensor"), ("block_m", 64), ("block_n", 64))}
 
 
 def fp8_gpu_available() -> bool:
@@ -54,7 +78,17 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_scale, rowsum, backend):
+def _positive(x) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def _is_format(f) -> bool:
+    """None, an FP8Format or the name of one."""
+    return f is None or isinstance(f, FP8Format) or (isinstance(f, str) and f in FORMATS)
+
+
+def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_scale, rowsum, backend,
+           sink_logit=None, **options):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -77,9 +111,9 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
         raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
     if rowsum not in ROWSUMS:
         raise ValueError(f"rowsum={rowsum!r} is not allowed; allowed: {', '.join(ROWSUMS)}")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+    if not _positive(scale):
         raise ValueError(f"scale={scale!r} is not allowed; allowed: a finite number > 0")
-    if fmt is not None and not isinstance(fmt, FP8Format) and fmt not in FORMATS:
+    if not _is_format(fmt):
         raise ValueError(f"fmt={fmt!r} is not allowed; allowed: None, {', '.join(FORMATS)}")
     if not isinstance(causal, bool):
         raise ValueError(f"causal={causal!r} is not allowed; allowed: True or False")
@@ -88,11 +122,11 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
     for name, b in (("block_m", block_m), ("block_n", block_n)):
         if not is_allowed(b, BLOCK_SIZES):
             raise ValueError(f"{name}={b!r} is not allowed; allowed: a power of two from 16 to 256")
-    if sm_scale is not None and (isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float))
-                                 or not math.isfinite(sm_scale) or sm_scale <= 0):
+    if sm_scale is not None and not _positive(sm_scale):
         raise ValueError(f"sm_scale={sm_scale!r} is not allowed; allowed: None or a finite number > 0")
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not allowed; allowed: {', '.join(BACKENDS)}")
+    _check_policy_options(q, sink_logit=sink_logit, **options)
     for name, t in (("q", q), ("k", k), ("v", v)):
         # max and min propagate NaN and expose +-inf: two fast reductions instead of an
         # elementwise isfinite mask over the whole tensor.
@@ -100,62 +134,130 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
             raise ValueError(f"{name} contains NaN or inf; inputs must be finite")
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str = "forward", scale: float = 1.0,
-              fmt: str | FP8Format | None = "e4m3fn", causal: bool = False, ksink: int = 0, block_m: int = 64,
-              block_n: int = 64, sm_scale: float | None = None, rowsum: str = "unrounded",
-              backend: str = "auto") -> AttentionResult:
-    """FlashAttention-style forward attention with P scaled by S and cast to FP8 before P·V.
+def _check_policy_options(q, *, scale_mode, rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt,
+                          v_scale):
+    """The P-policy keywords (docs/interfaces.md, "P policies of deployed kernels")."""
+    if scale_mode not in SCALE_MODES:
+        raise ValueError(f"scale_mode={scale_mode!r} is not allowed; allowed: {', '.join(SCALE_MODES)}")
+    if (isinstance(rescale_threshold, bool) or not isinstance(rescale_threshold, (int, float))
+            or not math.isfinite(rescale_threshold) or rescale_threshold < 0):
+        raise ValueError(f"rescale_threshold={rescale_threshold!r} is not allowed; allowed: a finite float >= 0")
+    if sink_mode not in SINK_MODES:
+        raise ValueError(f"sink_mode={sink_mode!r} is not allowed; allowed: {', '.join(SINK_MODES)}")
+    for name, f, s in (("qk", qk_fmt, qk_scale), ("v", v_fmt, v_scale)):
+        if not _is_format(f):
+            raise ValueError(f"{name}_fmt={f!r} is not allowed; allowed: None, {', '.join(FORMATS)}")
+        if s not in OPERAND_SCALES and not _positive(s):
+            raise ValueError(f"{name}_scale={s!r} is not allowed; allowed: {', '.join(map(repr, OPERAND_SCALES))} "
+                             "or a finite number > 0")
+    if sink_logit is None:
+        return
+    B, H = q.shape[:2]
+    if (not isinstance(sink_logit, torch.Tensor) or sink_logit.dtype != torch.float32
+            or tuple(sink_logit.shape) not in ((H,), (B, H))):
+        what = f"{sink_logit.dtype} {tuple(sink_logit.shape)}" if isinstance(sink_logit, torch.Tensor) else \
+            type(sink_logit).__name__
+        raise ValueError(f"sink_logit ({what}) is not allowed; allowed: None or a float32 tensor of shape [H]=({H},) "
+                         f"or [B, H]=({B}, {H})")
+    if sink_logit.device != q.device:
+        raise ValueError(f"sink_logit must be on q's device {q.device}, got {sink_logit.device}")
+    if not bool(torch.isfinite(sink_logit).all()):
+        raise ValueError("sink_logit contains NaN or inf; allowed: finite values")
 
-    The contract, per query row, walking the KV blocks of ``block_n`` keys first to last
-    (``order="forward"``) or last to first (``order="reverse"``); m starts at -inf, l and acc at 0:
 
-    1. scores: ``s = q·kᵀ·sm_scale`` in float32 with exact fp32 products (no TF32); masked keys get -inf.
-    2. running max: ``m_new = max(m, rowmax(s))``; ``p = exp(s - m_new)``; ``alpha = exp(m - m_new)``.
-    3. cast: ``p_q = quantize(p·S, fmt)`` (round to nearest even on the FP8 grid, saturating at ±max).
-    4. row sum: ``l = l·alpha + rowsum(p)`` (the UNROUNDED p, as FlashAttention-3 and FlashInfer do;
-       ``rowsum="rounded"`` sums ``p_q / S`` instead).
-    5. accumulate: ``acc = acc·alpha + p_q·V`` in float32 (V stays float32: only the P cast is studied).
-    6. normalise: ``out = acc / (l·S)``.
+def _resolve(given: dict, policy) -> dict:
+    """The policy keywords: each one given explicitly, else the policy's value, else the default."""
+    fields = {}
+    if policy is not None:
+        if isinstance(policy, str):
+            from .policies import get_policy
 
-    The step names are :data:`kernels.contract.STEPS`; every implementation marks each step
-    ``# step N: name``. The diagnostics (see :class:`AttentionResult`) are not a step.
+            policy = get_policy(policy)
+        if not callable(getattr(policy, "attention_kwargs", None)):
+            raise ValueError(f"policy={policy!r} is not allowed; allowed: None, a name of kernels.policies.POLICIES "
+                             "or a kernels.policies.Policy")
+        fields = dict(policy.attention_kwargs())
+        unknown = sorted(set(fields) - set(_D))
+        if unknown:
+            raise ValueError(f"policy {policy!r} sets {', '.join(unknown)}; allowed: {', '.join(_D)}")
+    return {n: (fields[n] if n in fields else v.value) if isinstance(v, _Default) else v for n, v in given.items()}
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str = _D["order"],
+              scale: float = _D["scale"], fmt: str | FP8Format | None = _D["fmt"], causal: bool = False,
+              ksink: int = 0, block_m: int = _D["block_m"], block_n: int = _D["block_n"],
+              sm_scale: float | None = None, rowsum: str = _D["rowsum"], backend: str = "auto",
+              scale_mode: str = _D["scale_mode"], rescale_threshold: float = _D["rescale_threshold"],
+              sink_logit: torch.Tensor | None = None, sink_mode: str = _D["sink_mode"],
+              qk_fmt: str | FP8Format | None = _D["qk_fmt"], qk_scale: str | float = _D["qk_scale"],
+              v_fmt: str | FP8Format | None = _D["v_fmt"], v_scale: str | float = _D["v_scale"],
+              policy=None) -> AttentionResult:
+    """FlashAttention-style forward attention with softmax P cast to FP8 before P·V, under a P policy.
+
+    Per query row the KV blocks of ``block_n`` keys are visited first to last (``order="forward"``) or
+    last to first (``"reverse"``); m starts at -inf, l and acc at 0. L = log2(e), τ = ``rescale_threshold``:
+
+    1. scores: ``s = q'·k'ᵀ·sm_scale`` in exact fp32 (no TF32), masked keys -inf; with ``qk_fmt``,
+       ``t' = quantize(t / s_t)·s_t``, s_t = amax|t| per (batch, head) / max_finite ("tensor") or ``qk_scale``.
+    2. running max: ``m_new = bm = rowmax(s)`` if m = -inf or ``(bm - m)·L > τ``, else m (τ = 0: max(m, bm));
+       "multiply": ``p = exp(s - m_new)``, ``alpha = exp(m - m_new)``; "exp2_offset":
+       ``x = exp2(s·L - (m_new·L - log2 S))``, ``alpha = exp2(m·L - m_new·L)``. With ``sink_logit`` σ and
+       ``sink_mode="init"`` (vLLM) m starts at σ and l at the sink's value.
+    3. cast: ``p_q = quantize(x, fmt)`` with x = p·S ("multiply"): RNE on the FP8 grid, saturating at ±max.
+    4. row sum: ``l = l·alpha + rowsum(u)``, u the UNROUNDED p or x (as FlashAttention-3, FlashInfer);
+       ``rowsum="rounded"``: u = p_q / S ("multiply") or p_q ("exp2_offset").
+    5. accumulate: ``acc = acc·alpha + p_q·V'`` in fp32 (V' = v cast to ``v_fmt`` as in step 1).
+    6. normalise: ``sink_mode="final"`` adds ``exp(σ - m)`` (its exp2_offset form) to l; then
+       ``out = acc / (l·S)`` ("multiply") or ``acc / l`` ("exp2_offset").
+
+    Details: docs/interfaces.md ("P policies"); step names: :data:`kernels.contract.STEPS`.
 
     Args:
-        q: float32 [B, H, Nq, d]; k, v: float32 [B, H, Nk, d]. d is a power of two in 16..256.
-        order: "forward" or "reverse".
-        scale: S > 0 (1, 256, 448, ...).
-        fmt: an FP8 format name (see :data:`kernels.formats.FORMATS`) or None for no rounding.
-        causal: top-left aligned causal mask, as torch SDPA's ``is_causal`` (key j visible to query i iff j <= i).
-        ksink: keys at positions < ksink are sinks; used only to split the diagnostics.
-        block_m, block_n: query rows per program and keys per KV block (powers of two, 16..256).
-        sm_scale: score scale; default 1/sqrt(d).
-        rowsum: "unrounded" or "rounded" (see step 4).
-        backend: "auto" (compiled Triton on a CUDA GPU with capability >= 8.9, else the emulator),
-            "triton" (compiled on a GPU, interpreted on CPU), "emulator" or "reference" (float64, no rounding).
+        q: float32 [B, H, Nq, d]; k, v: float32 [B, H, Nk, d]; d a power of two in 16..256.
+        order ("forward"), scale (S, 1.0), fmt ("e4m3fn"; None: no rounding), rowsum ("unrounded"),
+            block_m, block_n (64; query rows and keys per block, powers of two 16..256), scale_mode
+            ("multiply"), rescale_threshold (0.0), sink_mode ("final"), qk_fmt, v_fmt (None; an FP8 format),
+            qk_scale, v_scale ("tensor" or a float > 0): the policy's keywords; explicit ones override it.
+        causal: top-left aligned mask (key j visible to query i iff j <= i), as SDPA's ``is_causal``.
+        ksink: keys at positions < ksink are sink keys (splits the diagnostics only).
+        sm_scale: score scale, default 1/sqrt(d). sink_logit: None, or float32 [H] or [B, H] on q's device.
+        backend: "auto" (compiled Triton on a CUDA GPU with capability >= 8.9, else "emulator"), "triton"
+            (interpreted on CPU), "emulator", or "reference" (float64 of the unquantized inputs).
+        policy: None, a name of :data:`kernels.policies.POLICIES`, or a ``Policy``.
 
-    Returns:
-        :class:`AttentionResult` on the inputs' device.
-
-    Raises:
-        ValueError: naming the argument and what is allowed.
+    Returns :class:`AttentionResult` on the inputs' device. Raises ValueError naming a bad argument.
     """
-    _check(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=ksink, block_m=block_m,
-           block_n=block_n, sm_scale=sm_scale, rowsum=rowsum, backend=backend)
-    d = q.shape[-1]
-    sm = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-    f = None if fmt is None else get_format(fmt)
+    args = locals()
+    o = _resolve({n: args[n] for n in _D}, policy)
+    _check(q, k, v, causal=causal, ksink=ksink, sm_scale=sm_scale, backend=backend, sink_logit=sink_logit, **o)
+    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    sink = None if sink_logit is None else sink_logit.expand(q.shape[:2]).to(torch.float32).contiguous()
     ran = resolve_backend(backend, q.device)
-    kw = dict(reverse=order == "reverse", scale=float(scale), fmt=f, causal=causal, ksink=ksink,
-              block_n=block_n, sm_scale=sm, rowsum_rounded=rowsum == "rounded")
     if ran == "reference":
-        return _reference_result(q, k, v, causal, ksink, sm)
+        return _reference_result(q, k, v, causal, ksink, sm, sink)
+    kw = _backend_kwargs(o, causal=causal, ksink=ksink, sm_scale=sm, sink_logit=sink)
     if ran == "emulator":
         from .emulator import emulate_attention
 
         out, diag = emulate_attention(q, k, v, **kw)
     else:
-        out, diag = _run_triton(q, k, v, compiled=ran == "triton-compiled", block_m=block_m, **kw)
+        out, diag = _run_triton(q, k, v, compiled=ran == "triton-compiled", block_m=o["block_m"], **kw)
     return AttentionResult(out=out, backend=ran, **diag)
+
+
+def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:
+    """The keywords every backend (emulator, Triton launcher) takes, from the checked options ``o``."""
+    def fmt_or_none(f):
+        return None if f is None else get_format(f)
+
+    def operand_scale(s):
+        return s if s in OPERAND_SCALES else float(s)
+
+    return dict(reverse=o["order"] == "reverse", scale=float(o["scale"]), fmt=fmt_or_none(o["fmt"]), causal=causal,
+                ksink=ksink, block_n=o["block_n"], sm_scale=sm_scale, rowsum_rounded=o["rowsum"] == "rounded",
+                scale_mode=o["scale_mode"], rescale_threshold=float(o["rescale_threshold"]), sink_logit=sink_logit,
+                sink_mode=o["sink_mode"], qk_fmt=fmt_or_none(o["qk_fmt"]), qk_scale=operand_scale(o["qk_scale"]),
+                v_fmt=fmt_or_none(o["v_fmt"]), v_scale=operand_scale(o["v_scale"]))
 
 
 def _run_triton(q, k, v, *, compiled: bool, **kw):
@@ -165,16 +267,18 @@ def _run_triton(q, k, v, *, compiled: bool, **kw):
     dev = q.device
     if compiled and dev.type != "cuda":
         q, k, v = (t.cuda() for t in (q, k, v))
+        if kw["sink_logit"] is not None:
+            kw["sink_logit"] = kw["sink_logit"].cuda()
     out, diag = triton_attention(q, k, v, **kw)
     return out.to(dev), {n: t.to(dev) for n, t in diag.items()}
 
 
-def _reference_result(q, k, v, causal, ksink, sm_scale):
+def _reference_result(q, k, v, causal, ksink, sm_scale, sink_logit=None):
     """The float64 reference, and its diagnostics: nothing is rounded, so no underflow or saturation;
     terms count visible keys."""
     from .reference import causal_mask, reference_attention
 
-    out = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale)
+    out = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit)
     zeros = torch.zeros(q.shape[:3], dtype=torch.int64, device=q.device)
     Nq, Nk = q.shape[2], k.shape[2]
     vis = causal_mask(Nq, Nk, device=q.device) if causal else torch.ones(Nq, Nk, dtype=torch.bool, device=q.device)

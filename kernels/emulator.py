@@ -15,6 +15,13 @@ weights each block by ``exp(m_block - m_final)`` directly. That changes outputs 
 few fp32 ulps, never a diagnostic. Scores ``s`` come from a different fp32 matmul
 than the kernel's, so a ``p`` within a few ulps of an FP8 rounding boundary can round
 the other way; :mod:`kernels.conformance` checks that explanation for every mismatch.
+
+The P-policy options (docs/interfaces.md, "P policies") enter at their steps: operand casts
+(``qk_fmt``, ``v_fmt``) in :func:`_layout`; lazy rescaling and a sink logit that seeds the
+max replace the cumulative max by :func:`max_in_force`, a short loop over the blocks;
+``scale_mode="exp2_offset"`` computes x with exp2 and weights blocks by
+``exp2(m_j·LOG2E - m_final·LOG2E)``. With every option at its default the code below runs
+exactly the paper's operations, bit for bit.
 """
 
 from __future__ import annotations
@@ -24,12 +31,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .contract import DIAGNOSTICS
+from .contract import DIAGNOSTICS, LOG2E, float32, log2_scale
 from .formats import FP8Format
 from .rounding import quantize_fast
 from .reference import causal_mask
 
-__all__ = ["emulate_attention", "running_max"]
+__all__ = ["emulate_attention", "running_max", "max_in_force", "operand_cast"]
 
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
@@ -41,6 +48,39 @@ def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
     if reverse:
         return torch.flip(torch.cummax(torch.flip(block_max, [-1]), dim=-1).values, [-1])
     return torch.cummax(block_max, dim=-1).values
+
+
+def max_in_force(block_max: torch.Tensor, reverse: bool, tau: float = 0.0,
+                 m0: torch.Tensor | None = None) -> torch.Tensor:
+    """The max in force when each block is processed, under step 2's update rule.
+
+    block_max: [rows, nblk] float32 row maxima of each block; ``m0`` [rows]: the max each row
+    starts with (a sink logit, ``sink_mode="init"``), else -inf. In visiting order, the max
+    moves to a block's max ``bm`` when it is -inf or when ``(bm - m)·LOG2E > tau`` in float32;
+    otherwise it stays (stale). With ``tau = 0`` and no ``m0`` this is :func:`running_max`.
+    """
+    rows, nblk = block_max.shape
+    t = torch.tensor(float32(tau), dtype=torch.float32, device=block_max.device)
+    m = torch.full((rows,), float("-inf"), device=block_max.device) if m0 is None else m0.to(torch.float32)
+    out = torch.empty_like(block_max)
+    for j in (range(nblk - 1, -1, -1) if reverse else range(nblk)):
+        bm = block_max[:, j]
+        m = torch.where(torch.isneginf(m) | ((bm - m) * LOG2E > t), bm, m)
+        out[:, j] = m
+    return out
+
+
+def operand_cast(t: torch.Tensor, fmt: FP8Format, how) -> torch.Tensor:
+    """``t' = quantize(t / s_t, fmt)·s_t`` with one float32 ``s_t`` per (batch, head) of t [B, H, N, d]:
+    ``amax|t| / max_finite`` for ``how="tensor"`` (1 where the amax is 0), else the float ``how``."""
+    amax = t.abs().amax(dim=(-2, -1), keepdim=True)
+    if how == "tensor":
+        # divide by a tensor, not a Python number: CUDA would multiply by a rounded reciprocal
+        st = amax / torch.full_like(amax, fmt.max_finite)
+        st = torch.where(amax == 0, torch.ones_like(st), st)
+    else:
+        st = torch.full_like(amax, how)
+    return quantize_fast(t / st, fmt, saturate=True).mul_(st)
 
 
 @dataclass
@@ -60,14 +100,25 @@ class _Call:
     scale: float  # S
     fmt: FP8Format | None
     rowsum_rounded: bool
-    check_saturation: bool  # S exceeds the format's max finite value, so p·S may saturate
+    check_saturation: bool  # x may exceed the format's max finite value, so it may saturate
+    exp2: bool  # scale_mode="exp2_offset"
+    log2_s: float  # log2_scale(S), the exp2 offset
+    tau: float  # rescale_threshold
+    sink: torch.Tensor | None  # [G] float32 learned sink logits
+    sink_init: bool  # the sink seeds (m, l) (sink_mode="init"), else it joins l at step 6
+    cummax: bool  # eager max without a seed: the running max is a cumulative max
 
 
-def _layout(q, k, v, *, reverse, scale, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded) -> _Call:
-    """Flatten batch and heads, pad the keys to whole blocks and build the visibility mask."""
+def _layout(q, k, v, *, reverse, scale, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
+            rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale) -> _Call:
+    """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask."""
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
     G = B * H
+    if qk_fmt is not None:
+        q, k = operand_cast(q, qk_fmt, qk_scale), operand_cast(k, qk_fmt, qk_scale)
+    if v_fmt is not None:
+        v = operand_cast(v, v_fmt, v_scale)
     qf = q.reshape(G, Nq, d)
     kf = k.reshape(G, Nk, d)
     vf = v.reshape(G, Nk, d)
@@ -83,11 +134,17 @@ def _layout(q, k, v, *, reverse, scale, fmt, causal, ksink, block_n, sm_scale, r
     # Multiplying q by a power-of-two sm_scale is exact, so (q*sm)·k has the same bits
     # as (q·k)*sm and saves a pass over the scores.
     sm_pow2 = math.frexp(sm_scale)[0] == 0.5
+    exp2 = scale_mode == "exp2_offset"
+    sink_init = sink_logit is not None and sink_mode == "init"
     return _Call(qs=qf * sm_scale if sm_pow2 else qf, kT=kf.transpose(-1, -2), vf=vf, visible=visible,
                  nblk=nblk, block_n=block_n, ks=min(ksink, Nk), sm_scale=sm_scale, sm_pow2=sm_pow2,
                  reverse=reverse, scale=scale, fmt=fmt, rowsum_rounded=rowsum_rounded,
-                 # p <= 1 (each block's max is folded into m before its p is taken), so p*S <= S.
-                 check_saturation=fmt is not None and scale > fmt.max_finite)
+                 # Eager multiply: p <= 1 (each block's max is folded into m before its p is taken),
+                 # so p*S <= S. A stale max (tau > 0) or exp2's rounded offset can exceed S.
+                 check_saturation=fmt is not None and (scale > fmt.max_finite or exp2 or rescale_threshold > 0),
+                 exp2=exp2, log2_s=log2_scale(scale), tau=rescale_threshold,
+                 sink=None if sink_logit is None else sink_logit.reshape(G).to(torch.float32), sink_init=sink_init,
+                 cummax=rescale_threshold == 0 and not sink_init)
 
 
 def _rows(c: _Call, g: int, r0: int, r1: int, out: torch.Tensor, diag: dict) -> None:
@@ -102,23 +159,27 @@ def _rows(c: _Call, g: int, r0: int, r1: int, out: torch.Tensor, diag: dict) -> 
         s.masked_fill_(~c.visible[r0:r1], float("-inf"))
     # step 2: running max
     sb = s.view(nr, c.nblk, c.block_n)
-    m = running_max(sb.amax(dim=-1), c.reverse)  # the max in force when each block is processed
+    if c.cummax:
+        m = running_max(sb.amax(dim=-1), c.reverse)  # the max in force when each block is processed
+    else:
+        m = max_in_force(sb.amax(dim=-1), c.reverse, c.tau, c.sink[g].expand(nr) if c.sink_init else None)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-    p = sb.sub_(m_safe[..., None]).exp_().view(nr, Np)  # in place: s is not needed again
-    # The cast below overwrites p in place, so take what still needs the unrounded p now:
+    # in place: s is not needed again. u is p (multiply) or x (exp2_offset), the unrounded value.
+    u = _unrounded(c, sb, m_safe).view(nr, Np)
+    # The cast below overwrites u in place, so take what still needs the unrounded u now:
     # its block sums (for the unrounded row sum) and its positive counts (for the diagnostics).
     if not c.rowsum_rounded:
-        lblk = p.view(nr, c.nblk, c.block_n).sum(-1)
-    # diagnostics: p >= 0, so sign(p) is 1 exactly where p > 0: a fast exact count.
-    sgn = torch.sign(p)
+        lblk = u.view(nr, c.nblk, c.block_n).sum(-1)
+    # diagnostics: u >= 0, so sign(u) is 1 exactly where u > 0: a fast exact count.
+    sgn = torch.sign(u)
     pos_s = sgn[:, :c.ks].sum(-1)
     pos_ns = sgn[:, c.ks:].sum(-1)
     # step 3: cast
-    x = p.mul_(c.scale)  # x = p*S, in place
+    x = u if c.exp2 else u.mul_(c.scale)  # x = p*S, in place
     if c.check_saturation:
         diag["saturated"][g, r0:r1] = (x > c.fmt.max_finite).sum(-1)  # diagnostics
     pq = x if c.fmt is None else quantize_fast(x, c.fmt, saturate=c.check_saturation, out=x)
-    # diagnostics: p_q > 0 implies p > 0, so underflows are #(p > 0) - #(p_q > 0).
+    # diagnostics: p_q > 0 implies u > 0, so underflows are #(u > 0) - #(p_q > 0).
     torch.sign(pq, out=sgn)
     diag["terms"][g, r0:r1] = pos_ns.to(torch.int64)
     diag["terms_sink"][g, r0:r1] = pos_s.to(torch.int64)
@@ -128,27 +189,62 @@ def _rows(c: _Call, g: int, r0: int, r1: int, out: torch.Tensor, diag: dict) -> 
     # Instead of rescaling by alpha once per block, weight block j by exp(m_j - m_final),
     # the product of the kernel's per-block alphas.
     if c.rowsum_rounded:
-        lblk = pq.view(nr, c.nblk, c.block_n).sum(-1) / c.scale
+        lblk = pq.view(nr, c.nblk, c.block_n).sum(-1)
+        lblk = lblk if c.exp2 else lblk / c.scale
     m_final = m_safe[:, 0] if c.reverse else m_safe[:, -1]
-    w = torch.exp(m - m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
+    w = _weights(c, m, m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
     l = (lblk * w).sum(-1)
+    if c.sink_init:  # the sink's own value l0, carried to the end by every block's alpha
+        l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
     # step 5: accumulate
     pq.view(nr, c.nblk, c.block_n).mul_(w[..., None])  # the same weights, then one matmul for all of P_q V
     acc = torch.matmul(pq, c.vf[g])
     # step 6: normalise
-    out[g, r0:r1] = acc / (l * c.scale)[:, None]
+    if c.sink is not None and not c.sink_init:
+        l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
+    out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * c.scale)[:, None]
+
+
+def _unrounded(c: _Call, sb: torch.Tensor, m_safe: torch.Tensor) -> torch.Tensor:
+    """Step 2's unrounded value of every key, in place over the scores ``sb`` [rows, nblk, block_n]:
+    ``p = exp(s - m)`` ("multiply"), or ``x = exp2(s·LOG2E - (m·LOG2E - log2 S))`` in float32 in that
+    order ("exp2_offset"; p·S is never formed)."""
+    if c.exp2:
+        return sb.mul_(LOG2E).sub_((m_safe * LOG2E - c.log2_s)[..., None]).exp2_()
+    return sb.sub_(m_safe[..., None]).exp_()
+
+
+def _weights(c: _Call, m, m_final):
+    """The product of the alphas from max ``m`` to the final max: ``exp(m - m_final)`` ("multiply") or
+    ``exp2(m·LOG2E - m_final·LOG2E)`` ("exp2_offset"); 0 where m is -inf."""
+    if c.exp2:
+        return torch.exp2(m * LOG2E - m_final * LOG2E)
+    return torch.exp(m - m_final)
+
+
+def _sink_value(c: _Call, sigma, m):
+    """A sink logit's term of the row sum under max ``m``: ``exp(σ - m)`` ("multiply") or
+    ``exp2(σ·LOG2E - (m·LOG2E - log2 S))`` ("exp2_offset")."""
+    if c.exp2:
+        return torch.exp2(sigma * LOG2E - (m * LOG2E - c.log2_s))
+    return torch.exp(sigma - m)
 
 
 def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | None, causal: bool,
-                      ksink: int, block_n: int, sm_scale: float, rowsum_rounded: bool):
+                      ksink: int, block_n: int, sm_scale: float, rowsum_rounded: bool, scale_mode: str = "multiply",
+                      rescale_threshold: float = 0.0, sink_logit: torch.Tensor | None = None,
+                      sink_mode: str = "final", qk_fmt: FP8Format | None = None, qk_scale="tensor",
+                      v_fmt: FP8Format | None = None, v_scale="tensor"):
     """Emulate the kernel contract. Arguments are already validated by :func:`kernels.attention`.
 
-    Shapes: q [B, H, Nq, d], k and v [B, H, Nk, d], all float32 on one device.
-    Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``.
+    Shapes: q [B, H, Nq, d], k and v [B, H, Nk, d], all float32 on one device; ``sink_logit`` float32
+    [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``.
     """
     B, H, Nq, d = q.shape
     c = _layout(q, k, v, reverse=reverse, scale=scale, fmt=fmt, causal=causal, ksink=ksink, block_n=block_n,
-                sm_scale=sm_scale, rowsum_rounded=rowsum_rounded)
+                sm_scale=sm_scale, rowsum_rounded=rowsum_rounded, scale_mode=scale_mode,
+                rescale_threshold=rescale_threshold, sink_logit=sink_logit, sink_mode=sink_mode, qk_fmt=qk_fmt,
+                qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale)
     G = B * H
     out = torch.empty(G, Nq, d, dtype=torch.float32, device=q.device)
     diag = {n: torch.zeros(G, Nq, dtype=torch.int64, device=q.device) for n in DIAGNOSTICS}

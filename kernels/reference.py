@@ -18,8 +18,8 @@ def causal_mask(nq: int, nk: int, device=None) -> torch.Tensor:
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                        sm_scale: float | None = None) -> torch.Tensor:
-    """softmax(q kᵀ · sm_scale) v computed in float64.
+                        sm_scale: float | None = None, sink_logit: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q kᵀ · sm_scale) v computed in float64, with an optional learned sink logit.
 
     Args:
         q: [B, H, Nq, d] (any float dtype; promoted to float64).
@@ -27,6 +27,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
         v: [B, H, Nk, d].
         causal: top-left aligned causal mask (key j visible to query i iff j <= i).
         sm_scale: score scale, default 1/sqrt(d).
+        sink_logit: None, or [H] or [B, H]: a logit σ_h with no key and no value, so
+            ``exp(σ_h - M)`` joins each row's softmax denominator (M the row's max).
 
     Returns:
         float64 tensor [B, H, Nq, d].
@@ -38,5 +40,10 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
     s = torch.matmul(q64, k64.transpose(-1, -2)) * sm_scale
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], device=s.device), float("-inf"))
-    p = torch.softmax(s, dim=-1)
+    if sink_logit is None:
+        p = torch.softmax(s, dim=-1)
+    else:
+        # the sink as one more column of the softmax, dropped before P·V (it has no value vector)
+        sig = sink_logit.double().expand(q.shape[:2])[..., None, None].expand(*s.shape[:-1], 1)
+        p = torch.softmax(torch.cat([s, sig], dim=-1), dim=-1)[..., :-1]
     return torch.matmul(p, v64)

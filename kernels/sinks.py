@@ -36,7 +36,7 @@ import torch
 
 from .contract import HEAD_DIMS
 
-__all__ = ["make_base", "apply_sink", "make_inputs"]
+__all__ = ["make_base", "apply_sink", "make_inputs", "learned_sink"]
 
 
 def _check_pos_int(value, name: str, minimum: int = 1) -> int:
@@ -164,3 +164,23 @@ def make_inputs(seed: int, *, batch: int = 1, heads: int = 1, n: int = 1024, d: 
     _check_real(sink_v_scale, "sink_v_scale")
     base = make_base(seed, batch=batch, heads=heads, n=n, d=d, sigma=sigma)
     return apply_sink(*base, ksink=ksink, delta=delta, sink_v_scale=sink_v_scale)
+
+
+def learned_sink(delta: float, *, batch: int = 1, heads: int = 1) -> torch.Tensor:
+    """A gpt-oss-style learned sink: float32 CPU tensor ``[batch, heads]`` filled with ``delta``.
+
+    The ``sink_logit`` of :func:`kernels.attention`: a logit that joins the softmax denominator
+    with no key and no value, so every query row's weights are ``exp(s_j) / (exp(Δ) + sum_j exp(s_j))``.
+    Δ plays the role of a sink key's score: with the inputs of ``make_inputs(..., ksink=0)`` or
+    :func:`make_base` (scores iid ``N(0, sigma^2)``) it sits Δ above the keys' mean score, exactly
+    and without noise (a sink key scores ``Δ + N(0, sigma^2)``). Move it to q's device before the call.
+
+    Raises:
+        ValueError: for batch/heads < 1, or a delta that is not a real number finite in float32.
+    """
+    batch = _check_pos_int(batch, "batch")
+    heads = _check_pos_int(heads, "heads")
+    delta = _check_real(delta, "delta")
+    if not math.isfinite(float(torch.tensor(delta, dtype=torch.float32))):
+        raise ValueError(f"delta={delta!r} must be a real number finite in float32 (|delta| < 3.4e38)")
+    return torch.full((batch, heads), delta, dtype=torch.float32)

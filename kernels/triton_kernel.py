@@ -4,7 +4,9 @@ First the ``@triton.jit`` sources: the bit-exact FP8 rounding helper ``fp8_round
 quantize kernel, Triton's own cast (for documenting its behaviour), and the forward
 attention kernel with the P-cast contract (:func:`_attn_fwd`, whose KV loop is
 :func:`_attn_fwd_inner`; each contract step is marked ``# step N: name``, as in the
-emulator and the test oracle). Then the launchers (:func:`triton_attention`,
+emulator and the test oracle; the P-policy options of docs/interfaces.md, "P policies of
+deployed kernels", enter at those markers as constexprs and runtime arguments, their helpers in
+:mod:`kernels.triton_policy`). Then the launchers (:func:`triton_attention`,
 :func:`triton_quantize`, :func:`triton_builtin_cast`): CUDA tensors launch the kernels
 compiled; CPU tensors launch them through Triton's interpreter (see :func:`_interpreting`),
 so no one has to set ``TRITON_INTERPRET`` by hand.
@@ -26,8 +28,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .contract import DIAGNOSTICS
+from .contract import DIAGNOSTICS, log2_scale
 from .formats import FP8Format, get_format
+from .triton_policy import SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, sink_final
 
 __all__ = ["triton_attention", "triton_quantize", "triton_builtin_cast", "fp8_round"]
 
@@ -100,13 +103,26 @@ def _count_diagnostics(n_underflow, n_underflow_sink, n_saturated, n_terms, n_te
 
 
 @triton.jit
+def _load_operand(ptrs, mask, scale_ptr,
+                  QUANT: tl.constexpr,  # cast to FP8 on load: fp8_round(t / s) * s (False: a plain load)
+                  MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_FINITE: tl.constexpr,  # that FP8 format
+                  ):
+    """Load an operand tile (masked entries 0); with QUANT put it on the FP8 grid scaled by s = *scale_ptr.
+    ``tl.div_rn``, not ``/``: compiled, a float32 ``/`` is the approximate ``div.full.f32``."""
+    t = tl.load(ptrs, mask=mask, other=0.0)
+    if QUANT:
+        s = tl.load(scale_ptr)  # s_t of this (batch, head)
+        t = fp8_round(tl.div_rn(t, s), MAN_BITS, EMIN, MAX_FINITE) * s
+    return t
+
+
+@triton.jit
 def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulator, row sum, row max
                     n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink,  # diagnostics
-                    q,  # [BLOCK_M, HEAD_D] query rows
-                    k_base, v_base,  # K and V of this (batch, head)
-                    stride_kn, stride_vn,  # K and V row strides
+                    q,  # [BLOCK_M, HEAD_D] query rows (already cast when QK_QUANT)
+                    k_base, v_base, stride_kn, stride_vn,  # K and V of this (batch, head), their row strides
                     offs_m, offs_d,  # query positions, head-dimension offsets
-                    N_K, sm_scale, p_scale, KSINK,  # as in _attn_fwd
+                    N_K, sm_scale, p_scale, KSINK, tau, log2s, scale_ptr,  # as in _attn_fwd (scale_ptr: s_q, s_k, s_v)
                     HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
                     BLOCK_N: tl.constexpr,  # keys per KV block
                     REVERSE: tl.constexpr,  # visit KV blocks last to first
@@ -115,20 +131,25 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
                     MAN_BITS: tl.constexpr,  # FP8 format: stored mantissa bits
                     EMIN: tl.constexpr,  # FP8 format: exponent of the smallest normal
                     MAX_FINITE: tl.constexpr,  # FP8 format: saturation value
-                    ROWSUM_ROUNDED: tl.constexpr,  # l sums p_q / S instead of the unrounded p
+                    ROWSUM_ROUNDED: tl.constexpr,  # l sums p_q / S (exp2_offset: p_q) instead of the unrounded value
+                    EXP2_OFFSET: tl.constexpr,  # scale_mode="exp2_offset": x = exp2(s·LOG2E - (m·LOG2E - log2 S))
+                    LAZY: tl.constexpr,  # rescale_threshold > 0: the max moves only when (bm - m)·LOG2E > tau
+                    QK_QUANT: tl.constexpr, QK_MAN_BITS: tl.constexpr, QK_EMIN: tl.constexpr,  # K cast: on, format
+                    QK_MAX_FINITE: tl.constexpr,  # K cast format: saturation value
+                    V_QUANT: tl.constexpr, V_MAN_BITS: tl.constexpr, V_EMIN: tl.constexpr,  # V cast: on, format
+                    V_MAX_FINITE: tl.constexpr,  # V cast format: saturation value
                     ):
     """Walk every KV block for BLOCK_M query rows: contract steps 1-5 and the diagnostics.
     Returns the updated state (acc, l_i, m_i and the five diagnostic counts) in argument order."""
     n_blocks = tl.cdiv(N_K, BLOCK_N)
     for i in range(0, n_blocks):
-        if REVERSE:
-            blk = n_blocks - 1 - i
-        else:
-            blk = i
+        blk = n_blocks - 1 - i if REVERSE else i
         offs_n = blk * BLOCK_N + tl.arange(0, BLOCK_N)
         key_ok = offs_n < N_K
-        kT = tl.load(k_base + offs_n[None, :] * stride_kn + offs_d[:, None], mask=key_ok[None, :], other=0.0)
-        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        kT = _load_operand(k_base + offs_n[None, :] * stride_kn + offs_d[:, None], key_ok[None, :], scale_ptr + 1,
+                           QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
+        v = _load_operand(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok[:, None], scale_ptr + 2,
+                          V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE)
         # step 1: scores
         s = tl.dot(q, kT, input_precision="ieee") * sm_scale  # fp32 with exact products (no TF32)
         visible = key_ok[None, :]
@@ -136,26 +157,22 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
             visible = visible & (offs_n[None, :] <= offs_m[:, None])
         s = tl.where(visible, s, float("-inf"))
         # step 2: running max
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_new = new_max(m_i, tl.max(s, 1), tau, LAZY)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
+        p, alpha = exp_block(s, m_i, m_safe, log2s, EXP2_OFFSET)  # p: exp(s - m), or x under EXP2_OFFSET
         # step 3: cast
-        x = p * p_scale
-        if QUANT:
-            pq = fp8_round(x, MAN_BITS, EMIN, MAX_FINITE)
-        else:
-            pq = x
+        x = p if EXP2_OFFSET else p * p_scale
+        pq = fp8_round(x, MAN_BITS, EMIN, MAX_FINITE) if QUANT else x
         # step 4: row sum
         if ROWSUM_ROUNDED:
-            l_blk = tl.sum(pq, 1) / p_scale
+            l_blk = tl.sum(pq, 1) if EXP2_OFFSET else tl.sum(pq, 1) / p_scale
         else:
             l_blk = tl.sum(p, 1)
         l_i = l_i * alpha + l_blk
         # step 5: accumulate
         acc = acc * alpha[:, None] + tl.dot(pq, v, input_precision="ieee")
         m_i = m_new
-        # diagnostics
+        # diagnostics (on the unrounded value: p, or x under EXP2_OFFSET)
         n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink = _count_diagnostics(
             n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, p, x, pq, visible, offs_n, KSINK,
             QUANT, MAX_FINITE)
@@ -163,7 +180,22 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
 
 
 @triton.jit
+def _store_diagnostics(Diag, pid_bh, N_Q, offs_m, row_ok,
+                       n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink):
+    """One plane per name of kernels.contract.DIAGNOSTICS, in that order (not a contract step)."""
+    plane = tl.num_programs(1) * N_Q
+    dbase = Diag + pid_bh * N_Q + offs_m
+    tl.store(dbase, n_underflow, mask=row_ok)
+    tl.store(dbase + plane, n_underflow_sink, mask=row_ok)
+    tl.store(dbase + 2 * plane, n_saturated, mask=row_ok)
+    tl.store(dbase + 3 * plane, n_terms, mask=row_ok)
+    tl.store(dbase + 4 * plane, n_terms_sink, mask=row_ok)
+
+
+@triton.jit
 def _attn_fwd(Q, K, V, Out, Diag,
+              Sink,  # [B*H] float32 learned sink logits (read only when SINK_MODE > 0)
+              OpScale,  # [B*H, 3] float32 operand scales s_q, s_k, s_v (read only under QK_QUANT / V_QUANT)
               stride_qz, stride_qh, stride_qm,  # Q strides: batch, head, row (last dim contiguous)
               stride_kz, stride_kh, stride_kn,  # K strides
               stride_vz, stride_vh, stride_vn,  # V strides
@@ -172,16 +204,23 @@ def _attn_fwd(Q, K, V, Out, Diag,
               sm_scale,  # score scale, usually 1/sqrt(d)
               p_scale,  # S: P is multiplied by S before the FP8 cast
               KSINK,  # keys at positions < KSINK count as sinks in the diagnostics
+              tau,  # rescale_threshold (log2 units; LAZY only)
+              log2s,  # kernels.contract.log2_scale(S): the exp2 offset (EXP2_OFFSET only)
               HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
               BLOCK_M: tl.constexpr,  # query rows per program
               BLOCK_N: tl.constexpr,  # keys per KV block
               REVERSE: tl.constexpr,  # visit KV blocks last to first
               CAUSAL: tl.constexpr,  # top-left causal mask: key j visible to query i iff j <= i
               QUANT: tl.constexpr,  # round p*S to the FP8 grid (False: no rounding)
-              MAN_BITS: tl.constexpr,  # FP8 format: stored mantissa bits
-              EMIN: tl.constexpr,  # FP8 format: exponent of the smallest normal
-              MAX_FINITE: tl.constexpr,  # FP8 format: saturation value
-              ROWSUM_ROUNDED: tl.constexpr,  # l sums p_q / S instead of the unrounded p
+              MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_FINITE: tl.constexpr,  # FP8 format of P
+              ROWSUM_ROUNDED: tl.constexpr,  # l sums p_q / S (exp2_offset: p_q) instead of the unrounded value
+              EXP2_OFFSET: tl.constexpr,  # scale_mode="exp2_offset": S enters inside exp2; out = acc / l
+              LAZY: tl.constexpr,  # rescale_threshold > 0: lazy rescaling (the max may stay stale)
+              SINK_MODE: tl.constexpr,  # 0: no sink logit; 1: "init" (seeds m and l); 2: "final" (joins l at step 6)
+              QK_QUANT: tl.constexpr, QK_MAN_BITS: tl.constexpr, QK_EMIN: tl.constexpr,  # Q, K cast: on, format
+              QK_MAX_FINITE: tl.constexpr,  # Q, K cast format: saturation value
+              V_QUANT: tl.constexpr, V_MAN_BITS: tl.constexpr, V_EMIN: tl.constexpr,  # V cast: on, format
+              V_MAX_FINITE: tl.constexpr,  # V cast format: saturation value
               ):
     """One program computes BLOCK_M query rows of one (batch, head), walking all KV blocks.
     Diag is int32 [5, B*H, N_Q]: one plane per name of kernels.contract.DIAGNOSTICS, in that order."""
@@ -192,35 +231,26 @@ def _attn_fwd(Q, K, V, Out, Diag,
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     row_ok = offs_m < N_Q
-    q = tl.load(Q + z * stride_qz + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
-                mask=row_ok[:, None], other=0.0)
-
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
+    scale_ptr = OpScale + 3 * pid_bh  # s_q of this (batch, head); s_k and s_v follow it
+    q = _load_operand(Q + z * stride_qz + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
+                      row_ok[:, None], scale_ptr, QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
+    m_i, l_i = init_state(Sink + pid_bh, log2s, BLOCK_M, SINK_MODE, EXP2_OFFSET)
     acc = tl.zeros([BLOCK_M, HEAD_D], tl.float32)
-    n_underflow = tl.zeros([BLOCK_M], tl.int32)
-    n_underflow_sink = tl.zeros([BLOCK_M], tl.int32)
-    n_saturated = tl.zeros([BLOCK_M], tl.int32)
-    n_terms = tl.zeros([BLOCK_M], tl.int32)
-    n_terms_sink = tl.zeros([BLOCK_M], tl.int32)
+    zero = tl.zeros([BLOCK_M], tl.int32)  # each of the five diagnostic counts starts at 0
     acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink = _attn_fwd_inner(
-        acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, q,
+        acc, l_i, m_i, zero, zero, zero, zero, zero, q,
         K + z * stride_kz + h * stride_kh, V + z * stride_vz + h * stride_vh, stride_kn, stride_vn,
-        offs_m, offs_d, N_K, sm_scale, p_scale, KSINK,
-        HEAD_D, BLOCK_N, REVERSE, CAUSAL, QUANT, MAN_BITS, EMIN, MAX_FINITE, ROWSUM_ROUNDED)
+        offs_m, offs_d, N_K, sm_scale, p_scale, KSINK, tau, log2s, scale_ptr,
+        HEAD_D, BLOCK_N, REVERSE, CAUSAL, QUANT, MAN_BITS, EMIN, MAX_FINITE, ROWSUM_ROUNDED, EXP2_OFFSET, LAZY,
+        QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE, V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE)
 
     # step 6: normalise
-    out = acc / (l_i * p_scale)[:, None]
+    l_i = sink_final(l_i, m_i, Sink + pid_bh, log2s, SINK_MODE, EXP2_OFFSET)
+    out = acc / l_i[:, None] if EXP2_OFFSET else acc / (l_i * p_scale)[:, None]
     tl.store(Out + z * stride_oz + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :], out,
              mask=row_ok[:, None])
-    # diagnostics: one plane each, in the order of DIAGNOSTICS
-    plane = tl.num_programs(1) * N_Q
-    dbase = Diag + pid_bh * N_Q + offs_m
-    tl.store(dbase, n_underflow, mask=row_ok)
-    tl.store(dbase + plane, n_underflow_sink, mask=row_ok)
-    tl.store(dbase + 2 * plane, n_saturated, mask=row_ok)
-    tl.store(dbase + 3 * plane, n_terms, mask=row_ok)
-    tl.store(dbase + 4 * plane, n_terms_sink, mask=row_ok)
+    _store_diagnostics(Diag, pid_bh, N_Q, offs_m, row_ok,
+                       n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink)
 
 
 # ============================================================================= launchers
@@ -297,10 +327,15 @@ def triton_cdiv(a: int, b: int) -> int:
 
 
 def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | None, causal: bool,
-                     ksink: int, block_m: int, block_n: int, sm_scale: float, rowsum_rounded: bool):
+                     ksink: int, block_m: int, block_n: int, sm_scale: float, rowsum_rounded: bool,
+                     scale_mode: str = "multiply", rescale_threshold: float = 0.0, sink_logit=None,
+                     sink_mode: str = "final", qk_fmt: FP8Format | None = None, qk_scale="tensor",
+                     v_fmt: FP8Format | None = None, v_scale="tensor"):
     """Launch the attention kernel. Arguments are validated by :func:`kernels.attention`.
 
-    q [B,H,Nq,d], k and v [B,H,Nk,d]: float32, last dim contiguous, one device.
+    q [B,H,Nq,d], k and v [B,H,Nk,d]: float32, last dim contiguous, one device. ``sink_logit``:
+    None or float32 [B, H] on that device. The policy options are those of docs/interfaces.md
+    ("P policies of deployed kernels"); the operand scales are computed here, in float32.
     Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq])``.
     """
     B, H, Nq, d = q.shape
@@ -308,18 +343,27 @@ def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | N
     q, k, v = (t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q)
     diag = torch.zeros(len(DIAGNOSTICS), B * H, Nq, dtype=torch.int32, device=q.device)
+    op_scale = operand_scales(q, k, v, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale)
+    sink = (torch.zeros(1, dtype=torch.float32, device=q.device) if sink_logit is None
+            else sink_logit.to(torch.float32).expand(B, H).reshape(B * H).contiguous())  # [H] or [B, H]
+    exp2_offset = scale_mode == "exp2_offset"
     grid = (triton_cdiv(Nq, block_m), B * H)
-    f = fmt if fmt is not None else get_format("e4m3fn")  # format constants unused when QUANT=False
+    e4m3 = get_format("e4m3fn")  # format constants of a cast that is off (QUANT, QK_QUANT or V_QUANT False)
+    f, fqk, fv = (t if t is not None else e4m3 for t in (fmt, qk_fmt, v_fmt))
     _launch(
         _attn_fwd, grid, q.device,
-        q, k, v, out, diag,
+        q, k, v, out, diag, sink, op_scale,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        H, Nq, Nk, float(sm_scale), float(scale), int(ksink),
+        H, Nq, Nk, float(sm_scale), float(scale), int(ksink), float(rescale_threshold),
+        log2_scale(scale) if exp2_offset else 0.0,
         HEAD_D=d, BLOCK_M=block_m, BLOCK_N=block_n, REVERSE=reverse, CAUSAL=causal,
         QUANT=fmt is not None, MAN_BITS=f.man_bits, EMIN=f.emin, MAX_FINITE=f.max_finite,
-        ROWSUM_ROUNDED=rowsum_rounded,
+        ROWSUM_ROUNDED=rowsum_rounded, EXP2_OFFSET=exp2_offset, LAZY=rescale_threshold > 0,
+        SINK_MODE=SINK_MODE_CODE[None if sink_logit is None else sink_mode],
+        QK_QUANT=qk_fmt is not None, QK_MAN_BITS=fqk.man_bits, QK_EMIN=fqk.emin, QK_MAX_FINITE=fqk.max_finite,
+        V_QUANT=v_fmt is not None, V_MAN_BITS=fv.man_bits, V_EMIN=fv.emin, V_MAX_FINITE=fv.max_finite,
     )
     return out, {n: diag[i].to(torch.int64).view(B, H, Nq) for i, n in enumerate(DIAGNOSTICS)}

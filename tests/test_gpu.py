@@ -30,3 +30,14 @@ def test_dot_is_ieee_fp32_not_tf32():
     from kernels.cli.gpu_check import check_ieee_dot
 
     assert check_ieee_dot()["unrounded_vs_reference_rel"] <= 1e-5
+
+
+def test_compiled_kernel_policies_match_emulator():
+    """The P-policy options compiled (exp2 offset, lazy rescaling, sinks, FP8 operands): every
+    difference from the emulator explained, with the PTX ex2.approx bound for the compiled side."""
+    from kernels.cli.gpu_check import check_policies
+
+    rows, cast = check_policies()
+    assert rows and all(r["kernel_backend"] == "triton-compiled" for r in rows)
+    assert all(r["explained"] for r in rows), [(r["case"], r["why"]) for r in rows if not r["explained"]]
+    assert cast["operand_cast_vs_reference_rel"] <= 1e-5  # tl.div_rn: the host's cast, bit for bit

@@ -222,3 +222,32 @@ def test_apply_sink_value_errors():
         apply_sink(q, k.double(), v)
     with pytest.raises(ValueError, match="shapes"):
         apply_sink(q, k, v[..., :4, :])
+
+
+# ---------------------------------------------------------------------------------------------
+# learned sink logits
+
+
+def test_learned_sink_values_and_shape():
+    from kernels.sinks import learned_sink
+
+    t = learned_sink(8.5, batch=2, heads=3)
+    assert t.dtype == torch.float32 and t.shape == (2, 3) and t.device.type == "cpu"
+    assert torch.all(t == 8.5)
+    assert learned_sink(-3).shape == (1, 1) and float(learned_sink(0.1)[0, 0]) == float(np.float32(0.1))
+    # a logit, no key: it leaves the keys of make_inputs(ksink=0) as they are
+    q, k, v = make_inputs(0, n=64, ksink=0, delta=8.0)
+    q0, k0, v0 = make_base(0, n=64)
+    assert torch.equal(k, k0) and torch.equal(v, v0) and torch.equal(q, q0)
+
+
+@pytest.mark.parametrize("kwargs,argname", [
+    (dict(delta=math.nan), "delta"), (dict(delta=math.inf), "delta"), (dict(delta=1e39), "delta"),
+    (dict(delta="8"), "delta"), (dict(delta=True), "delta"), (dict(delta=1.0, batch=0), "batch"),
+    (dict(delta=1.0, heads=2.0), "heads"), (dict(delta=1.0, heads=True), "heads"),
+])
+def test_learned_sink_value_errors(kwargs, argname):
+    from kernels.sinks import learned_sink
+
+    with pytest.raises(ValueError, match=argname):
+        learned_sink(**kwargs)

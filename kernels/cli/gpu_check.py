@@ -60,7 +60,7 @@ def check_conversion():
 
 def check_kernel():
     from ..api import attention
-    from ..conformance import explain
+    from ..conformance import exp_rel_err_for, explain
     from ..sinks import make_inputs
 
     rows = []
@@ -76,7 +76,7 @@ def check_kernel():
                 b = attention(q, k, v, backend="emulator", **kw)
                 a_cpu = type(a)(**{f: (getattr(a, f).cpu() if f != "backend" else a.backend)
                                    for f in a.__dataclass_fields__})
-                rep = explain(a_cpu, b, q, k, v, **kw)
+                rep = explain(a_cpu, b, q, k, v, exp_rel_err=exp_rel_err_for(a.backend, scale=scale), **kw)
                 rows.append({"n": n, "d": d, **kw, "kernel_backend": a.backend, "seconds": dt,
                              **{x: rep[x] for x in ("max_rel_diff", "diag_equal", "mismatched_rows",
                                                     "fragile_elements", "explained", "why")}})
@@ -95,6 +95,50 @@ def check_ieee_dot():
     return {"unrounded_vs_reference_rel": float((out - ref).abs().max() / ref.abs().max())}
 
 
+# (name, keywords of kernels.attention beyond order/scale); "sink" asks for a learned sink logit of 6.
+POLICY_CASES = (
+    ("fa3-like", dict(scale_mode="exp2_offset", scale=256.0, order="reverse")),
+    ("fa4-like", dict(scale_mode="exp2_offset", rescale_threshold=8.0, scale=256.0, order="reverse")),
+    ("sage2-like", dict(scale_mode="exp2_offset", scale=448.0)),
+    ("lazy-multiply", dict(rescale_threshold=8.0, scale=256.0)),
+    ("vllm-init-sink", dict(sink="init", scale=1.0)),
+    ("final-sink", dict(sink="final", scale=256.0, order="reverse", scale_mode="exp2_offset")),
+    ("fp8-operands", dict(qk_fmt="e4m3fn", v_fmt="e4m3fn", scale=256.0, order="reverse")),
+)
+
+
+def check_policies(shapes=((200, 64), (1024, 128)), heads=2):
+    """Compiled kernel vs emulator on every case of POLICY_CASES, with and without causal (``compare``:
+    the kernel runs compiled when a GPU is present), and the in-kernel operand cast vs the reference."""
+    from ..api import attention
+    from ..conformance import compare
+    from ..conformance_model import cast_operand
+    from ..sinks import make_inputs
+
+    rows = []
+    for n, d in shapes:
+        q, k, v = make_inputs(n + d + 1, heads=heads, n=n, d=d, ksink=4, delta=8.0)
+        for name, case in POLICY_CASES:
+            kw = dict(case)
+            sink = kw.pop("sink", None)
+            if sink is not None:
+                kw.update(sink_logit=torch.full((heads,), 6.0), sink_mode=sink)
+            for causal in (False, True):
+                rep = compare(q, k, v, causal=causal, ksink=4, **kw)
+                rows.append({"case": name, "n": n, "d": d, "causal": causal, **{x: rep[x] for x in (
+                    "kernel_backend", "max_rel_diff", "diag_equal", "fragile_elements", "walk_fragile_rows",
+                    "explained", "why")}})
+                print(f"  {name} N={n} d={d} causal={causal}: explained={rep['explained']} "
+                      f"diag_equal={rep['diag_equal']} max_rel={rep['max_rel_diff']:.2e}", flush=True)
+    q, k, v = make_inputs(7, heads=heads, n=shapes[0][0], d=shapes[0][1], ksink=4, delta=8.0)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    out = attention(q.to(dev), k.to(dev), v.to(dev), fmt=None, qk_fmt="e4m3fn", v_fmt="e4m3fn",
+                    backend="triton").out.cpu().double()
+    ref = attention(*(cast_operand(t, "e4m3fn") for t in (q, k, v)), backend="reference").out
+    cast = {"operand_cast_vs_reference_rel": float((out - ref).abs().max() / ref.abs().max())}
+    return rows, cast
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="GPU conformance check")
     ap.add_argument("--json", default=None, help="also write the summary to this file")
@@ -110,9 +154,13 @@ def main(argv=None):
     rows = check_kernel()
     ieee = check_ieee_dot()
     print("ieee dot:", ieee)
+    policies, cast = check_policies()
+    print("operand cast:", cast)
     ok = (conv["sw_compiled_vs_cast_mismatches"] == 0 and conv["torch_quantize_vs_cast_mismatches"] == 0
-          and all(r["explained"] for r in rows) and ieee["unrounded_vs_reference_rel"] <= 1e-5)
+          and all(r["explained"] for r in rows) and ieee["unrounded_vs_reference_rel"] <= 1e-5
+          and all(r["explained"] for r in policies) and cast["operand_cast_vs_reference_rel"] <= 1e-5)
     summary = {"ok": ok, "device": torch.cuda.get_device_name(), "conversion": conv, "kernel": rows, "ieee": ieee,
+               "policies": policies, "operand_cast": cast,
                "hardware_conversion_identical": conv["hw_vs_cast_mismatches"] == 0}
     if args.json:
         with open(args.json, "w") as fh:
