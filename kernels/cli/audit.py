@@ -9,18 +9,30 @@ reference, the fraction of non-sink P that rounds to zero, the sink keys' own un
 the saturated count; ``--csv PATH`` writes the same table.
 
 ``--ksink`` says how many leading key positions are sinks (default 1: position 0).
+
+``--policy NAME`` (repeatable) adds a named policy of :data:`kernels.policies.POLICIES` (``fa3``,
+``fa4``, ``sage2``, ...) or one of your own from ``--policies FILE`` (YAML: name -> Policy keys,
+as config.yaml's ``policies:`` section; config.yaml itself works too). Each row then gets the
+audit's verdict lines: whether it collapses (non-sink underflow fraction above
+``--collapse-threshold``), whether it saturates, and, when the policy casts V, whether its P-cast
+error exceeds ``--floor-factor`` times the V-cast floor (the same call with ``fmt=None``).
+``--sink-logit X`` adds a learned sink logit X to every head (and to the reference).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 import sys
 
 from ..contract import COMBOS, combo_label
 
 COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
-           "underflow", "terms", "underflow_sink", "saturated")
+           "underflow", "terms", "underflow_sink", "saturated",
+           # named-policy options and the V-cast floor (today's rows carry the defaults)
+           "scale_mode", "rescale_threshold", "sink_mode", "qk_fmt", "v_fmt", "block_m", "terms_sink",
+           "underflow_sink_frac", "saturated_frac", "floor_mse", "floor_rel_mse")
 
 
 def load_tensors(path: str, names=("q", "k", "v")):
@@ -51,31 +63,110 @@ def load_tensors(path: str, names=("q", "k", "v")):
     return tuple(out)
 
 
+def load_policies(path: str) -> dict:
+    """A user's policies from a YAML file: name -> Policy keys, or a config.yaml with ``policies:``."""
+    import yaml
+
+    from ..policies import policies_from_config
+
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"policies file {path!r} does not exist") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"policies file {path!r} is not valid YAML: {e}") from None
+    if isinstance(data, dict) and "policies" in data:
+        data = data["policies"]  # config.yaml itself, or a file with a policies: section
+    elif isinstance(data, dict) and ("experiments" in data or "preset" in data):
+        data = {}  # a config.yaml without a policies: section
+    return policies_from_config(data)
+
+
+def _stats(r, ref, ref_power) -> dict:
+    """MSE and diagnostic counts of one result ``r`` against the float64 reference."""
+    mse = float(((r.out.double() - ref) ** 2).mean())
+    terms, terms_sink = int(r.terms.sum()), int(r.terms_sink.sum())
+    uf, uf_sink, sat = int(r.underflow.sum()), int(r.underflow_sink.sum()), int(r.saturated.sum())
+    return {"backend": r.backend, "mse": mse, "rel_mse": mse / ref_power if ref_power > 0 else float("nan"),
+            "underflow_frac": uf / terms if terms else 0.0, "underflow": uf, "terms": terms,
+            "underflow_sink": uf_sink, "terms_sink": terms_sink,
+            "underflow_sink_frac": uf_sink / terms_sink if terms_sink else 0.0, "saturated": sat,
+            "saturated_frac": sat / (terms + terms_sink) if terms + terms_sink else 0.0}
+
+
+def _run(name, kwargs, *, q, k, v, common, ref, ref_power):
+    """One row: ``kwargs`` (keywords of kernels.attention) run on q, k, v, measured; plus the
+    V-cast floor (the same call with fmt=None) when the policy casts V."""
+    from ..api import attention
+    from ..policies import Policy
+
+    full = {**Policy(name="defaults").attention_kwargs(), **kwargs}  # every column, defaults where not set
+    row = {"policy": name, **{c: full[c] for c in ("order", "scale", "block_n", "rowsum", "scale_mode",
+                                                 "rescale_threshold", "sink_mode", "block_m")},
+           "fmt": full["fmt"] if full["fmt"] is not None else "none",
+           "qk_fmt": full["qk_fmt"] or "none", "v_fmt": full["v_fmt"] or "none"}
+    row.update(_stats(attention(q, k, v, **common, **kwargs), ref, ref_power))
+    row["floor_mse"] = row["floor_rel_mse"] = None
+    if full["v_fmt"] is not None:
+        floor = attention(q, k, v, **common, **{**kwargs, "fmt": None})
+        row["floor_mse"] = float(((floor.out.double() - ref) ** 2).mean())
+        row["floor_rel_mse"] = row["floor_mse"] / ref_power if ref_power > 0 else float("nan")
+    return row
+
+
 def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded", causal=False,
-          ksink=1, backend="auto"):
-    """Rows (dicts) for your policy and the four reference combinations; see module docstring."""
+          ksink=1, backend="auto", policies=(), sink_logit=None):
+    """Rows (dicts) for your policy, the four reference combinations and each of ``policies``
+    (:class:`kernels.policies.Policy` objects); see module docstring.
+
+    ``sink_logit``: None, or one float logit given to every (batch, head), in the reference too.
+    """
     from ..api import attention
 
-    ref = attention(q, k, v, causal=causal, backend="reference").out
+    common = dict(causal=causal, ksink=ksink, backend=backend)
+    if sink_logit is None:
+        ref = attention(q, k, v, causal=causal, backend="reference").out
+    else:
+        import torch
+
+        from ..reference import reference_attention
+
+        common["sink_logit"] = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
+        ref = reference_attention(q, k, v, causal=causal, sink_logit=common["sink_logit"])
     ref_power = float((ref**2).mean())
-    policies = [("yours", order, float(scale), fmt, block_n, rowsum)]
-    policies += [(combo_label(o, s), o, s, "e4m3fn", block_n, "unrounded") for o, s in COMBOS]
-    rows = []
-    for name, o, s, f, bn, rs in policies:
-        r = attention(q, k, v, order=o, scale=s, fmt=f, causal=causal, ksink=ksink, block_n=bn, rowsum=rs,
-                      backend=backend)
-        mse = float(((r.out.double() - ref) ** 2).mean())
-        terms = int(r.terms.sum())
-        rows.append({"policy": name, "order": o, "scale": s, "fmt": f if f is not None else "none", "block_n": bn,
-                     "rowsum": rs, "backend": r.backend, "mse": mse,
-                     "rel_mse": mse / ref_power if ref_power > 0 else float("nan"),
-                     "underflow_frac": int(r.underflow.sum()) / terms if terms else 0.0,
-                     "underflow": int(r.underflow.sum()), "terms": terms,
-                     "underflow_sink": int(r.underflow_sink.sum()), "saturated": int(r.saturated.sum())})
-    return rows
+    runs = [("yours", dict(order=order, scale=float(scale), fmt=fmt, block_n=block_n, rowsum=rowsum))]
+    runs += [(combo_label(o, s), dict(order=o, scale=s, fmt="e4m3fn", block_n=block_n, rowsum="unrounded"))
+             for o, s in COMBOS]
+    runs += [(p.name, p.attention_kwargs()) for p in policies]
+    return [_run(name, kw, q=q, k=k, v=v, common=common, ref=ref, ref_power=ref_power) for name, kw in runs]
 
 
-def main(argv=None):
+def verdicts(row, *, collapse_threshold=0.5, floor_factor=2.0) -> list[str]:
+    """The audit's verdict lines for one row, in words."""
+    name, uf = row["policy"], row["underflow_frac"]
+    if uf > collapse_threshold:
+        lines = [f"{name}: COLLAPSES: {uf:.2%} of non-sink P rounds to zero (threshold {collapse_threshold:.0%})"]
+    else:
+        lines = [f"{name}: does not collapse: {uf:.2%} of non-sink P rounds to zero "
+                 f"(threshold {collapse_threshold:.0%})"]
+    if row["terms_sink"]:
+        lines.append(f"{name}: sink keys: {row['underflow_sink']} of {row['terms_sink']} sink P round to zero")
+    n = row["terms"] + row["terms_sink"]
+    if row["saturated"]:
+        lines.append(f"{name}: SATURATES: {row['saturated']} of {n} P entries ({row['saturated_frac']:.3%}) exceed "
+                     f"the format's max finite value and are clipped")
+    else:
+        lines.append(f"{name}: does not saturate: no P entry exceeds the format's max finite value")
+    if row["floor_mse"] is not None:
+        ratio = row["mse"] / row["floor_mse"] if row["floor_mse"] > 0 else math.inf
+        word = "EXCEEDS" if ratio > floor_factor else "is within"
+        lines.append(f"{name}: P-cast error {word} {floor_factor:g}x the V-cast floor: MSE {row['mse']:.4g} vs "
+                     f"{row['floor_mse']:.4g} with fmt=None ({ratio:.3g}x)")
+    return lines
+
+
+def _parser():
     ap = argparse.ArgumentParser(prog="pcast-audit", description=__doc__.splitlines()[0])
     ap.add_argument("inputs", help="safetensors file holding tensors q, k, v")
     ap.add_argument("--order", default="reverse", help="forward or reverse (default: reverse)")
@@ -87,19 +178,67 @@ def main(argv=None):
     ap.add_argument("--ksink", type=int, default=1, help="leading key positions that are sinks (default: 1)")
     ap.add_argument("--backend", default="auto", help="auto, triton, emulator (default: auto)")
     ap.add_argument("--csv", default=None, help="also write the table to this CSV file")
-    args = ap.parse_args(argv)
+    ap.add_argument("--policy", action="append", default=[], metavar="NAME",
+                    help="also run this named policy (repeatable): a preset of kernels.policies.POLICIES or "
+                         "one of --policies FILE")
+    ap.add_argument("--policies", default=None, metavar="FILE",
+                    help="YAML file of your own policies (name -> Policy keys, or a config.yaml with a "
+                         "policies: section); without --policy, every policy in it runs")
+    ap.add_argument("--sink-logit", type=float, default=None, metavar="X",
+                    help="a learned sink logit X for every head (no key, no value), also in the reference")
+    ap.add_argument("--collapse-threshold", type=float, default=0.5,
+                    help="a policy collapses when its non-sink underflow fraction exceeds this (default: 0.5)")
+    ap.add_argument("--floor-factor", type=float, default=2.0,
+                    help="the P-cast error exceeds the V-cast floor when its MSE is above this many times the "
+                         "floor's (default: 2)")
+    return ap
+
+
+def resolve_policies(names, policies_file=None) -> list:
+    """The Policy objects for ``names`` (presets or the file's), checked before any work."""
+    from ..policies import get_policy
+
+    extra = load_policies(policies_file) if policies_file else {}
+    if not names:
+        return list(extra.values())
+    return [get_policy(n, extra) for n in names]
+
+
+def _check_options(args):
+    if args.sink_logit is not None and not math.isfinite(args.sink_logit):
+        raise ValueError(f"--sink-logit={args.sink_logit!r} is not allowed; allowed: a finite number")
+    if not 0.0 <= args.collapse_threshold < 1.0:
+        raise ValueError(f"--collapse-threshold={args.collapse_threshold!r} is not allowed; allowed: 0 <= x < 1")
+    if not (math.isfinite(args.floor_factor) and args.floor_factor >= 1.0):
+        raise ValueError(f"--floor-factor={args.floor_factor!r} is not allowed; allowed: a finite number >= 1")
+
+
+def _print(rows, args):
+    print(f"{'policy':<18}{'backend':<20}{'MSE':>12}{'rel MSE':>12}{'underflow':>12}{'sink uf':>9}{'saturated':>11}"
+          f"{'sat frac':>11}")
+    for r in rows:
+        print(f"{r['policy']:<18}{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}"
+              f"{r['underflow_frac']:>12.4g}{r['underflow_sink']:>9d}{r['saturated']:>11d}{r['saturated_frac']:>11.4g}")
+    print(f"\nVerdicts (collapse: non-sink underflow fraction > {args.collapse_threshold:.0%}; V-cast floor, "
+          f"when a policy casts V: P-cast MSE > {args.floor_factor:g}x the same call with fmt=None):")
+    for r in rows:
+        for line in verdicts(r, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor):
+            print(f"  {line}")
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
     try:
+        _check_options(args)
+        policies = resolve_policies(args.policy, args.policies)  # bad names fail here, before any work
         q, k, v = load_tensors(args.inputs)
         rows = audit(q, k, v, order=args.order, scale=args.scale, fmt=None if args.fmt == "none" else args.fmt,
                      block_n=args.block_n, rowsum=args.rowsum, causal=args.causal, ksink=args.ksink,
-                     backend=args.backend)
+                     backend=args.backend, policies=policies, sink_logit=args.sink_logit)
     except ValueError as e:
         print(f"pcast-audit: error: {e}", file=sys.stderr)
         return 2
-    print(f"{'policy':<16}{'backend':<20}{'MSE':>12}{'rel MSE':>12}{'underflow':>12}{'sink uf':>9}{'saturated':>11}")
-    for r in rows:
-        print(f"{r['policy']:<16}{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}"
-              f"{r['underflow_frac']:>12.4g}{r['underflow_sink']:>9d}{r['saturated']:>11d}")
+    _print(rows, args)
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
