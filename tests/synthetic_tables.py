@@ -16,7 +16,7 @@ import pandas as pd
 import yaml
 
 from kernels import theory
-from kernels.contract import TIDY_COLUMNS, combo_label
+from kernels.contract import POLICY_TIDY_COLUMNS, TIDY_COLUMNS, combo_label
 
 ROOT = Path(__file__).resolve().parents[1]
 N, BLOCK, K = 256, 64, 4
@@ -126,3 +126,73 @@ def make_conformance(*, unexplained=0):
     for r in rows[:unexplained]:
         r.update(diag_equal=False, explained=False, mismatched_rows=1)
     return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- the policies experiment
+
+# Policies of the synthetic policies table, by their fields (independent of kernels.policies): two of
+# the paper's, a lazy-rescaling exp2_offset policy that saturates, and one that seeds the max with a
+# learned sink logit.
+POLICY_FIELDS = {
+    "forward-s1": {"order": "forward", "scale": 1.0, "scale_mode": "multiply", "rescale_threshold": 0.0,
+                   "sink_mode": "final"},
+    "forward-s256": {"order": "forward", "scale": 256.0, "scale_mode": "multiply", "rescale_threshold": 0.0,
+                     "sink_mode": "final"},
+    "lazy-s256": {"order": "reverse", "scale": 256.0, "scale_mode": "exp2_offset", "rescale_threshold": 8.0,
+                  "sink_mode": "final"},
+    "init-s1": {"order": "forward", "scale": 1.0, "scale_mode": "multiply", "rescale_threshold": 0.0,
+                "sink_mode": "init"},
+}
+PCAST_ERR, V_FLOOR, EXACT_FLOOR = 1e-5, 1e-3, 1e-12  # rel. MSE of the P cast alone, of FP8 V, of fp32
+
+
+def logistic(delta, dc, width):
+    """A rising underflow curve that crosses 1/2 at ``dc``."""
+    return 1.0 / (1.0 + np.exp(-(np.asarray(delta, dtype=float) - dc) / width))
+
+
+def _policy_row(seed, kind, delta, svs, variant, name, fields, *, frac, sat, rel, floor, n=N):
+    k = K if kind == "keys" else 0
+    terms, terms_sink = (n - k) * n, k * n
+    return {"experiment": "policies", "seed": seed, "n": n, "d": 64, "sink_kind": kind, "ksink": k,
+            "delta": float(delta), "sigma": 1.0, "sink_v_scale": float(svs), "variant": variant, "policy": name,
+            **fields, "fmt": "e4m3fn", "rowsum": "unrounded", "qk_fmt": "e4m3fn" if variant == "deployed" else "",
+            "v_fmt": "e4m3fn" if variant == "deployed" else "", "block_m": BLOCK, "block_n": BLOCK,
+            "causal": False, "backend": "emulator", "mse": rel, "rel_mse": rel, "max_abs_err": math.sqrt(rel),
+            "floor_mse": floor, "floor_rel_mse": floor, "underflow": int(round(frac * terms)), "terms": terms,
+            "underflow_frac": frac, "underflow_sink": 0, "terms_sink": terms_sink, "underflow_sink_frac": 0.0,
+            "saturated": int(round(sat * (terms + terms_sink))), "saturated_frac": sat}
+
+
+def make_policies(*, dcs, width=0.6, peak=1000.0, sat_level=0.01, sat_from=4.0, seeds=4, eps=0.02,
+                  deltas=tuple(np.arange(0.0, 16.01, 0.5)), policies=tuple(POLICY_FIELDS)):
+    """Policies tidy table (columns kernels.contract.POLICY_TIDY_COLUMNS) with known answers.
+
+    ``dcs[(policy, sink_kind)]``: the Δ where that curve's underflow fraction crosses 1/2 (a logistic
+    of ``width``); a missing key: no collapse (fraction 1e-4). Per seed s the fraction is moved by
+    ``±eps·f(1 - f)`` (sign alternating with s), so with an even number of seeds the seed mean is
+    exactly the logistic. The P-cast error is PCAST_ERR·(1 + (peak − 1)·f) on top of the floor
+    (V_FLOOR deployed, EXACT_FLOOR p_only); one factor per seed multiplies both, so the per-seed
+    ratio rel_mse / floor_rel_mse is the same for every seed. Policies with τ > 0 saturate a fraction
+    ``sat_level`` of their keys from Δ = ``sat_from`` on; the others never.
+    """
+    rng = np.random.default_rng(3)
+    seed_factor = rng.lognormal(0.0, 0.3, seeds)
+    rows = []
+    for kind, svs_values in (("keys", (0.0, 1.0)), ("logit", (0.0,))):
+        for name in policies:
+            fields = POLICY_FIELDS[name]
+            dc = dcs.get((name, kind))
+            f = logistic(deltas, dc, width) if dc is not None else np.full(len(deltas), 1e-4)
+            sat = np.where(np.asarray(deltas) >= sat_from, sat_level, 0.0) if fields["rescale_threshold"] > 0 \
+                else np.zeros(len(deltas))
+            for svs in svs_values:
+                for variant, floor in (("p_only", EXACT_FLOOR), ("deployed", V_FLOOR)):
+                    for i, delta in enumerate(deltas):
+                        pcast = PCAST_ERR * (1 + (peak - 1) * f[i])
+                        for seed in range(seeds):
+                            frac = f[i] + (-1) ** seed * eps * f[i] * (1 - f[i])
+                            c = seed_factor[seed]
+                            rows.append(_policy_row(seed, kind, delta, svs, variant, name, fields, frac=frac,
+                                                    sat=float(sat[i]), rel=c * (floor + pcast), floor=c * floor))
+    return pd.DataFrame(rows)[list(POLICY_TIDY_COLUMNS)]

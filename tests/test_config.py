@@ -175,6 +175,15 @@ BAD = {
     "unknown_preset": ({}, ["--config", "preset=huge"], ["preset", "default, paper, smoke"]),
     "preset_not_a_string": ({"preset": 3}, [], ["preset", "one of the keys of 'presets'"]),
     "missing_experiment": (None, [], ["experiments.threshold", "missing", "collapse, scales, threshold, conformance"]),
+    # the policies experiment (kernels.pipeline.policy_config, kernels.policies.policies_from_config)
+    "unknown_policy": ({"experiments": {"policies": {"policies": ["fa3", "fa5"]}}}, [],
+                       ["experiments.policies.policies[1]", "'fa5'", "fa4-s256"]),
+    "bad_user_policy_field": ({"policies": {"fa4-s256": {"rescale_threshold": -1}}}, [],
+                              ["policies.fa4-s256.rescale_threshold", ">= 0"]),
+    "unknown_variant": ({"experiments": {"policies": {"variants": {"fp8_all": {}}}}}, [],
+                        ["experiments.policies.variants", "p_only or deployed"]),
+    "unknown_sink_kind": ({"experiments": {"policies": {"sink_kinds": ["keys", "logits"]}}}, [],
+                          ["experiments.policies.sink_kinds[1]", "keys or logit"]),
 }
 
 

@@ -19,12 +19,13 @@ import synthetic_tables as data
 from kernels.analysis import plots as P
 from kernels.analysis import registry
 from kernels.analysis.paired import paired_tests
+from kernels.analysis.policies import policy_summary
 from kernels.analysis.registry import FIGURES, TABLES
 from kernels.analysis.summaries import (
     collapse_summary, knee_summary, scales_summary, threshold_summary, write_csv,
 )
 
-STATS_RULES = ["stats_collapse", "stats_paired", "stats_scales", "stats_threshold"]
+STATS_RULES = ["stats_collapse", "stats_paired", "stats_scales", "stats_threshold", "stats_policies"]
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,7 @@ def summaries(tmp_path_factory):
         "scales": scales_summary(data.make_scales(), n_resamples=200),
         "thresholds": threshold_summary(data.make_threshold(), n_resamples=200),
         "conformance": data.make_conformance(unexplained=1),
+        "policies": policy_summary(data.make_policies(dcs={("forward-s1", "keys"): 6.0}), n_resamples=200),
     }
     for name, df in tables.items():
         write_csv(df, out / f"{name}.csv")
@@ -62,6 +64,7 @@ RENDER = textwrap.dedent("""
         "fig_improvement": lambda: P.fig_improvement(t["paired"], t["scales"]),
         "fig_threshold": lambda: P.fig_threshold(t["thresholds"], t["knees"]),
         "fig_conformance": lambda: P.fig_conformance(t["conformance"]),
+        "fig_policies": lambda: P.fig_policies(t["policies"]),
     }
     for name, build in figs.items():
         fig, d = build()
@@ -142,8 +145,8 @@ def test_band_intervals():
 def test_the_registry_names_every_figure_and_table():
     """The outputs' names under figures/ are the paper's; the registry lists each once."""
     assert FIGURES == ("fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",
-                       "fig_conformance")
-    assert TABLES == ("table_paired_tests", "table_scales", "table_thresholds", "table_conformance")
+                       "fig_conformance", "fig_policies")
+    assert TABLES == ("table_paired_tests", "table_scales", "table_thresholds", "table_conformance", "table_policies")
 
 
 def test_every_registered_output_has_a_rule_a_script_and_a_caption():
@@ -178,7 +181,7 @@ def test_smoke_every_figure_and_table(smoke_run):
         assert "wrote" in (logs / f"{name}.log").read_text(), name
     verdict = json.loads((fig_dir / "claims.json").read_text())
     assert verdict["preset"] == "smoke"
-    assert set(verdict["claims"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "conformance"}
+    assert set(verdict["claims"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "audit", "conformance"}
     assert all(c["verdict"] in ("PASS", "PARTIAL", "FAIL", "INCONCLUSIVE") for c in verdict["claims"].values())
     assert "## C1:" in (fig_dir / "claims.md").read_text()
     assert "C1: " in (logs / "claims.log").read_text()

@@ -197,7 +197,8 @@ def test_changing_a_script_reruns_only_the_rules_that_use_it(smoke_run):
         os.utime(merge, ns=(old.st_atime_ns, old.st_mtime_ns))
     direct = {j["rule"] for j in listed if not j["reason"].startswith("Input files updated by another job")}
     assert direct - {"all"} == {"tidy_table"}, listed
-    assert {j["wildcards"]["experiment"] for j in listed if j["rule"] == "tidy_table"} == set(contract.EXPERIMENTS)
+    assert {j["wildcards"]["experiment"] for j in listed if j["rule"] == "tidy_table"} == \
+        set(contract.EXPERIMENTS) | {contract.POLICY_EXPERIMENT}
     assert not {"inputs", "sweep_shard", "conformance_shard"} & {j["rule"] for j in listed}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract import CONFORMANCE, SWEEP_EXPERIMENTS
+from ..contract import CONFORMANCE, POLICY_EXPERIMENT, SWEEP_EXPERIMENTS
 
 __all__ = ["Claim", "Output", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
            "EXPERIMENT_CATEGORY", "claim", "category"]
@@ -19,7 +19,7 @@ __all__ = ["Claim", "Output", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT
 
 @dataclass(frozen=True)
 class Claim:
-    id: str  # "C1" ... "C6", or "conformance" (the supporting check)
+    id: str  # "C1" ... "C6", "audit" (deployed policies), or "conformance" (the supporting check)
     statement: str  # the claim in the paper's words
     criterion_keys: tuple[str, ...]  # keys of claims.<id> in config.yaml that the verdict reads
     outputs: tuple[str, ...]  # figure and table targets that answer it (claims.md's evidence)
@@ -50,6 +50,11 @@ CLAIMS = (
           ("baseline", "fixes", "band", "far_above"), ("fig_mse", "fig_improvement", "table_paired_tests")),
     Claim("C6", "Paired tests show that both fixes saturate to the same precision floor when combined.",
           ("pairs", "alpha", "holm"), ("table_paired_tests", "fig_mse")),
+    Claim("audit", "Audit of deployed kernels' P policies: where each collapses (Δc measured against the theory "
+                   "of its options), where it saturates, and where its P-cast error exceeds the V-cast floor of FP8 "
+                   "operands.",
+          ("variant", "floor_variant", "max_abs_error", "saturation_threshold", "floor_factor"),
+          ("fig_policies", "table_policies")),
     Claim(CONFORMANCE, "Supporting check: the Triton kernel and the emulator agree, every difference "
                        "explained by FP8 rounding boundaries (the sweeps' numbers are the kernel's).",
           (), ("fig_conformance", "table_conformance")),
@@ -60,6 +65,7 @@ _SCALE = "C3 · S = 256"
 _THRESHOLD = "C4 · threshold Δc"
 _MSE = "C5 · MSE improvement"
 _CONFORMANCE = "Kernel conformance"
+_POLICIES = "Deployed policies"
 
 OUTPUTS = (
     Output("fig_theory_scale", "figure", _SCALE),
@@ -68,10 +74,12 @@ OUTPUTS = (
     Output("fig_improvement", "figure", _MSE),
     Output("fig_threshold", "figure", _THRESHOLD),
     Output("fig_conformance", "figure", _CONFORMANCE),
+    Output("fig_policies", "figure", _POLICIES),
     Output("table_paired_tests", "table", "C5, C6 · paired tests"),
     Output("table_scales", "table", _SCALE),
     Output("table_thresholds", "table", _THRESHOLD),
     Output("table_conformance", "table", _CONFORMANCE),
+    Output("table_policies", "table", _POLICIES),
     Output("claims", "verdict", "Claims verdict"),
 )
 FIGURES = tuple(o.name for o in OUTPUTS if o.kind == "figure")
@@ -79,7 +87,8 @@ TABLES = tuple(o.name for o in OUTPUTS if o.kind == "table")
 VERDICT = "claims"
 
 # The report category of each experiment's tidy table: next to the outputs built from it.
-EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE,), (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE)))
+EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIMENT),
+                               (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES)))
 
 
 def claim(claim_id: str) -> Claim:

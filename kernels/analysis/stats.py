@@ -9,7 +9,9 @@ Each rule of ``workflow/rules/statistics.smk`` calls one of these on its tidy ta
 * :func:`scales` (rule ``stats_scales``, tidy ``scales``): ``baseline``, ``seed_interval`` and
   the bootstrap keys;
 * :func:`threshold` (rule ``stats_threshold``, tidy ``threshold``): ``crossing_level`` and the
-  bootstrap keys.
+  bootstrap keys;
+* :func:`policies` (rule ``stats_policies``, tidy ``policies``): ``crossing_level`` and the
+  bootstrap keys (``confidence_level`` also sets the seed-mean CIs).
 
 The bootstrap keys are ``bootstrap_resamples``, ``confidence_level``, ``bootstrap_method`` and
 ``seed`` (:func:`bootstrap`). The statistics themselves live in :mod:`.paired` and
@@ -23,9 +25,13 @@ from collections.abc import Mapping
 import pandas as pd
 
 from .paired import paired_tests
+from .policies import policy_summary, require
 from .summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
 
-__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold"]
+__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "POLICY_KEYS"]
+
+# The keys of the statistics section that stats.policies reads.
+POLICY_KEYS = ("crossing_level", "bootstrap_resamples", "confidence_level", "bootstrap_method", "seed")
 
 
 def bootstrap(cfg: Mapping) -> dict:
@@ -59,3 +65,9 @@ def scales(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
 def threshold(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
     """Measured Δc (crossing of ``crossing_level``, bootstrap CI over seeds) vs predicted."""
     return threshold_summary(tidy, level=float(cfg["crossing_level"]), **bootstrap(cfg))
+
+
+def policies(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
+    """What each deployed P policy loses per Δ: seed means with CIs, MSE over the V-cast floor, Δc, theory."""
+    require(cfg, "statistics", POLICY_KEYS)
+    return policy_summary(tidy, crossing_level=float(cfg["crossing_level"]), **bootstrap(cfg))

@@ -9,7 +9,8 @@ its script is ``write(<builder>(...), **snakemake.output)``:
 * :func:`paired_tests` (T1, rule ``table_paired_tests``, the ``statistics:`` section);
 * :func:`scales` (T2, rule ``table_scales``);
 * :func:`thresholds` (T3, rule ``table_thresholds``, ``claims.C4``);
-* :func:`conformance` (T4, rule ``table_conformance``).
+* :func:`conformance` (T4, rule ``table_conformance``);
+* :func:`policies` (T5, rule ``table_policies``, ``claims.audit``'s variants).
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .policies import policy_peaks, require
 from .summaries import write_csv
 from .text import short, truthy
 
 __all__ = [
     "Table", "tex_escape", "to_booktabs", "to_markdown", "write_table", "write", "table_paired",
     "table_scales", "table_thresholds", "table_conformance", "paired_tests", "scales", "thresholds",
-    "conformance",
+    "conformance", "table_policies", "policies",
 ]
 
 _TEX = [("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"), ("_", r"\_"),
@@ -256,3 +258,66 @@ def table_conformance(conf: pd.DataFrame) -> pd.DataFrame:
 def conformance(conf: pd.DataFrame) -> Table:
     """T4: the conformance table aggregated over seeds (the CSV: every row)."""
     return Table(table_conformance(conf), conf, _CAPTIONS["T4"], "tab:conformance")
+
+
+# ----------------------------------------------------------------------------- T5
+
+
+def p_path(r) -> str:
+    """A policy's P path in a few words: order, S, scale mode, τ, sink mode, format."""
+    words = [str(r["order"]), f"S={float(r['scale']):g}"]
+    if r.get("scale_mode", "multiply") != "multiply":
+        words.append(str(r["scale_mode"]))
+    if float(r.get("rescale_threshold", 0.0)) > 0:
+        words.append(f"τ={float(r['rescale_threshold']):g}")
+    if r.get("sink_mode") == "init":
+        words.append("sink init")
+    if r.get("fmt", "e4m3fn") != "e4m3fn":
+        words.append(str(r["fmt"]))
+    return " ".join(words)
+
+
+def _dc_text(r, level: float) -> str:
+    if np.isfinite(r["dc_meas"]):
+        return _ci(r["dc_meas"], r["dc_lo"], r["dc_hi"], 4)
+    return "from the start" if r["underflow_at_start"] >= level else "never"
+
+
+def _at(v, d, digits: int = 3) -> str:
+    return f"{short(v, digits)} (Δ={short(d, 3)})" if np.isfinite(v) else "—"
+
+
+def table_policies(peaks: pd.DataFrame, level: float) -> pd.DataFrame:
+    """T5 display: one row per (sink, policy) of :func:`kernels.analysis.policies.policy_peaks`."""
+    t = peaks.sort_values(["sink_kind", "sink_v_scale", "policy"], kind="mergesort")
+    sink = [kind if kind == "logit" else f"{kind}, v={v:g}" for kind, v in zip(t["sink_kind"], t["sink_v_scale"])]
+    return pd.DataFrame({
+        "sink": sink, "policy": t["policy"], "P path": [p_path(r) for _, r in t.iterrows()],
+        "Δc measured [95% CI]": [_dc_text(r, level) for _, r in t.iterrows()],
+        "Δc predicted": [short(v, 4) if np.isfinite(v) else ("never" if m != "none" else "—")
+                         for v, m in zip(t["dc_pred"], t["pred_model"])],
+        "law": t["pred_model"],
+        "peak MSE / best policy": [_at(v, d) for v, d in zip(t["best_ratio"], t["best_delta"])],
+        "peak MSE / V floor [95% CI]": [f"{_ci(v, lo, hi)} (Δ={short(d, 3)})" if np.isfinite(v) else "—"
+                                        for v, lo, hi, d in zip(t["floor_ratio"], t["floor_ratio_lo"],
+                                                                t["floor_ratio_hi"], t["floor_delta"])],
+        "max saturated": [_at(v, d) if v != 0 else "0" for v, d in zip(t["saturated_max"], t["saturated_delta"])],
+    })
+
+
+def policies(summary: pd.DataFrame, stats_cfg: Mapping, audit_cfg: Mapping) -> Table:
+    """T5: per policy and sink, Δc, MSE peaks against the best policy and the V-cast floor, saturation;
+    the variants from ``claims.audit``, the levels from the ``statistics:`` section."""
+    require(stats_cfg, "statistics", ("crossing_level", "confidence_level"))
+    require(audit_cfg, "claims.audit", ("variant", "floor_variant"))
+    variant, floor_variant = audit_cfg["variant"], audit_cfg["floor_variant"]
+    level = float(stats_cfg["crossing_level"])
+    peaks = policy_peaks(summary, variant=variant, floor_variant=floor_variant)
+    caption = (f"T5. Deployed P policies ({variant} variant unless said): Δc where the seed-mean underflow "
+               f"fraction crosses {level:g} (bootstrap-over-seeds {stats_cfg['confidence_level']:g} CI; 'never': "
+               "not on the Δ grid) and the theory's (law: keys = kernels.theory exact, init = learned sink seeding "
+               "the max, no-sink = a learned sink joining the row sum only; 'eager bound' for τ > 0); the peak over "
+               "Δ of the median relative MSE over the best policy's at the same Δ; the peak of the median per-seed "
+               f"ratio relative MSE / V-cast floor in the {floor_variant} variant (FP8 Q, K, V; floor: the same call "
+               "with P unrounded), paired-bootstrap CI; the largest mean saturated fraction over Δ.")
+    return Table(table_policies(peaks, level), peaks, caption, "tab:policies")

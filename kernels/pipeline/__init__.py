@@ -16,6 +16,11 @@ module                  concern
 :mod:`.inputs`          the Δ-free base tensors of a shard in one safetensors file
                         (``write_inputs``, ``load_inputs``, ``base_tensors``).
 :mod:`.runs`            the shard jobs: ``run_sweep_shard``, ``run_conformance_shard``.
+:mod:`.policy_config`   the policies experiment's checks, specs and row count (torch-free):
+                        ``check_policies``, ``resolve_policies``, ``resolve_variants``,
+                        ``policy_shard_spec``, ``policy_expected_rows``; ``config`` dispatches here.
+:mod:`.policy_runs`     its shard job, ``run_policies_shard`` (each distinct call once, the
+                        V-cast floor once per stack and variant).
 :mod:`.tables`          fixed text form (``format_value``, ``%.10g``), CSV text and reading,
                         shard tables merged into sorted tidy tables (``merge_tidy``,
                         ``merge_timing``), the benchmark summary (``summarize_benchmarks``).

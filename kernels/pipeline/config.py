@@ -20,7 +20,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract import BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, HEAD_DIMS, is_allowed
+from ..contract import BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, HEAD_DIMS, POLICY_EXPERIMENT, is_allowed
+from . import policy_config
 
 __all__ = [
     "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "shard_seeds",
@@ -91,12 +92,20 @@ def check_config(config: Mapping) -> None:
         ConfigError: naming the key (``experiments.collapse.shapes[0].d``) and what is allowed.
     """
     exps = config["experiments"]
-    for name in EXPERIMENTS:
+    for name in EXPERIMENTS + (POLICY_EXPERIMENT,):
         if name not in exps:
             raise ConfigError(f"config key 'experiments.{name}' is missing; allowed: a section for each of "
-                              f"{', '.join(EXPERIMENTS)}")
+                              f"{', '.join(EXPERIMENTS + (POLICY_EXPERIMENT,))}")
     for name, exp in exps.items():
         key = f"experiments.{name}"
+        if name == POLICY_EXPERIMENT:
+            for field in ("delta", "sigma", "sink_v_scale"):
+                _check_grid(key, field, exp[field])
+            try:
+                policy_config.check_policies(exp, config.get("policies"))
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            continue
         _check_shapes(key, exp["shapes"])
         _check_ksink(key, exp)
         for field in ("delta", "sigma", "sink_v_scale", "scale"):
@@ -173,28 +182,38 @@ def n_shards(exp: Mapping) -> int:
     return len(shard_seeds(exp))
 
 
-def _shapes(exp: Mapping) -> list[dict]:
-    return [{k: int(s[k]) for k in ("n", "d", "block_m", "block_n")} for s in exp["shapes"]]
+def _shapes(exp: Mapping, keys=("n", "d", "block_m", "block_n")) -> list[dict]:
+    return [{k: int(s[k]) for k in keys} for s in exp["shapes"]]
 
 
 def _floats(values) -> list[float]:
     return [float(v) for v in (values if isinstance(values, list) else [values])]
 
 
-def shard_spec(name: str, exp: Mapping, shard: int) -> dict:
+def _shard_group(name: str, exp: Mapping, shard: int) -> list[int]:
+    groups = shard_seeds(exp)
+    if not 0 <= shard < len(groups):
+        raise ConfigError(f"experiment {name!r} has {len(groups)} shards; shard {shard} does not exist")
+    return groups[shard]
+
+
+def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None = None) -> dict:
     """Everything one shard job computes, explicit (Δ expanded): the job's ``params``.
 
     Snakemake's ``params`` rerun trigger compares this across runs, so a change to one experiment's
     grid reruns only that experiment's shards; adding seeds touches only the shards whose seed list
-    changed (so the number of shards is deliberately not part of it).
+    changed (so the number of shards is deliberately not part of it). ``policies`` is config.yaml's
+    top-level ``policies:`` section (the user's policies), read by the policies experiment only,
+    whose spec holds every listed policy's resolved keywords
+    (:func:`kernels.pipeline.policy_config.policy_shard_spec`).
     """
-    groups = shard_seeds(exp)
-    if not 0 <= shard < len(groups):
-        raise ConfigError(f"experiment {name!r} has {len(groups)} shards; shard {shard} does not exist")
+    seeds = _shard_group(name, exp, shard)
+    if name == POLICY_EXPERIMENT:
+        return _policy_spec(exp, shard, seeds, policies)
     spec = {
         "experiment": name,
         "shard": shard,
-        "seeds": groups[shard],
+        "seeds": seeds,
         "batch": int(exp.get("batch", 1)),
         "heads": int(exp.get("heads", 1)),
         "shapes": _shapes(exp),
@@ -214,8 +233,25 @@ def shard_spec(name: str, exp: Mapping, shard: int) -> dict:
     return spec
 
 
+def _policy_spec(exp: Mapping, shard: int, seeds: list[int], policies: Mapping | None) -> dict:
+    base = {"experiment": POLICY_EXPERIMENT, "shard": shard, "seeds": seeds, "batch": int(exp.get("batch", 1)),
+            "heads": int(exp.get("heads", 1)), "shapes": _shapes(exp, ("n", "d")),
+            "causal": [bool(c) for c in exp["causal"]], "delta": delta_values(exp["delta"]),
+            "sigma": _floats(exp["sigma"]), "sink_v_scale": _floats(exp["sink_v_scale"]),
+            "backend": exp.get("backend", "auto"), "max_batch_items": int(exp.get("max_batch_items", 64))}
+    try:
+        return policy_config.policy_shard_spec(exp, policies, base)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def inputs_spec(name: str, exp: Mapping, shard: int) -> dict:
     """The part of a shard's spec that decides its stored inputs (not Δ, ksink, sink_v_scale)."""
+    if name == POLICY_EXPERIMENT:
+        base = {"experiment": name, "shard": shard, "seeds": _shard_group(name, exp, shard),
+                "batch": int(exp.get("batch", 1)),
+                "heads": int(exp.get("heads", 1)), "shapes": _shapes(exp, ("n", "d")), "sigma": _floats(exp["sigma"])}
+        return policy_config.policy_inputs_spec(base)
     spec = shard_spec(name, exp, shard)
     nd = sorted({(s["n"], s["d"]) for s in spec["shapes"]})
     sig = spec["sigma"] if isinstance(spec["sigma"], list) else [spec["sigma"]]
@@ -225,6 +261,8 @@ def inputs_spec(name: str, exp: Mapping, shard: int) -> dict:
 
 def expected_rows(name: str, exp: Mapping) -> int:
     """Rows of the experiment's tidy table."""
+    if name == POLICY_EXPERIMENT:
+        return policy_config.policy_expected_rows(exp, len(delta_values(exp["delta"])))
     seeds = int(exp["seeds"])
     shapes, causal, combos = len(exp["shapes"]), len(exp["causal"]), len(exp["order"]) * len(exp["scale"])
     if name == CONFORMANCE:

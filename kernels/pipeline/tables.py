@@ -1,7 +1,7 @@
 """The pipeline's tables: fixed text form, shard tables merged into one sorted tidy table, timing.
 
 Column lists come from :mod:`kernels.contract` (``TIDY_COLUMNS``, ``CONFORMANCE_COLUMNS``,
-``TIMING_COLUMNS``). Values are formatted once, by the shard that computed them
+``POLICY_TIDY_COLUMNS``, ``TIMING_COLUMNS``). Values are formatted once, by the shard that computed them
 (:func:`format_value`: floats ``%.10g``); merging copies them as text, so a tidy table is
 byte-deterministic. Writes are atomic (:mod:`kernels.pipeline.files`).
 """
@@ -15,12 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..contract import (
-    CONFIG_COLUMNS, CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, TIDY_COLUMNS, TIMING_COLUMNS,
+    CONFIG_COLUMNS, CONFORMANCE, CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, POLICY_CONFIG_COLUMNS,
+    POLICY_EXPERIMENT, POLICY_TIDY_COLUMNS, TIDY_COLUMNS, TIMING_COLUMNS,
 )
 from .files import atomic_write_text
 
 __all__ = [
-    "format_value", "csv_text", "parse_value", "read_csv", "merge_tidy", "merge_timing",
+    "format_value", "csv_text", "parse_value", "read_csv", "tidy_layout", "merge_tidy", "merge_timing",
     "summarize_benchmarks",
 ]
 
@@ -29,7 +30,8 @@ _INT_COLUMNS = {"seed", "n", "d", "block_m", "block_n", "ksink", *DIAGNOSTICS, "
                 "fragile_elements", "shard", "runs"}
 _FLOAT_COLUMNS = {"delta", "sigma", "sink_v_scale", "scale", "mse", "rel_mse", "max_abs_err",
                   "underflow_frac", "underflow_sink_frac", "max_abs_diff", "max_rel_diff", "wall_s",
-                  "reference_s", "kernel_s"}
+                  "reference_s", "kernel_s", "rescale_threshold", "floor_mse", "floor_rel_mse",
+                  "saturated_frac"}
 _BOOL_COLUMNS = {"causal", "diag_equal", "explained"}
 
 
@@ -79,16 +81,25 @@ def read_csv(path: str | os.PathLike, columns: Sequence[str]) -> list[list[str]]
     return rows[1:]
 
 
+def tidy_layout(experiment: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(columns, sort key) of an experiment's tidy table: conformance and policies have their own."""
+    if experiment == CONFORMANCE:
+        return CONFORMANCE_COLUMNS, CONFORMANCE_KEY
+    if experiment == POLICY_EXPERIMENT:
+        return POLICY_TIDY_COLUMNS, POLICY_CONFIG_COLUMNS + ("seed",)
+    return TIDY_COLUMNS, CONFIG_COLUMNS + ("seed",)
+
+
 def merge_tidy(paths: Sequence[str | os.PathLike], out_csv: str | os.PathLike, *, conformance: bool = False,
-               expected: int | None = None) -> int:
+               expected: int | None = None, experiment: str | None = None) -> int:
     """Concatenate shard tables, sort them by configuration then seed, and write ``out_csv`` atomically.
 
-    Values are copied as text (they were formatted once, by the shard), so the table is
-    byte-deterministic. Raises on a wrong header, a duplicate (configuration, seed) or a row count
-    other than ``expected``.
+    ``experiment`` picks the columns and sort key (:func:`tidy_layout`; ``conformance=True`` is
+    ``experiment="conformance"``). Values are copied as text (they were formatted once, by the
+    shard), so the table is byte-deterministic. Raises on a wrong header, a duplicate
+    (configuration, seed) or a row count other than ``expected``.
     """
-    columns = CONFORMANCE_COLUMNS if conformance else TIDY_COLUMNS
-    key_cols = CONFORMANCE_KEY if conformance else CONFIG_COLUMNS + ("seed",)
+    columns, key_cols = tidy_layout(CONFORMANCE if conformance else experiment)
     idx = [columns.index(c) for c in key_cols]
     rows = [r for p in paths for r in read_csv(p, columns)]
     keyed = [(tuple(parse_value(columns[i], r[i]) for i in idx), r) for r in rows]

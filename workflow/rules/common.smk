@@ -4,14 +4,17 @@
 #   1. validate config.yaml (plus --config / --configfile overrides) against the JSON schema;
 #   2. merge presets[preset] over it (--config preset=smoke|default|paper), then the command-line
 #      overrides again (so --config/--configfile values beat the preset's), and validate again;
-#   3. the checks the schema cannot express (kernels.pipeline.config.check_config);
+#   3. the checks the schema cannot express (kernels.pipeline.config.check_config; the policies
+#      experiment's policy names, variants and the user's `policies:` section included);
 #   4. the statistics and claims sections against their schema.
 # Any failure raises WorkflowError naming the config key and what is allowed; nothing is written.
 #
 # Shared with every rules file -- EXPERIMENT_CFG (the config sections), SWEEPS, CONFORMANCE,
+# POLICY_EXPERIMENT, SHARD_EXPERIMENTS (the sweeps and policies, whose shards sweep_shard runs),
 # ALL_EXPERIMENTS (names from kernels.contract), STATS_CFG, CRITERIA; input functions shard_files(),
 # shard_spec, inputs_spec, expected_rows, gpu_resource, category, tidy_labels; paths TIDY,
-# TIDY_TABLES, TIMING_TABLES, STATS_DIR, ANALYSIS_LOGS, ANALYSIS_BENCH; outputs figure_outputs(),
+# POLICY_TIDY (results/tidy/policies.csv), TIDY_TABLES, TIMING_TABLES, STATS_DIR, ANALYSIS_LOGS,
+# ANALYSIS_BENCH; outputs figure_outputs(),
 # table_outputs(), verdict_outputs(), ANALYSIS_TARGETS (every figure, table and the verdict, from
 # the claims registry kernels.analysis.registry).
 
@@ -90,7 +93,9 @@ PRESET = config["preset"]
 EXPERIMENT_CFG = config["experiments"]
 SWEEPS = list(contract.SWEEP_EXPERIMENTS)
 CONFORMANCE = contract.CONFORMANCE
-ALL_EXPERIMENTS = list(contract.EXPERIMENTS)
+POLICY_EXPERIMENT = contract.POLICY_EXPERIMENT
+SHARD_EXPERIMENTS = SWEEPS + [POLICY_EXPERIMENT]
+ALL_EXPERIMENTS = list(contract.EXPERIMENTS) + [POLICY_EXPERIMENT]
 
 
 def shard_ids(experiment):
@@ -113,7 +118,10 @@ def shard_files(pattern):
 def shard_spec(wildcards):
     """The shard job's params: everything it computes, as canonical JSON (a params rerun trigger)."""
     spec = pconfig.shard_spec(
-        wildcards.experiment, EXPERIMENT_CFG[wildcards.experiment], int(wildcards.shard)
+        wildcards.experiment,
+        EXPERIMENT_CFG[wildcards.experiment],
+        int(wildcards.shard),
+        policies=config.get("policies"),
     )
     return pconfig.spec_json(spec)
 
@@ -152,6 +160,7 @@ def tidy_labels(wildcards):
 
 
 TIDY = "results/tidy/{}.csv"
+POLICY_TIDY = TIDY.format(POLICY_EXPERIMENT)
 TIDY_TABLES = expand("results/tidy/{experiment}.csv", experiment=ALL_EXPERIMENTS)
 TIMING_TABLES = expand("results/timing/{experiment}.csv", experiment=ALL_EXPERIMENTS)
 
@@ -220,7 +229,7 @@ ANALYSIS_TARGETS = (
 def backend_note():
     """A plain sentence on where the sweeps and the conformance kernel will run on this machine."""
     notes = []
-    for name in SWEEPS:
+    for name in SHARD_EXPERIMENTS:
         backend = EXPERIMENT_CFG[name].get("backend", "auto")
         if backend == "auto" and not pconfig.gpu_jobs(EXPERIMENT_CFG[name]):
             notes.append(f"{name}: backend auto -> EMULATOR (no CUDA GPU found)")

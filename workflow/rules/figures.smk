@@ -1,4 +1,4 @@
-# Step 5: the paper's figures F1-F6 (figures/fig_*.{pdf,png,csv}), one rule each, e.g.
+# Step 5: the paper's figures F1-F7 (figures/fig_*.{pdf,png,csv}), one rule each, e.g.
 # `snakemake --cores 2 fig_collapse`. Each script calls kernels.analysis.plots.fig_<name> on the
 # statistics it reads; the params are that function's keyword arguments, taken from config.yaml.
 
@@ -108,3 +108,21 @@ rule fig_conformance:
         "../envs/pcast-fp8.yaml"
     script:
         "../scripts/fig_conformance.py"
+
+
+rule fig_policies:
+    input:
+        policies=rules.stats_policies.output.summary,
+    output:
+        **figure_outputs("fig_policies"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_policies.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_policies.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        variant=CRITERIA["audit"]["variant"],
+        floor_variant=CRITERIA["audit"]["floor_variant"],
+    script:
+        "../scripts/fig_policies.py"

@@ -1,7 +1,8 @@
 # Step 4: paired statistics from the tidy tables (results/stats/), one rule per summary. Each
 # script calls one builder of kernels.analysis.stats with the `statistics:` section of config.yaml:
 # stats_collapse -> stats.collapse, stats_paired -> stats.paired, stats_scales -> stats.scales,
-# stats_threshold -> stats.threshold. Figures, tables and the verdict read these files.
+# stats_threshold -> stats.threshold, stats_policies -> stats.policies. Figures, tables and the
+# verdict read these files.
 
 
 rule stats_collapse:
@@ -71,3 +72,20 @@ rule stats_threshold:
         stats=STATS_CFG,
     script:
         "../scripts/stats_threshold.py"
+
+
+rule stats_policies:
+    input:
+        tidy=POLICY_TIDY,
+    output:
+        summary=f"{STATS_DIR}/policies.csv",
+    log:
+        f"{ANALYSIS_LOGS}/stats_policies.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/stats_policies.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS_CFG,
+    script:
+        "../scripts/stats_policies.py"

@@ -1,6 +1,8 @@
-# Step 2: the sweeps (collapse, scales, threshold) in shards of seeds (kernels.pipeline.runs), and
-# one tidy table per experiment, the conformance check's included (rule tidy_table, for every
-# experiment), with the shard timings kept apart in results/timing/ (kernels.pipeline.tables).
+# Step 2: the sweeps (collapse, scales, threshold) and the policies experiment in shards of seeds
+# (kernels.pipeline.runs, kernels.pipeline.policy_runs), and one tidy table per experiment, the
+# conformance check's included (rule tidy_table, for every experiment; policies.csv has its own
+# columns, kernels.contract.POLICY_TIDY_COLUMNS), with the shard timings kept apart in
+# results/timing/ (kernels.pipeline.tables).
 
 
 rule sweep_shard:
@@ -14,7 +16,7 @@ rule sweep_shard:
     benchmark:
         "results/benchmarks/sweeps/{experiment}/shard{shard}.tsv"
     wildcard_constraints:
-        experiment="|".join(SWEEPS),
+        experiment="|".join(SHARD_EXPERIMENTS),
         shard=r"\d{3}",
     conda:
         "../envs/pcast-fp8.yaml"

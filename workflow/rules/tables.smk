@@ -1,4 +1,4 @@
-# Step 6: the paper's tables T1-T4 (figures/table_*.{csv,tex,md}), one rule each. Each script
+# Step 6: the paper's tables T1-T5 (figures/table_*.{csv,tex,md}), one rule each. Each script
 # writes kernels.analysis.tables.<builder>(...) with tables.write: the CSV holds every number,
 # LaTeX (booktabs) and Markdown the display.
 
@@ -66,3 +66,21 @@ rule table_conformance:
         "../envs/pcast-fp8.yaml"
     script:
         "../scripts/table_conformance.py"
+
+
+rule table_policies:
+    input:
+        policies=rules.stats_policies.output.summary,
+    output:
+        **table_outputs("table_policies"),
+    log:
+        f"{ANALYSIS_LOGS}/table_policies.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_policies.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS_CFG,
+        audit=CRITERIA["audit"],
+    script:
+        "../scripts/table_policies.py"

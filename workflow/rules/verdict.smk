@@ -1,6 +1,7 @@
 # Step 7: the claims verdict, PASS / PARTIAL / FAIL / INCONCLUSIVE per claim with the numbers
 # behind it (figures/claims.md and claims.json), by kernels.analysis.verdicts.evaluate from the
-# statistics and the `claims:` section of config.yaml: `snakemake --cores 2 claims`.
+# statistics and the `claims:` section of config.yaml, the audit of deployed P policies included
+# (claims.audit): `snakemake --cores 2 claims`.
 
 
 rule claims:
@@ -11,6 +12,7 @@ rule claims:
         scales=rules.stats_scales.output.summary,
         thresholds=rules.stats_threshold.output.summary,
         conformance=TIDY.format("conformance"),
+        policies=rules.stats_policies.output.summary,
     output:
         **verdict_outputs(),
     log:

@@ -13,7 +13,7 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
         collapse=pd.read_csv(inp.collapse), paired=pd.read_csv(inp.paired),
         scales=pd.read_csv(inp.scales), thresholds=pd.read_csv(inp.thresholds),
         knees=pd.read_csv(inp.knees), conformance=pd.read_csv(inp.conformance),
-        claims_cfg=params.claims,
+        claims_cfg=params.claims, policies=pd.read_csv(inp.policies),
     )
     for key, r in result.items():
         log.info("%s: %s", key, r["verdict"])

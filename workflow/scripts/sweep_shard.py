@@ -1,13 +1,17 @@
-"""Rule sweep_shard: every run of one shard of a sweep (kernels.pipeline.runs.run_sweep_shard)."""
+"""Rule sweep_shard: every run of one shard of a sweep (kernels.pipeline.runs.run_sweep_shard) or of
+the policies experiment (kernels.pipeline.policy_runs.run_policies_shard)."""
 
 import json
 
+from kernels.contract import POLICY_EXPERIMENT
 from kernels.pipeline.config import n_shards
 from kernels.pipeline.logs import rule_log
+from kernels.pipeline.policy_runs import run_policies_shard
 from kernels.pipeline.runs import run_sweep_shard
 
 sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:
     spec = json.loads(sm.params.spec)
     shards = n_shards(sm.config["experiments"][spec["experiment"]])
-    run_sweep_shard(spec, sm.input[0], sm.output.rows, sm.output.timing, threads=sm.threads, n_shards=shards)
+    run = run_policies_shard if spec["experiment"] == POLICY_EXPERIMENT else run_sweep_shard
+    run(spec, sm.input[0], sm.output.rows, sm.output.timing, threads=sm.threads, n_shards=shards)

@@ -1,15 +1,14 @@
 """Rule tidy_table: the shard tables of one experiment -> one sorted tidy table, plus its timing.
 
-The conformance experiment has its own columns (kernels.contract.CONFORMANCE_COLUMNS).
+The conformance experiment has its own columns (kernels.contract.CONFORMANCE_COLUMNS), and so has
+the policies experiment (kernels.contract.POLICY_TIDY_COLUMNS).
 """
 
-from kernels.contract import CONFORMANCE
 from kernels.pipeline.logs import rule_log
 from kernels.pipeline.tables import merge_tidy, merge_timing
 
 sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:
-    conformance = sm.wildcards.experiment == CONFORMANCE
-    n = merge_tidy(sm.input.rows, sm.output.tidy, conformance=conformance, expected=sm.params.expected)
+    n = merge_tidy(sm.input.rows, sm.output.tidy, experiment=sm.wildcards.experiment, expected=sm.params.expected)
     merge_timing(sm.input.timing, sm.output.timing)
     log.info("%s: %d rows from %d shards", sm.output.tidy, n, len(sm.input.rows))

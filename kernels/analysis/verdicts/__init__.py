@@ -14,7 +14,8 @@ evaluate the criterion at all (e.g. a Δ grid too coarse to contain a crossing, 
 preset); it is never used to soften a claim that the data contradicts.
 
 One module per claim group: :mod:`.underflow` (C1, C2), :mod:`.scale` (C3), :mod:`.threshold`
-(C4), :mod:`.mse` (C5, C6), :mod:`.conformance`; here, all of them at once and their output.
+(C4), :mod:`.mse` (C5, C6), :mod:`.audit` (deployed P policies, from the policies experiment),
+:mod:`.conformance`; here, all of them at once and their output.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pandas as pd
 from ... import theory
 from .. import stats
 from ..text import intervals
+from .audit import AUDIT, claim_audit
 from .common import VERDICTS
 from .conformance import conformance_check
 from .mse import claim_c5, claim_c6
@@ -36,36 +38,41 @@ from .underflow import claim_c1, claim_c2
 
 __all__ = [
     "VERDICTS", "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6",
-    "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json", "intervals",
+    "claim_audit", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json", "intervals",
 ]
 
 
 def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFrame,
              thresholds: pd.DataFrame, knees: pd.DataFrame, conformance: pd.DataFrame | None,
-             claims_cfg: Mapping) -> dict:
-    """Every verdict from the summary tables (what the ``claims`` rule runs)."""
+             claims_cfg: Mapping, policies: pd.DataFrame | None = None) -> dict:
+    """Every verdict from the summary tables (what the ``claims`` rule runs); the audit of deployed
+    policies joins them when ``policies`` (the policies summary) is given."""
     fmt = str(collapse["fmt"].iloc[0]) if len(collapse) and "fmt" in collapse else "e4m3fn"
     k = int(collapse["ksink"].iloc[0]) if len(collapse) and "ksink" in collapse else 4
     onset = theory.critical_delta(float(claims_cfg["C3"]["scale"]), k=k, fmt=fmt)
-    return {
+    out = {
         "C1": claim_c1(collapse, claims_cfg["C1"]),
         "C2": claim_c2(collapse, claims_cfg["C2"]),
         "C3": claim_c3(scales, claims_cfg["C3"], fmt=fmt),
         "C4": claim_c4(thresholds, knees, claims_cfg["C4"]),
         "C5": claim_c5(paired, claims_cfg["C5"]),
         "C6": claim_c6(paired, claims_cfg["C6"], dc_onset=onset),
-        "conformance": conformance_check(conformance),
     }
+    if policies is not None:
+        out[AUDIT] = claim_audit(policies, claims_cfg[AUDIT])
+    out["conformance"] = conformance_check(conformance)
+    return out
 
 
 def evaluate_tidy(tidy: Mapping[str, pd.DataFrame], stats_cfg: Mapping, claims_cfg: Mapping) -> dict:
     """The whole chain in memory: tidy tables -> summaries (the statistics rules' builders) ->
-    verdicts. Used by the tests."""
+    verdicts (the audit too when ``tidy`` has ``policies``). Used by the tests."""
     paired, knees = stats.paired(tidy["collapse"], stats_cfg)
+    policies = stats.policies(tidy["policies"], stats_cfg) if "policies" in tidy else None
     return evaluate(collapse=stats.collapse(tidy["collapse"], stats_cfg), paired=paired,
                     scales=stats.scales(tidy["scales"], stats_cfg),
                     thresholds=stats.threshold(tidy["threshold"], stats_cfg), knees=knees,
-                    conformance=tidy.get("conformance"), claims_cfg=claims_cfg)
+                    conformance=tidy.get("conformance"), claims_cfg=claims_cfg, policies=policies)
 
 
 def to_json(result: Mapping) -> str:
