@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ from .contract import (BACKENDS, BLOCK_SIZES, HEAD_DIMS, OPERAND_SCALES, ORDERS,
                        is_allowed)
 from .formats import FORMATS, FP8Format, get_format
 
-__all__ = ["attention", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS", "resolve_backend", "fp8_gpu_available"]
+__all__ = ["attention", "attention_values", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS", "resolve_backend", "fp8_gpu_available"]
 
 
 @dataclass
@@ -227,22 +228,72 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
 
     Returns :class:`AttentionResult` on the inputs' device. Raises ValueError naming a bad argument.
     """
-    args = locals()
-    o = _resolve({n: args[n] for n in _D}, policy)
-    _check(q, k, v, causal=causal, ksink=ksink, sm_scale=sm_scale, backend=backend, sink_logit=sink_logit, **o)
+    return _run(q, k, (v,), locals())[0]
+
+
+def attention_values(q: torch.Tensor, k: torch.Tensor, values, **kwargs) -> list[AttentionResult]:
+    """:func:`attention` of q and k against each value tensor of ``values``, sharing the P path.
+
+    P and every diagnostic depend on q and k only. The emulator therefore runs steps 1-4 once and
+    steps 5-6 once per value tensor (each cast by ``v_fmt`` on its own); the other backends call
+    :func:`attention` once per value tensor. Either way result i is bit-identical to
+    ``attention(q, k, values[i], **kwargs)``.
+
+    Args:
+        q, k: as :func:`attention`. values: a non-empty list or tuple of float32 tensors, each of k's
+            shape [B, H, Nk, d] and on q's device. kwargs: any keywords of :func:`attention`.
+
+    Returns one :class:`AttentionResult` per value tensor (each with its own diagnostic tensors).
+    Raises ValueError naming a bad argument, before any work.
+    """
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"values must be a non-empty list or tuple of tensors, got {type(values).__name__}"
+                         + (" (empty)" if isinstance(values, (list, tuple)) else ""))
+    try:
+        bound = inspect.signature(attention).bind(q, k, values[0], **kwargs)
+    except TypeError as e:
+        raise ValueError(f"attention_values: {e}; allowed keywords: those of kernels.attention") from None
+    bound.apply_defaults()
+    return _run(q, k, tuple(values), bound.arguments)
+
+
+def _check_values(values) -> None:
+    """values[1:] against values[0] (which :func:`_check` has checked as ``v``)."""
+    v0 = values[0]
+    for i, t in enumerate(values[1:], start=1):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.shape != v0.shape or t.device != v0.device:
+            what = f"{t.dtype} {tuple(t.shape)} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"values[{i}] ({what}) is not allowed; allowed: a float32 tensor of values[0]'s shape "
+                             f"{tuple(v0.shape)} on {v0.device}")
+        if t.numel() and not (math.isfinite(float(t.amax())) and math.isfinite(float(t.amin()))):
+            raise ValueError(f"values[{i}] contains NaN or inf; inputs must be finite")
+
+
+def _run(q, k, values: tuple, args: dict) -> list[AttentionResult]:
+    """Check, resolve the policy and run one backend on every value tensor (``args``: attention's arguments)."""
+    o = _resolve({n: args[n] for n in _D}, args["policy"])
+    causal, ksink, sm_scale, backend, sink_logit = (args[n] for n in ("causal", "ksink", "sm_scale", "backend",
+                                                                      "sink_logit"))
+    _check(q, k, values[0], causal=causal, ksink=ksink, sm_scale=sm_scale, backend=backend, sink_logit=sink_logit,
+           **o)
+    _check_values(values)
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     sink = None if sink_logit is None else sink_logit.expand(q.shape[:2]).to(torch.float32).contiguous()
     ran = resolve_backend(backend, q.device)
     if ran == "reference":
-        return _reference_result(q, k, v, causal, ksink, sm, sink)
+        return [_reference_result(q, k, v, causal, ksink, sm, sink) for v in values]
     kw = _backend_kwargs(o, causal=causal, ksink=ksink, sm_scale=sm, sink_logit=sink)
     if ran == "emulator":
         from .emulator import emulate_attention
 
-        out, diag = emulate_attention(q, k, v, **kw)
-    else:
-        out, diag = _run_triton(q, k, v, compiled=ran == "triton-compiled", block_m=o["block_m"], **kw)
-    return AttentionResult(out=out, backend=ran, **diag)
+        outs, diag = emulate_attention(q, k, values, **kw)
+        return [AttentionResult(out=out, backend=ran, **({n: t.clone() for n, t in diag.items()} if i else diag))
+                for i, out in enumerate(outs)]
+    results = []
+    for v in values:
+        out, diag = _run_triton(q, k, v, compiled=ran == "triton-compiled", block_m=o["block_m"], **dict(kw))
+        results.append(AttentionResult(out=out, backend=ran, **diag))
+    return results
 
 
 def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:

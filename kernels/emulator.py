@@ -89,7 +89,7 @@ class _Call:
 
     qs: torch.Tensor  # [G, Nq, d] queries, already times sm_scale when that is exact (sm_pow2)
     kT: torch.Tensor  # [G, d, Np] keys, zero-padded to whole blocks, transposed
-    vf: torch.Tensor  # [G, Np, d] values, zero-padded to whole blocks
+    vf: tuple  # ([G, Np, d], ...) one per value tensor, each zero-padded to whole blocks
     visible: torch.Tensor | None  # [Nq, Np] visible keys (causal mask, padding), None: all visible
     nblk: int  # KV blocks
     block_n: int  # keys per KV block
@@ -117,16 +117,16 @@ def _layout(q, k, v, *, reverse, scale, fmt, causal, ksink, block_n, sm_scale, r
     G = B * H
     if qk_fmt is not None:
         q, k = operand_cast(q, qk_fmt, qk_scale), operand_cast(k, qk_fmt, qk_scale)
-    if v_fmt is not None:
-        v = operand_cast(v, v_fmt, v_scale)
+    if v_fmt is not None:  # each value tensor is cast on its own, as a call of its own would
+        v = tuple(operand_cast(vi, v_fmt, v_scale) for vi in v)
     qf = q.reshape(G, Nq, d)
     kf = k.reshape(G, Nk, d)
-    vf = v.reshape(G, Nk, d)
+    vf = tuple(vi.reshape(G, Nk, d) for vi in v)
     nblk = -(-Nk // block_n)
     pad = nblk * block_n - Nk
     if pad:
         kf = torch.nn.functional.pad(kf, (0, 0, 0, pad))
-        vf = torch.nn.functional.pad(vf, (0, 0, 0, pad))
+        vf = tuple(torch.nn.functional.pad(vi, (0, 0, 0, pad)) for vi in vf)
     visible = None
     if causal or pad:
         visible = torch.zeros(Nq, nblk * block_n, dtype=torch.bool, device=q.device)
@@ -147,8 +147,9 @@ def _layout(q, k, v, *, reverse, scale, fmt, causal, ksink, block_n, sm_scale, r
                  cummax=rescale_threshold == 0 and not sink_init)
 
 
-def _rows(c: _Call, g: int, r0: int, r1: int, out: torch.Tensor, diag: dict) -> None:
-    """Steps 1-6 of the contract for query rows r0:r1 of head g; writes out[g, r0:r1] and the diagnostics."""
+def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diag: dict) -> None:
+    """Steps 1-6 of the contract for query rows r0:r1 of head g; writes each out[g, r0:r1] of ``outs`` (one
+    per value tensor: steps 1-4 do not depend on V, steps 5-6 run once per value tensor) and the diagnostics."""
     nr = r1 - r0
     Np = c.nblk * c.block_n
     # step 1: scores
@@ -176,9 +177,10 @@ def _rows(c: _Call, g: int, r0: int, r1: int, out: torch.Tensor, diag: dict) -> 
     pos_ns = sgn[:, c.ks:].sum(-1)
     # step 3: cast
     x = u if c.exp2 else u.mul_(c.scale)  # x = p*S, in place
-    if c.check_saturation:
-        diag["saturated"][g, r0:r1] = (x > c.fmt.max_finite).sum(-1)  # diagnostics
-    pq = x if c.fmt is None else quantize_fast(x, c.fmt, saturate=c.check_saturation, out=x)
+    saturate = c.check_saturation and bool(x.amax() > c.fmt.max_finite)  # one cheap reduction
+    if saturate:  # diagnostics; a float sign sum, which torch does far faster than a bool sum
+        diag["saturated"][g, r0:r1] = torch.sign(x - c.fmt.max_finite).clamp_min_(0).sum(-1).to(torch.int64)
+    pq = x if c.fmt is None else quantize_fast(x, c.fmt, saturate=saturate, out=x)
     # diagnostics: p_q > 0 implies u > 0, so underflows are #(u > 0) - #(p_q > 0).
     torch.sign(pq, out=sgn)
     diag["terms"][g, r0:r1] = pos_ns.to(torch.int64)
@@ -198,11 +200,12 @@ def _rows(c: _Call, g: int, r0: int, r1: int, out: torch.Tensor, diag: dict) -> 
         l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
     # step 5: accumulate
     pq.view(nr, c.nblk, c.block_n).mul_(w[..., None])  # the same weights, then one matmul for all of P_q V
-    acc = torch.matmul(pq, c.vf[g])
+    accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
     # step 6: normalise
     if c.sink is not None and not c.sink_init:
         l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
-    out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * c.scale)[:, None]
+    for out, acc in zip(outs, accs):
+        out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * c.scale)[:, None]
 
 
 def _unrounded(c: _Call, sb: torch.Tensor, m_safe: torch.Tensor) -> torch.Tensor:
@@ -238,19 +241,22 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
     """Emulate the kernel contract. Arguments are already validated by :func:`kernels.attention`.
 
     Shapes: q [B, H, Nq, d], k and v [B, H, Nk, d], all float32 on one device; ``sink_logit`` float32
-    [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``.
+    [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``. ``v`` may also
+    be a tuple of such tensors (value sets sharing q and k): ``out`` is then a tuple, one per value
+    tensor, each bit-identical to a call with that tensor alone (:func:`kernels.api.attention_values`).
     """
     B, H, Nq, d = q.shape
-    c = _layout(q, k, v, reverse=reverse, scale=scale, fmt=fmt, causal=causal, ksink=ksink, block_n=block_n,
+    several = isinstance(v, tuple)
+    c = _layout(q, k, v if several else (v,), reverse=reverse, scale=scale, fmt=fmt, causal=causal, ksink=ksink, block_n=block_n,
                 sm_scale=sm_scale, rowsum_rounded=rowsum_rounded, scale_mode=scale_mode,
                 rescale_threshold=rescale_threshold, sink_logit=sink_logit, sink_mode=sink_mode, qk_fmt=qk_fmt,
                 qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale)
     G = B * H
-    out = torch.empty(G, Nq, d, dtype=torch.float32, device=q.device)
+    outs = tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=q.device) for _ in c.vf)
     diag = {n: torch.zeros(G, Nq, dtype=torch.int64, device=q.device) for n in DIAGNOSTICS}
     rows = max(1, _CHUNK_ELEMS // (c.nblk * c.block_n))
     for g in range(G):
         for r0 in range(0, Nq, rows):
-            _rows(c, g, r0, min(Nq, r0 + rows), out, diag)
-    out = out.view(B, H, Nq, d)
-    return out, {n: t.view(B, H, Nq) for n, t in diag.items()}
+            _rows(c, g, r0, min(Nq, r0 + rows), outs, diag)
+    outs = tuple(out.view(B, H, Nq, d) for out in outs)
+    return outs if several else outs[0], {n: t.view(B, H, Nq) for n, t in diag.items()}

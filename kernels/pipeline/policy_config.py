@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from ..contract import HEAD_DIMS, POLICY_EXPERIMENT, SINK_KINDS, VARIANTS, is_allowed
 
 __all__ = ["OPERAND_KEYS", "resolve_variants", "resolve_policies", "check_policies", "policy_shard_spec",
-           "policy_inputs_spec", "policy_expected_rows", "sink_items"]
+           "policy_inputs_spec", "policy_expected_rows"]
 
 KEY = f"experiments.{POLICY_EXPERIMENT}"
 OPERAND_KEYS = ("qk_fmt", "qk_scale", "v_fmt", "v_scale")  # what a variant sets
@@ -127,13 +127,6 @@ def check_policies(exp: Mapping, user_policies: Mapping | None = None) -> None:
                 raise _Error(f"config key '{KEY}.ksink': {exp['ksink']} is not allowed with policy {name!r} "
                              f"(block_n = {kw['block_n']}); allowed: ksink <= block_n of every policy (every "
                              "sink in KV block 0, as the theory assumes)")
-
-
-def sink_items(spec: Mapping, kind: str) -> list[tuple[float, float]]:
-    """The (sink_v_scale, Δ) items of one sink kind: every pair for ``keys``; (0, Δ) for ``logit``."""
-    if kind == "keys":
-        return [(svs, dl) for svs in spec["sink_v_scale"] for dl in spec["delta"]]
-    return [(0.0, dl) for dl in spec["delta"]]
 
 
 def policy_shard_spec(exp: Mapping, user_policies: Mapping | None, base: dict) -> dict:

@@ -1,14 +1,16 @@
 """The policies experiment's shard job: every named P policy on the stored sink inputs of a shard.
 
-For every seed, shape, sigma, causal flag and sink kind, the shard stacks the kind's items along
-the batch dimension (``keys``: every (sink_v_scale, Δ) of ``ksink`` sink keys at Δ; ``logit``:
-every Δ as a learned sink logit, :func:`kernels.sinks.learned_sink`, with no sink key) and then:
+For every seed, shape, sigma, causal flag and sink kind, the shard stacks the kind's Δ values along
+the batch dimension (``keys``: ``ksink`` sink keys at Δ, one value tensor per sink_v_scale sharing
+q and k; ``logit``: every Δ as a learned sink logit, :func:`kernels.sinks.learned_sink`, with no
+sink key) and then:
 
-* computes the float64 reference once per stack (:func:`kernels.reference.reference_attention`,
+* computes the float64 reference once per stack and value tensor (:func:`kernels.reference.reference_attention`,
   the learned sink logit included). Operand casts do not enter it: it is the truth of the
   unquantized inputs, so a deployed variant's error includes what its FP8 operands cost;
 * runs every DISTINCT attention call once (:func:`call_key`): policies whose keywords agree, or
-  differ only where the contract makes them irrelevant, share one call and get one row each;
+  differ only where the contract makes them irrelevant, share one call and get one row each; a
+  call is one :func:`kernels.attention_values` over the stack's value tensors (P once for all);
 * runs the V-cast floor once per stack and variant (:func:`floor_kwargs`): P unrounded
   (``fmt=None``) with the variant's operand casts. Without a P cast every policy computes the
   same softmax; its order, S, scale mode, τ, sink mode and blocks change only fp32 rounding, so
@@ -33,8 +35,7 @@ from dataclasses import dataclass
 from ..contract import DIAGNOSTICS, POLICY_CONFIG_COLUMNS, POLICY_TIDY_COLUMNS
 from .inputs import base_tensors, load_inputs
 from .logs import progress
-from .policy_config import sink_items
-from .runs import _device, _of, _Tally, _write_shard
+from .runs import _device, _of, _Tally, _write_shard, delta_chunks, value_stack
 
 __all__ = ["run_policies_shard", "call_kwargs", "call_key", "floor_kwargs", "FLOOR_PATH"]
 
@@ -92,33 +93,34 @@ def call_key(kwargs: Mapping, *, logit: bool) -> tuple:
 
 @dataclass
 class _Stack:
-    """One stacked batch: the items of a sink kind on one stored base, and its reference."""
+    """One stacked batch: the Δ of a sink kind on one stored base (one value tensor per
+    sink_v_scale, sharing q and k), and the reference of each value tensor."""
 
     q: object
     k: object
-    v: object
+    values: list  # one stacked v per sink_v_scale of svs
     sink_logit: object  # float32 [L·B, H] or None
-    items: list  # [(sink_v_scale, Δ)]
-    ref: object  # float64, the stacked reference
-    ref_sq: object  # mean square of the reference per item
+    svs: list  # the sink_v_scale of each value tensor
+    deltas: list  # the Δ of each stacked item
+    refs: list  # float64, the stacked reference of each value tensor
+    ref_sqs: list  # mean square of each reference per item
     meta: dict  # the row fields the stack fixes
 
 
-def _stack(tensors, spec: Mapping, seed: int, shape: Mapping, sigma: float, kind: str, items, device):
-    """q, k, v (and the learned sink logits) of ``items`` of one stored base, stacked along batch."""
+def _stack(tensors, spec: Mapping, seed: int, shape: Mapping, sigma: float, kind: str, svs_list, deltas, device):
+    """q, k (and the learned sink logits) of ``deltas`` of one stored base, stacked along batch, and
+    one stacked v per sink_v_scale (:func:`kernels.pipeline.runs.value_stack`)."""
     import torch
 
-    from ..sinks import apply_sink, learned_sink
+    from ..sinks import learned_sink
 
     base = base_tensors(tensors, seed, shape["n"], shape["d"], sigma)
-    if kind == "keys":
-        parts = [apply_sink(*base, ksink=spec["ksink"], delta=dl, sink_v_scale=svs) for svs, dl in items]
-        sink = None
-    else:
-        parts = [base] * len(items)
-        sink = torch.cat([learned_sink(dl, batch=spec["batch"], heads=spec["heads"]) for _, dl in items]).to(device)
-    q, k, v = (torch.cat([p[j] for p in parts]).to(device) for j in range(3))
-    return q, k, v, sink
+    ksink = spec["ksink"] if kind == "keys" else 0
+    q, k, values = value_stack(base, ksink, deltas, svs_list, device)
+    sink = None
+    if kind == "logit":
+        sink = torch.cat([learned_sink(dl, batch=spec["batch"], heads=spec["heads"]) for dl in deltas]).to(device)
+    return q, k, values, sink
 
 
 def _reference(q, k, v, sink, *, causal: bool, budget: int = 1 << 20):
@@ -134,37 +136,40 @@ def _reference(q, k, v, sink, *, causal: bool, budget: int = 1 << 20):
     return torch.cat(parts, 0)
 
 
-def _measure(tally: _Tally, st: _Stack, kwargs: Mapping) -> dict:
-    """One attention call on the stack: per-item error against the reference and summed diagnostics."""
+def _measure(tally: _Tally, st: _Stack, kwargs: Mapping) -> list[dict]:
+    """One :func:`kernels.attention_values` call on the stack: per value tensor, the per-item error
+    against its reference and the summed diagnostics."""
     import torch
 
-    from .. import attention
+    from .. import attention_values
 
     t0 = time.perf_counter()
-    r = attention(st.q, st.k, st.v, sink_logit=st.sink_logit, **kwargs)
+    results = attention_values(st.q, st.k, st.values, sink_logit=st.sink_logit, **kwargs)
     if st.q.device.type == "cuda":
         torch.cuda.synchronize()
     tally.kernel_s += time.perf_counter() - t0
-    L = len(st.items)
-    tally.runs += L
-    tally.backends.add(r.backend)
-    err = (r.out.double() - st.ref).reshape(L, -1)
-    return {"backend": r.backend, "mse": err.square().mean(1).cpu().tolist(),
-            "max_abs_err": err.abs().amax(1).cpu().tolist(),
-            **{c: getattr(r, c).reshape(L, -1).sum(1).cpu().tolist() for c in DIAGNOSTICS}}
+    L = len(st.deltas)
+    tally.runs += L * len(st.values)
+    out = []
+    for r, ref in zip(results, st.refs):
+        tally.backends.add(r.backend)
+        err = (r.out.double() - ref).reshape(L, -1)
+        out.append({"backend": r.backend, "mse": err.square().mean(1).cpu().tolist(),
+                    "max_abs_err": err.abs().amax(1).cpu().tolist(),
+                    **{c: getattr(r, c).reshape(L, -1).sum(1).cpu().tolist() for c in DIAGNOSTICS}})
+    return out
 
 
 def _frac(a: int, b: int) -> float:
     return a / b if b else 0.0  # a fraction of zero terms is 0 (docs/interfaces.md)
 
 
-def _row(st: _Stack, i: int, main: Mapping, floor: Mapping, fields: Mapping) -> dict:
-    """One tidy row: item ``i`` of the stack under one policy and variant."""
-    r2 = float(st.ref_sq[i])
+def _row(st: _Stack, j: int, i: int, main: Mapping, floor: Mapping, fields: Mapping) -> dict:
+    """One tidy row: item ``i`` (its Δ) of value tensor ``j`` (its sink_v_scale) under one policy and variant."""
+    r2 = float(st.ref_sqs[j][i])
     uf, tm, ufs, tms, sat = (int(main[c][i]) for c in ("underflow", "terms", "underflow_sink", "terms_sink",
                                                         "saturated"))
-    svs, dl = st.items[i]
-    return {**st.meta, **fields, "delta": dl, "sink_v_scale": svs, "backend": main["backend"],
+    return {**st.meta, **fields, "delta": st.deltas[i], "sink_v_scale": st.svs[j], "backend": main["backend"],
             "mse": main["mse"][i], "rel_mse": main["mse"][i] / r2 if r2 > 0 else math.nan,
             "max_abs_err": main["max_abs_err"][i], "floor_mse": floor["mse"][i],
             "floor_rel_mse": floor["mse"][i] / r2 if r2 > 0 else math.nan, "underflow": uf, "terms": tm,
@@ -182,7 +187,7 @@ def _policy_fields(name: str, variant: str, kw: Mapping) -> dict:
 
 def _run_stack(tally: _Tally, spec: Mapping, st: _Stack, kind: str, counts: dict) -> None:
     """Every policy and variant on one stack; each distinct call (floors included) once."""
-    cache: dict[tuple, dict] = {}
+    cache: dict[tuple, list] = {}
     logit = st.sink_logit is not None
 
     def measured(kwargs):
@@ -195,31 +200,31 @@ def _run_stack(tally: _Tally, spec: Mapping, st: _Stack, kind: str, counts: dict
                                                              sorted(spec["policies"].items())):
         kwargs = call_kwargs(policy, casts, kind=kind, ksink=spec["ksink"], causal=st.meta["causal"],
                              backend=spec["backend"])
-        main = measured(kwargs)
-        floor = measured(floor_kwargs(kwargs))
+        mains, floors = measured(kwargs), measured(floor_kwargs(kwargs))
         fields = _policy_fields(name, variant, kwargs)
-        tally.rows += [_row(st, i, main, floor, fields) for i in range(len(st.items))]
+        tally.rows += [_row(st, j, i, mains[j], floors[j], fields) for j in range(len(st.values))
+                       for i in range(len(st.deltas))]
     counts["calls"] += len(cache)
 
 
 def _policies_seed(tally: _Tally, spec: Mapping, tensors, seed: int, device, counts: dict) -> None:
-    """Every shape, sigma, causal flag, sink kind and chunk of items of one seed."""
-    chunk = max(1, spec["max_batch_items"])
+    """Every shape, sigma, causal flag, sink kind and stack of Δ of one seed (the keys kind's
+    sink_v_scale values share each stack's q and k; the logit kind has one value tensor, v = 0)."""
     for shape, sigma, causal, kind in itertools.product(spec["shapes"], spec["sigma"], spec["causal"],
                                                         spec["sink_kinds"]):
-        items = sink_items(spec, kind)
-        for c0 in range(0, len(items), chunk):
-            part = items[c0:c0 + chunk]
-            q, k, v, sink = _stack(tensors, spec, seed, shape, sigma, kind, part, device)
+        svs_list = list(spec["sink_v_scale"]) if kind == "keys" else [0.0]
+        for deltas in delta_chunks(spec["delta"], len(svs_list), spec["max_batch_items"]):
+            q, k, values, sink = _stack(tensors, spec, seed, shape, sigma, kind, svs_list, deltas, device)
             t0 = time.perf_counter()
-            ref = _reference(q, k, v, sink, causal=causal)
+            refs = [_reference(q, k, v, sink, causal=causal) for v in values]
             tally.reference_s += time.perf_counter() - t0
             meta = {"experiment": spec["experiment"], "seed": seed, "n": shape["n"], "d": shape["d"],
                     "sink_kind": kind, "ksink": spec["ksink"] if kind == "keys" else 0, "sigma": sigma,
                     "causal": bool(causal)}
-            st = _Stack(q, k, v, sink, part, ref, ref.square().reshape(len(part), -1).mean(1).cpu(), meta)
+            ref_sqs = [ref.square().reshape(len(deltas), -1).mean(1).cpu() for ref in refs]
+            st = _Stack(q, k, values, sink, svs_list, list(deltas), refs, ref_sqs, meta)
             _run_stack(tally, spec, st, kind, counts)
-            del st, q, k, v, ref
+            del st, q, k, values, refs
 
 
 def _sort_key(row: Mapping):

@@ -1,8 +1,9 @@
 """The shard jobs: one shard of a sweep, or of the conformance check, from its stored inputs.
 
-* :func:`run_sweep_shard` stacks the (sink_v_scale, Δ) variants of one stored base along the
-  batch dimension, computes the float64 reference once per stack and runs every (order, scale)
-  combination on the same tensors; one tidy row per (seed x configuration).
+* :func:`run_sweep_shard` stacks the Δ variants of one stored base along the batch dimension, one
+  value tensor per sink_v_scale (:func:`value_stack`), computes the float64 reference once per
+  stack and value tensor and runs every (order, scale) combination on the same tensors, P once
+  for all value tensors (:func:`kernels.attention_values`); one tidy row per (seed x configuration).
 * :func:`run_conformance_shard` calls :func:`kernels.conformance.compare` (Triton kernel against
   the emulator) on every shape, causal flag and combination of the shard's seeds.
 
@@ -30,7 +31,7 @@ from .inputs import base_tensors, load_inputs
 from .logs import progress
 from .tables import csv_text
 
-__all__ = ["run_sweep_shard", "run_conformance_shard"]
+__all__ = ["run_sweep_shard", "run_conformance_shard", "delta_chunks", "value_stack"]
 
 log = logging.getLogger("pcast.pipeline")
 
@@ -104,58 +105,73 @@ def _item_rows(r, ref, ref_sq, items, meta: Mapping) -> list[dict]:
     return rows
 
 
-def _stack(tensors: Mapping, seed: int, shape: Mapping, sigma: float, ksink: int, items, device):
-    """q, k, v of the (sink_v_scale, Δ) variants ``items`` of one stored base, stacked along batch."""
+def delta_chunks(deltas, n_values: int, max_items: int) -> list[list]:
+    """The Δ grid cut into stacks of at most ``max_items`` (sink_v_scale, Δ) items: ``n_values``
+    value tensors (one per sink_v_scale) share each Δ's q and k, so a stack holds
+    ``max(1, max_items // n_values)`` Δ values."""
+    per = max(1, int(max_items) // max(1, n_values))
+    deltas = list(deltas)
+    return [deltas[i:i + per] for i in range(0, len(deltas), per)]
+
+
+def value_stack(base, ksink: int, deltas, svs_list, device):
+    """q and k of ``deltas`` (sink keys at each Δ) stacked along batch, and one stacked v per
+    sink_v_scale of ``svs_list``: :func:`kernels.sinks.apply_sink` changes k with Δ and v with
+    sink_v_scale only, so every sink_v_scale shares q and k (:func:`kernels.attention_values`)."""
     import torch
 
     from ..sinks import apply_sink
 
-    base = base_tensors(tensors, seed, shape["n"], shape["d"], sigma)
-    parts = [apply_sink(*base, ksink=ksink, delta=dl, sink_v_scale=svs) for svs, dl in items]
-    return tuple(torch.cat([p[j] for p in parts]).to(device) for j in range(3))
+    parts = {(svs, dl): apply_sink(*base, ksink=ksink, delta=dl, sink_v_scale=svs) for svs in svs_list
+             for dl in deltas}
+    first = svs_list[0]
+    q, k = (torch.cat([parts[(first, dl)][j] for dl in deltas]).to(device) for j in (0, 1))
+    values = [torch.cat([parts[(svs, dl)][2] for dl in deltas]).to(device) for svs in svs_list]
+    return q, k, values
 
 
-def _sweep_stack(tally: _Tally, spec: Mapping, qkv, items, meta: Mapping, *, causal: bool, ksink: int,
-                 block_m: int, block_n: int) -> None:
-    """The reference once, then every (order, scale) on the same stacked tensors; rows into ``tally``."""
+def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, meta: Mapping, *, causal: bool,
+                 ksink: int, block_m: int, block_n: int) -> None:
+    """The reference once per value tensor, then every (order, scale) on the same stacked tensors
+    (one :func:`kernels.attention_values` call each); rows into ``tally``."""
     import torch
 
-    from .. import attention
+    from .. import attention_values
 
-    q, k, v = qkv
     t0 = time.perf_counter()
-    ref = _reference_chunked(q, k, v, causal=causal)
-    ref_sq = ref.square().reshape(len(items), -1).mean(1)
+    refs = [_reference_chunked(q, k, v, causal=causal) for v in values]
+    ref_sqs = [ref.square().reshape(len(deltas), -1).mean(1) for ref in refs]
     tally.reference_s += time.perf_counter() - t0
     for order in spec["order"]:
         for scale in map(float, spec["scale"]):
             t0 = time.perf_counter()
-            r = attention(q, k, v, order=order, scale=scale, fmt=spec["fmt"], causal=causal, ksink=ksink,
-                          block_m=block_m, block_n=block_n, rowsum=spec["rowsum"], backend=spec["backend"])
+            results = attention_values(q, k, values, order=order, scale=scale, fmt=spec["fmt"], causal=causal,
+                                       ksink=ksink, block_m=block_m, block_n=block_n, rowsum=spec["rowsum"],
+                                       backend=spec["backend"])
             if q.device.type == "cuda":
                 torch.cuda.synchronize()
             tally.kernel_s += time.perf_counter() - t0
-            tally.runs += len(items)
-            tally.backends.add(r.backend)
+            tally.runs += len(deltas) * len(values)
             combo = {"order": order, "scale": scale, "combo": combo_label(order, scale)}
-            tally.rows += _item_rows(r, ref, ref_sq, items, {**meta, **combo})
+            for svs, r, ref, ref_sq in zip(svs_list, results, refs, ref_sqs):
+                tally.backends.add(r.backend)
+                tally.rows += _item_rows(r, ref, ref_sq, [(svs, dl) for dl in deltas], {**meta, **combo})
 
 
 def _sweep_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
-    """Every shape, sigma, causal flag, ksink and chunk of (sink_v_scale, Δ) variants of one seed."""
-    variants = [(svs, dl) for svs in spec["sink_v_scale"] for dl in spec["delta"]]
-    chunk = max(1, spec["max_batch_items"])
-    groups = itertools.product(spec["shapes"], spec["sigma"], spec["causal"], spec["ksink"],
-                               range(0, len(variants), chunk))
-    for shape, sigma, causal, ksink, c0 in groups:
-        items = variants[c0:c0 + chunk]
-        qkv = _stack(tensors, seed, shape, sigma, ksink, items, device)
+    """Every shape, sigma, causal flag, ksink and stack of Δ (all sink_v_scale sharing it) of one seed."""
+    svs_list = list(spec["sink_v_scale"])
+    chunks = delta_chunks(spec["delta"], len(svs_list), spec["max_batch_items"])
+    groups = itertools.product(spec["shapes"], spec["sigma"], spec["causal"], spec["ksink"], chunks)
+    for shape, sigma, causal, ksink, deltas in groups:
+        base = base_tensors(tensors, seed, shape["n"], shape["d"], sigma)
+        q, k, values = value_stack(base, ksink, deltas, svs_list, device)
         meta = {"experiment": spec["experiment"], "seed": seed, "n": shape["n"], "d": shape["d"],
                 "block_m": shape["block_m"], "block_n": shape["block_n"], "causal": bool(causal),
                 "ksink": ksink, "sigma": sigma, "fmt": spec["fmt"], "rowsum": spec["rowsum"]}
-        _sweep_stack(tally, spec, qkv, items, meta, causal=causal, ksink=ksink, block_m=shape["block_m"],
-                     block_n=shape["block_n"])
-        del qkv
+        _sweep_stack(tally, spec, q, k, values, svs_list, deltas, meta, causal=causal, ksink=ksink,
+                     block_m=shape["block_m"], block_n=shape["block_n"])
+        del q, k, values
 
 
 def _tidy_sort_key(row: Mapping[str, Any]):
@@ -166,10 +182,12 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
                     timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
     """Run one shard of a sweep experiment and write its tidy rows and timing.
 
-    For every seed, shape, sigma, causal flag and ksink, the (sink_v_scale, Δ) variants of the
-    stored base are stacked along the batch dimension (``max_batch_items`` at a time); the float64
-    reference is computed once per stack and every (order, scale) combination runs on the same
-    tensors, so the combinations are paired by seed. ``spec`` is the shard's
+    For every seed, shape, sigma, causal flag and ksink, the Δ variants of the stored base are
+    stacked along the batch dimension, with one value tensor per sink_v_scale (at most
+    ``max_batch_items`` (sink_v_scale, Δ) items a stack, :func:`delta_chunks`); the float64
+    reference is computed once per stack and value tensor, and every (order, scale) combination
+    runs on the same tensors (:func:`kernels.attention_values`), so the combinations are paired
+    by seed. ``spec`` is the shard's
     :func:`kernels.pipeline.config.shard_spec`; returns the timing row.
     """
     import torch
