@@ -27,6 +27,18 @@ carried on a grid of step 2e-3 (trapezoid rule), plus a point mass where the wal
 ``sink_mode="init"``). The expected saturated count of each block is integrated against the
 state before it; their sum over n is the fraction. Exact under the model up to the grid's
 quadrature error (a few 1e-6 relative against a grid 8 times finer; the tests check 1e-4).
+
+exp2_offset adds a float32 effect the law above cannot see (:func:`offset_overshoot`): the key AT
+a new max m gets ``x = exp2(a - (a - c))`` with ``a = float32(m·LOG2E)`` and ``c = log2_scale(S)``.
+For an integer c (S a power of two) ``a - c`` is exact and x = S. For S = 448, c = 8.807354927...
+is an odd multiple of 2^-20; for maxima from about 1 up to 17.19, ``a - c`` is exact and x = 448;
+from 17.19 (``a - c >= 16``, float32 grid 2^-19) to 22.18 (a = 32) the subtraction is a tie, rounded to
+even, and in half the cases ``a - (a - c) = c + 2^-20``: x = 448.0003 > 448, saturated (clamped to
+448 by the cast: a 7e-7 relative error); small and negative maxima overshoot at other rates
+(:func:`offset_overshoot` gives them all, bit for bit). Each move of
+the max to t therefore adds ``rate(t)`` saturated keys, ``rate`` the local mean of the overshoot
+over consecutive float32 values of m (:func:`overshoot_rate`), integrated against the density of
+the moves in the same walk.
 """
 
 from __future__ import annotations
@@ -37,11 +49,13 @@ import numpy as np
 from scipy import special
 from scipy.integrate import cumulative_trapezoid, trapezoid
 
-from .contract import ORDERS, SCALE_MODES, SINK_KINDS, float32
+from functools import lru_cache
+
+from .contract import LOG2E, ORDERS, SCALE_MODES, SINK_KINDS, float32, log2_scale
 from .formats import FP8Format
 from .theory import _fmt, _int_arg, _pos_real, _real_array
 
-__all__ = ["saturation_fraction"]
+__all__ = ["saturation_fraction", "offset_overshoot", "overshoot_rate"]
 
 _STEP = 2e-3  # grid step of the running max's density, sigma units
 _PAD = 12.0  # grid margin, sigma units: Phi(-12) = 2e-33 per key
@@ -108,10 +122,43 @@ def _block_arrays(groups, T: float, h: float, y: np.ndarray, start: float) -> di
     return out
 
 
-def _walk(blocks, T: float, h: float, start: float) -> float:
-    """Expected saturated keys of the whole walk; ``start``: the max before the first block (-inf or D)."""
+def offset_overshoot(m, S: float, fmt: str | FP8Format = "e4m3fn") -> np.ndarray:
+    """True where the key AT the max m saturates under ``scale_mode="exp2_offset"``: float32
+    ``a = m·LOG2E``, ``b = a - log2_scale(S)``, ``x = exp2(a - b) > max_finite`` (step 2's x at s = m,
+    in float32 in the contract's order). ``m`` is rounded to float32 first; any shape."""
+    m32 = np.asarray(m, dtype=np.float64).astype(np.float32)
+    a = m32 * np.float32(LOG2E)
+    x = np.exp2(a - (a - np.float32(log2_scale(S))))
+    return x > np.float32(_fmt(fmt).max_finite)
+
+
+_RATE_STEP, _RATE_SPAN, _RATE_WIDTH = 0.05, 128.0, 4096  # rate grid (score units), its half-span, floats averaged
+
+
+@lru_cache(maxsize=32)
+def _rate_table(S: float, fmt: str) -> tuple[np.ndarray, np.ndarray]:
+    m = np.arange(-_RATE_SPAN, _RATE_SPAN + _RATE_STEP / 2, _RATE_STEP).astype(np.float32)
+    bits = m.view(np.int32)[:, None] + np.arange(_RATE_WIDTH, dtype=np.int32)  # consecutive float32 from m
+    return m.astype(np.float64), offset_overshoot(bits.view(np.float32), S, fmt).mean(axis=1)
+
+
+def overshoot_rate(m, S: float, fmt: str | FP8Format = "e4m3fn") -> np.ndarray:
+    """The local rate of :func:`offset_overshoot` at scores ``m``: its mean over 4096 consecutive float32
+    values, tabulated every 0.05 on |m| <= 128 and interpolated (0 outside: far beyond any score here).
+    All zeros when ``log2 S`` is an integer (S a power of two: x at the max is S exactly)."""
+    f = _fmt(fmt)
+    if float(log2_scale(S)).is_integer():
+        return np.zeros(np.shape(m))
+    grid, rate = _rate_table(float(S), f.name)
+    return np.interp(np.asarray(m, dtype=float), grid, rate, left=0.0, right=0.0)
+
+
+def _walk(blocks, T: float, h: float, start: float, rate=None) -> float:
+    """Expected saturated keys of the whole walk; ``start``: the max before the first block (-inf or D);
+    ``rate``: None, or a function of the grid y giving the saturated keys a move of the max to y adds."""
     means = [mu for groups in blocks for _, mu in groups] + ([start] if math.isfinite(start) else [])
     y = np.arange(min(0.0, *means) - _PAD, max(0.0, *means) + _PAD + _STEP, _STEP)
+    r = None if rate is None else rate(y)
     cache = {}  # most blocks are alike: compute each kind once
     f, w, total = np.zeros_like(y), 1.0, 0.0  # density of the max, and the point mass at start
     for groups in blocks:
@@ -122,7 +169,10 @@ def _walk(blocks, T: float, h: float, start: float) -> float:
         total += trapezoid(f * (b["stale"] + b.get("moved", 0.0)), y) + w * b["sat_start"]
         # P(M < y - T): the density's part, then the point mass's
         below = np.interp(y - T, y, cumulative_trapezoid(f, y, initial=0.0), left=0.0)
-        f = f * b["stay"] + b["density"] * (below + w * (y - T > start))
+        moves = b["density"] * (below + w * (y - T > start))  # density of a move of the max to y
+        if r is not None:
+            total += trapezoid(moves * r, y)
+        f = f * b["stay"] + moves
         w *= b["stay_start"]
     return total
 
@@ -134,6 +184,23 @@ def _walk_blocks(n: int, block_n: int, order: str, k: int, D: float):
         cnt = min(lo + block_n, n) - lo
         blocks.append([(cnt - k, 0.0), (k, D)] if lo == 0 and k else [(cnt, 0.0)])
     return blocks if order == "forward" else blocks[::-1]
+
+
+def _walk_terms(tau: float, S: float, f: FP8Format, sigma: float, scale_mode: str):
+    """``(T, h, rate)`` of the walk, in sigma units: the threshold, the margin ``ln(max_finite / x)``
+    of x at the max (float32, exp2_offset's applied S) and exp2_offset's float32 overshoot at each new
+    max (None when it cannot happen: integer log2 S, or h < 0, where that key is counted already)."""
+    S_applied = S
+    if scale_mode == "exp2_offset":
+        from .policy_theory import exp2_offset_scale
+
+        S_applied = exp2_offset_scale(S)
+    x_max = float32(S_applied) if S_applied < 3.4e38 else S_applied  # x of the key at the max, in float32
+    T, h = tau * math.log(2.0) / sigma, math.log(f.max_finite / x_max) / sigma
+    rate = None
+    if scale_mode == "exp2_offset" and h >= 0 and not float(log2_scale(S)).is_integer():
+        rate = lambda y: overshoot_rate(y * sigma, S, f)  # noqa: E731
+    return T, h, rate
 
 
 def saturation_fraction(tau: float, S: float, fmt: str | FP8Format = "e4m3fn", sigma: float = 1.0, *,
@@ -155,8 +222,11 @@ def saturation_fraction(tau: float, S: float, fmt: str | FP8Format = "e4m3fn", s
     * ``sink_kind="logit"``: a learned logit Δ seeds the max (``sink_mode="init"``): the walk
       starts at ``m = Δ`` instead of ``-inf``, in either order.
 
-    With ``S·2^τ <= max_finite`` the answer is exactly 0 (see :func:`kernels.policy_theory.best_lazy_scale`).
-    With τ = 0 (eager) it is 0 unless ``S > max_finite``.
+    With ``S·2^τ <= max_finite`` the answer is 0 (see :func:`kernels.policy_theory.best_lazy_scale`),
+    and with τ = 0 (eager) unless ``S > max_finite``, except for exp2_offset with a non-integer
+    ``log2 S``: the key at each new max may overshoot in float32 (:func:`overshoot_rate`, the module
+    docstring); for S = 448 maxima between about 1 and 17.19 never overshoot, maxima from 17.19
+    to 22.18 do half the time.
 
     Args:
         tau: τ >= 0. S: the scale, > 0. fmt: FP8 format. sigma: score standard deviation, > 0.
@@ -179,18 +249,14 @@ def saturation_fraction(tau: float, S: float, fmt: str | FP8Format = "e4m3fn", s
     if k > min(block_n, n):
         raise ValueError(f"ksink={ksink!r} is not allowed; allowed: an integer, 1 <= ksink <= min(block_n, n) "
                          f"= {min(block_n, n)}")
-    if scale_mode == "exp2_offset":
-        from .policy_theory import exp2_offset_scale
-
-        S = exp2_offset_scale(S)
-    x_max = float32(S) if S < 3.4e38 else S  # x of the key at the max, in float32
-    T, h = tau * math.log(2.0) / sigma, math.log(f.max_finite / x_max) / sigma
+    T, h, rate = _walk_terms(tau, S, f, sigma, scale_mode)
+    walk = h < T or rate is not None
     if d_arr is None:
-        return min(_walk(_walk_blocks(n, block_n, order, 0, 0.0), T, h, -math.inf) / n, 1.0) if h < T else 0.0
+        return min(_walk(_walk_blocks(n, block_n, order, 0, 0.0), T, h, -math.inf, rate) / n, 1.0) if walk else 0.0
     res = np.zeros_like(d_arr)
     for idx, dv in np.ndenumerate(d_arr):
         D = float(dv) / sigma
-        if h < T:
+        if walk:
             blocks = _walk_blocks(n, block_n, order, k, D)
-            res[idx] = min(_walk(blocks, T, h, D if sink_kind == "logit" else -math.inf) / n, 1.0)
+            res[idx] = min(_walk(blocks, T, h, D if sink_kind == "logit" else -math.inf, rate) / n, 1.0)
     return float(res) if res.ndim == 0 else res

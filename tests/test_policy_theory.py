@@ -182,8 +182,10 @@ def test_saturation_zero_where_no_key_can_exceed_max():
         assert saturation_fraction(tau, S) == 0.0 and saturation_fraction(tau, S, delta=2.0) == 0.0
         assert saturation_fraction(tau + 1.0, S) > 0.0  # one more octave of staleness saturates
     assert saturation_fraction(0.0, 448.0) == 0.0  # eager: x <= S = max_finite
-    # exp2_offset with S = 448 applies 448.0000016, 448.0 in float32: no saturation either
-    assert saturation_fraction(0.0, 448.0, scale_mode="exp2_offset") == 0.0
+    # exp2_offset with S = 448 applies 448.0000016, 448.0 in float32: no saturation either, but for the
+    # float32 overshoot of a max above 17.19 (test_exp2_offset_overshoot_*): a 1e-14 event for N(0, 1)
+    # scores without a sink
+    assert 0.0 < saturation_fraction(0.0, 448.0, scale_mode="exp2_offset") < 1e-12
     assert saturation_fraction(8.0, 256.0, scale_mode="exp2_offset") == saturation_fraction(8.0, 256.0)
 
 
@@ -409,3 +411,64 @@ def test_emulator_v_cast_floor_matches_law(one_torch_thread):
     th = v_cast_floor(1.0, n=1024, d=64)
     assert abs(units.mean() - th) <= tol, (units.mean(), th, tol)
     assert th > 5 * tol and abs(v_cast_floor(1.0, "e5m2", n=1024, d=64) - th) > 10 * tol  # teeth: no cast, e5m2
+
+
+# ----------------------------------------------------------------------------- exp2_offset's float32 overshoot
+
+
+def test_exp2_offset_overshoot_rule_is_the_emulators_arithmetic():
+    """lazy_theory.offset_overshoot (numpy float32) against the same three steps in torch float32,
+    the emulator's library, on a million random maxima over the scores' range and beyond."""
+    g = np.random.default_rng(5)
+    m = np.concatenate([g.uniform(-40, 40, 500_000), g.uniform(16.5, 26, 500_000)]).astype(np.float32)
+    for S in (448.0, 300.0, 100.0, 256.0, 1.0):
+        t = torch.from_numpy(m)
+        a = t * kernels.contract.LOG2E
+        x = torch.exp2(a - (a - log2_scale(S)))
+        assert np.array_equal(lazy_theory.offset_overshoot(m, S), (x > 448.0).numpy()), S
+
+
+@pytest.mark.parametrize("S", [2.0 ** e for e in range(0, 9)])
+def test_exp2_offset_overshoot_never_for_a_power_of_two(S):
+    """An integer log2 S makes a - (a - c) exact: x at the max is S, never above it (S <= 256 here)."""
+    bits = np.arange(np.float32(-60).view(np.int32), np.float32(-0.01).view(np.int32), 97, dtype=np.int32)
+    pos = np.arange(np.float32(0.01).view(np.int32), np.float32(60).view(np.int32), 97, dtype=np.int32)
+    m = np.concatenate([bits, pos]).view(np.float32)
+    assert not lazy_theory.offset_overshoot(m, S).any()
+    assert not lazy_theory.overshoot_rate(np.linspace(-60, 60, 2001), S).any()
+
+
+def test_exp2_offset_overshoot_rate_for_448():
+    """c = log2_scale(448) is an odd multiple of 2^-20. For a = m·LOG2E in [16, 32) (grid 2^-19) with
+    a - c < 16, a - c lies on its own 2^-20 grid: exact, x = 448, so maxima from 3 (any row of 1024
+    N(0, 1) scores) up to (16 + c)/LOG2E = 17.19 never overshoot; from there to 32/LOG2E = 22.18
+    (where a's own grid becomes 2^-18), a - c falls on the 2^-19 grid's midpoints: a tie, rounded
+    to even, down half the time, and then a - (a - c) = c + 2^-20: rate 1/2. (Small and negative
+    maxima overshoot at other rates; offset_overshoot computes them all.)"""
+    c = log2_scale(448.0)
+    assert (c * 2 ** 20) % 2 == 1  # an odd multiple of 2^-20
+    edge = (16 + c) / kernels.contract.LOG2E
+    below = np.linspace(3.0, edge - 0.06, 500)
+    above = np.linspace(edge + 0.06, 32 / kernels.contract.LOG2E - 0.06, 500)
+    assert not lazy_theory.overshoot_rate(below, 448.0).any()
+    assert np.abs(lazy_theory.overshoot_rate(above, 448.0) - 0.5).max() < 0.02  # 4096 floats a point
+
+
+@pytest.mark.parametrize("delta", [15.5, 16.0])
+def test_emulator_sage2_overshoot_matches_law(delta, one_torch_thread):
+    """SageAttention2's P path (forward, S = 448, exp2_offset) with 4 sink keys at Δ: the row's max
+    (a sink key near Δ) saturates when it lies above 17.19 and the tie rounds down. The law (the walk
+    with the overshoot rate) against the emulator; teeth: the law without the overshoot is 0, and at
+    S = 256 (integer offset) the emulator must count nothing."""
+    seeds, heads, n = (0, 1), 8, 1024
+    kw = dict(order="forward", scale=448.0, scale_mode="exp2_offset", block_n=64, ksink=4)
+    units = emulator_units(lambda s: make_inputs(s, heads=heads, n=n, ksink=4, delta=delta), seeds, heads,
+                           "saturated", **kw)
+    U, measured = units.size, units.mean()
+    tol = t_crit(U) * max(units.std(ddof=1), 1e-12) / math.sqrt(U)
+    th = saturation_fraction(0.0, 448.0, n=n, block_n=64, order="forward", delta=delta, scale_mode="exp2_offset")
+    assert abs(measured - th) <= tol, (measured, th, tol)
+    assert measured > tol  # a law without the overshoot (0) would fail
+    at256 = emulator_units(lambda s: make_inputs(s, heads=heads, n=n, ksink=4, delta=delta), seeds[:1], heads,
+                           "saturated", **{**kw, "scale": 256.0})
+    assert not at256.any()
