@@ -12,7 +12,8 @@ from .contract import (BACKENDS, BLOCK_SIZES, HEAD_DIMS, OPERAND_SCALES, ORDERS,
                        is_allowed)
 from .formats import FORMATS, FP8Format, get_format
 
-__all__ = ["attention", "attention_values", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS", "resolve_backend", "fp8_gpu_available"]
+__all__ = ["attention", "attention_values", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS", "resolve_backend",
+           "fp8_gpu_available"]
 
 
 @dataclass

@@ -247,8 +247,8 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
     """
     B, H, Nq, d = q.shape
     several = isinstance(v, tuple)
-    c = _layout(q, k, v if several else (v,), reverse=reverse, scale=scale, fmt=fmt, causal=causal, ksink=ksink, block_n=block_n,
-                sm_scale=sm_scale, rowsum_rounded=rowsum_rounded, scale_mode=scale_mode,
+    c = _layout(q, k, v if several else (v,), reverse=reverse, scale=scale, fmt=fmt, causal=causal, ksink=ksink,
+                block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded, scale_mode=scale_mode,
                 rescale_threshold=rescale_threshold, sink_logit=sink_logit, sink_mode=sink_mode, qk_fmt=qk_fmt,
                 qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale)
     G = B * H

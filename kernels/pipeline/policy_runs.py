@@ -33,9 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..contract import DIAGNOSTICS, POLICY_CONFIG_COLUMNS, POLICY_TIDY_COLUMNS
-from .inputs import base_tensors, load_inputs
-from .logs import progress
-from .runs import _device, _of, _Tally, _write_shard, delta_chunks, value_stack
+from .inputs import base_tensors
+from .runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
 
 __all__ = ["run_policies_shard", "call_kwargs", "call_key", "floor_kwargs", "FLOOR_PATH"]
 
@@ -238,28 +237,12 @@ def run_policies_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: s
     ``spec`` is the shard's :func:`kernels.pipeline.config.shard_spec` (policies resolved to their
     keywords, variants to their operand casts); returns the timing row.
     """
-    import torch
+    counts = {"calls": 0}
 
-    torch.set_num_threads(max(1, int(threads)))
-    t_start = time.perf_counter()
-    tensors = load_inputs(inputs_path, spec)
-    device = _device(spec["backend"])
-    tally, counts = _Tally(), {"calls": 0}
-    for si, seed in enumerate(spec["seeds"]):
-        t_seed = time.perf_counter()
+    def per_seed(tally, spec, tensors, seed, device):
         _policies_seed(tally, spec, tensors, seed, device, counts)
-        log.info("policies shard %d: seed %d (%d/%d) done in %.2f s", spec["shard"], seed, si + 1,
-                 len(spec["seeds"]), time.perf_counter() - t_seed)
-    tally.rows.sort(key=_sort_key)
-    wall = time.perf_counter() - t_start
-    timing = _write_shard(spec, tally, POLICY_TIDY_COLUMNS, out_csv, timing_csv, wall)
-    note = ""
-    if "emulator" in tally.backends and spec["backend"] == "auto":
-        note = " -- ran on the EMULATOR (backend=auto found no CUDA GPU with FP8 support)"
-    elif "triton-interpreted" in tally.backends:
-        note = " -- the Triton kernel ran INTERPRETED on the CPU"
-    progress(f"[pcast] policies shard {_of(spec['shard'], n_shards)}: seeds {spec['seeds'][0]}-{spec['seeds'][-1]}, "
-             f"{len(tally.rows)} rows from {counts['calls']} distinct calls ({tally.runs} runs, V-cast floors "
-             f"included) in {wall:.1f} s (reference {tally.reference_s:.1f} s, kernel {tally.kernel_s:.1f} s), "
-             f"backend {timing['backend']}{note}")
-    return timing
+
+    tally, t_start = _run_seeds(spec, inputs_path, threads, per_seed)
+    return finish_shard(spec, tally, t_start, POLICY_TIDY_COLUMNS, _sort_key, out_csv, timing_csv, n_shards,
+                        f"{len(tally.rows)} rows from {counts['calls']} distinct calls ({tally.runs} runs, V-cast "
+                        "floors included)")

@@ -31,7 +31,8 @@ from .inputs import base_tensors, load_inputs
 from .logs import progress
 from .tables import csv_text
 
-__all__ = ["run_sweep_shard", "run_conformance_shard", "delta_chunks", "value_stack"]
+__all__ = ["run_sweep_shard", "run_conformance_shard", "delta_chunks", "value_stack", "backend_note",
+           "finish_shard"]
 
 log = logging.getLogger("pcast.pipeline")
 
@@ -174,6 +175,47 @@ def _sweep_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, devic
         del q, k, values
 
 
+def _run_seeds(spec: Mapping, inputs_path, threads: int, per_seed) -> tuple[_Tally, float]:
+    """Load a shard's inputs and call ``per_seed(tally, spec, tensors, seed, device)`` for each of its
+    seeds on ``threads`` torch threads, logging each seed's time; returns the tally and the start time."""
+    import torch
+
+    torch.set_num_threads(max(1, int(threads)))
+    t_start = time.perf_counter()
+    tensors = load_inputs(inputs_path, spec)
+    device = _device(spec["backend"])
+    tally = _Tally()
+    for si, seed in enumerate(spec["seeds"]):
+        t_seed = time.perf_counter()
+        per_seed(tally, spec, tensors, seed, device)
+        log.info("%s shard %d: seed %d (%d/%d) done in %.2f s", spec["experiment"], spec["shard"], seed, si + 1,
+                 len(spec["seeds"]), time.perf_counter() - t_seed)
+    return tally, t_start
+
+
+def finish_shard(spec: Mapping, tally: _Tally, t_start: float, columns, sort_key, out_csv, timing_csv,
+                 n_shards: int | None, what: str) -> dict:
+    """Sort and write a sweep-like shard's rows and timing, print its progress line (``what`` it
+    produced), and return the timing row."""
+    tally.rows.sort(key=sort_key)
+    wall = time.perf_counter() - t_start
+    timing = _write_shard(spec, tally, columns, out_csv, timing_csv, wall)
+    progress(f"[pcast] {spec['experiment']} shard {_of(spec['shard'], n_shards)}: seeds "
+             f"{spec['seeds'][0]}-{spec['seeds'][-1]}, {what} in {wall:.1f} s "
+             f"(reference {tally.reference_s:.1f} s, kernel {tally.kernel_s:.1f} s), "
+             f"backend {timing['backend']}{backend_note(tally, spec)}")
+    return timing
+
+
+def backend_note(tally: _Tally, spec: Mapping) -> str:
+    """What a shard's progress line adds when it did not run the compiled kernel."""
+    if "emulator" in tally.backends and spec["backend"] == "auto":
+        return " -- ran on the EMULATOR (backend=auto found no CUDA GPU with FP8 support)"
+    if "triton-interpreted" in tally.backends:
+        return " -- the Triton kernel ran INTERPRETED on the CPU"
+    return ""
+
+
 def _tidy_sort_key(row: Mapping[str, Any]):
     return tuple(row[c] for c in CONFIG_COLUMNS) + (row["seed"],)
 
@@ -190,32 +232,9 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
     by seed. ``spec`` is the shard's
     :func:`kernels.pipeline.config.shard_spec`; returns the timing row.
     """
-    import torch
-
-    torch.set_num_threads(max(1, int(threads)))
-    t_start = time.perf_counter()
-    name = spec["experiment"]
-    tensors = load_inputs(inputs_path, spec)
-    device = _device(spec["backend"])
-    tally = _Tally()
-    for si, seed in enumerate(spec["seeds"]):
-        t_seed = time.perf_counter()
-        _sweep_seed(tally, spec, tensors, seed, device)
-        log.info("%s shard %d: seed %d (%d/%d) done in %.2f s", name, spec["shard"], seed, si + 1,
-                 len(spec["seeds"]), time.perf_counter() - t_seed)
-    tally.rows.sort(key=_tidy_sort_key)
-    wall = time.perf_counter() - t_start
-    timing = _write_shard(spec, tally, TIDY_COLUMNS, out_csv, timing_csv, wall)
-    note = ""
-    if "emulator" in tally.backends and spec["backend"] == "auto":
-        note = " -- ran on the EMULATOR (backend=auto found no CUDA GPU with FP8 support)"
-    elif "triton-interpreted" in tally.backends:
-        note = " -- the Triton kernel ran INTERPRETED on the CPU"
-    progress(f"[pcast] {name} shard {_of(spec['shard'], n_shards)}: seeds "
-             f"{spec['seeds'][0]}-{spec['seeds'][-1]}, {tally.runs} runs in {wall:.1f} s "
-             f"(reference {tally.reference_s:.1f} s, kernel {tally.kernel_s:.1f} s), "
-             f"backend {timing['backend']}{note}")
-    return timing
+    tally, t_start = _run_seeds(spec, inputs_path, threads, _sweep_seed)
+    return finish_shard(spec, tally, t_start, TIDY_COLUMNS, _tidy_sort_key, out_csv, timing_csv, n_shards,
+                        f"{tally.runs} runs")
 
 
 # ----------------------------------------------------------------------------- conformance
