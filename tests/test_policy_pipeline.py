@@ -50,13 +50,15 @@ def test_default_grid_is_the_issues():
     assert deltas == [0.5 * i for i in range(33)]
     assert e["seeds"] >= 16 and e["shapes"] == [{"n": 1024, "d": 64}]
     assert e["sink_kinds"] == ["keys", "logit"] and e["ksink"] == 4 and set(e["sink_v_scale"]) == {0, 1}
-    assert set(POLICIES) | {"fa4-s256"} == set(e["policies"])  # every preset, the paper's four, the user's
+    assert set(POLICIES) | {"fa4-s256", "vllm-final"} == set(e["policies"])  # every preset, the paper's four, the user's
     assert set(e["variants"]) == set(contract.VARIANTS)
     deployed = resolve_variants(e)["deployed"]
     assert deployed == {"qk_fmt": "e4m3fn", "qk_scale": "tensor", "v_fmt": "e4m3fn", "v_scale": "tensor"}
     # the shipped user policy is FA4's at S = 256
     spec = pconfig.shard_spec(P, e, 0, policies=cfg["policies"])
     assert spec["policies"]["fa4-s256"] == {**spec["policies"]["fa4"], "scale": 256.0}
+    # and vLLM's with the learned sink joining l after the loop (the fix the issue names)
+    assert spec["policies"]["vllm-final"] == {**spec["policies"]["vllm-unified"], "sink_mode": "final"}
     smoke, paper = merged("smoke")["experiments"][P], merged("paper")["experiments"][P]
     assert smoke["shapes"] == [{"n": 128, "d": 16}] and smoke["seeds"] == 2
     assert paper["shapes"] == [{"n": 4096, "d": 128}] and paper["seeds"] > e["seeds"]
@@ -142,10 +144,10 @@ def test_spec_resolves_every_policy_and_changes_only_with_the_policies_work():
 
 def test_expected_rows_counts_every_policy_variant_and_sink_item():
     e = merged("default")["experiments"][P]
-    # 16 seeds x (keys: 2 sink_v_scale x 33 Δ + logit: 33 Δ) x 13 policies x 2 variants
-    assert pconfig.expected_rows(P, e) == 16 * (2 * 33 + 33) * 13 * 2
+    # 16 seeds x (keys: 2 sink_v_scale x 33 Δ + logit: 33 Δ) x 14 policies x 2 variants
+    assert pconfig.expected_rows(P, e) == 16 * (2 * 33 + 33) * 14 * 2
     one = dict(e, sink_kinds=["logit"], variants={"p_only": {}})
-    assert pconfig.expected_rows(P, one) == 16 * 33 * 13
+    assert pconfig.expected_rows(P, one) == 16 * 33 * 14
 
 
 def test_call_key_drops_only_what_cannot_change_the_bits():
