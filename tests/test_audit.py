@@ -1,6 +1,7 @@
 """pcast-audit: a kernel engineer's own tensors through their policy and the four combinations."""
 
 import csv
+import math
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,82 @@ def test_learned_sink_logit_collapses_only_the_policy_that_seeds_the_max(tmp_pat
     assert "forward S=1: does not collapse:" in text and float(rows["forward S=1"]["underflow_frac"]) < 0.05
     # errors are against the reference with the sink in its denominator: the fix is accurate
     assert float(rows["reverse S=256"]["rel_mse"]) < 1e-2 < float(rows["vllm-unified"]["rel_mse"])
+
+
+# ----------------------------------------------------------------------------- bad input before any work (issue 10)
+
+
+@pytest.fixture()
+def no_work(monkeypatch):
+    """Any attention call (the work) fails the test: the errors below must come first."""
+    import kernels.api
+
+    monkeypatch.setattr(kernels.api, "attention", lambda *a, **kw: pytest.fail("the audit started work"))
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--ksink", "256"], r"--ksink=256 is not allowed; allowed: 0 <= ksink < N = 256"),
+    (["--ksink", "-1"], r"--ksink=-1 is not allowed; allowed: 0 <= ksink < N = 256"),
+    (["--backend", "reference"], r"--backend='reference' is not allowed; allowed: auto, triton, emulator"),
+    (["--sm-scale", "0"], r"--sm-scale=0.0 is not allowed; allowed: a finite number > 0"),
+    (["--sm-scale", "inf"], r"--sm-scale=inf is not allowed"),
+    (["--csv", "/nonexistent-dir-pcast/x.csv"], r"--csv=.*directory '/nonexistent-dir-pcast' does not exist"),
+])
+def test_bad_arguments_fail_before_any_work(sink_file, capsys, no_work, argv, msg):
+    import re
+
+    assert main([str(sink_file), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pcast-audit: error:") and err.count("\n") == 1 and re.search(msg, err), err
+
+
+def test_csv_that_is_a_directory_or_under_a_file_fails_before_any_work(sink_file, tmp_path, capsys, no_work):
+    assert main([str(sink_file), "--csv", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert main([str(sink_file), "--csv", str(sink_file / "x.csv")]) == 2  # parent is a file
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_scores_that_overflow_float32_are_an_error_naming_the_cause(tmp_path, capsys, no_work):
+    p = tmp_path / "big.safetensors"
+    q = torch.full((8, 16), 1e20)  # q.k = 16e40 > 3.4e38 even after 1/sqrt(16)
+    save_file({"q": q, "k": q.clone(), "v": torch.ones(8, 16)}, str(p))
+    assert main([str(p), "--ksink", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "scores overflow float32: max |q.k| * sm_scale = 4e+40" in err and "--sm-scale" in err
+
+
+def test_fmt_none_in_either_case_runs_unrounded(sink_file, tmp_path, capsys):
+    for spelling in ("none", "None"):
+        out = tmp_path / f"{spelling}.csv"
+        assert main([str(sink_file), "--fmt", spelling, "--csv", str(out), "--backend", "emulator"]) == 0
+        yours = next(csv.DictReader(open(out)))
+        assert yours["fmt"] == "none" and int(yours["underflow"]) == 0 and float(yours["mse"]) < 1e-12
+
+
+def test_header_and_one_unit_per_table(sink_file, capsys):
+    assert main([str(sink_file), "--backend", "emulator"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"inputs {sink_file}: q [1, 1, 256, 32], k and v [1, 1, 256, 32]")
+    assert "ksink=1 (given)" in out[0] and "block_n=64" in out[0] and "causal=False" in out[0]
+    assert "sm_scale=0.176777" in out[0]  # 1/sqrt(32)
+    # fractions only after the MSEs: the counts live in --csv
+    assert out[1].split() == ["policy", "backend", "MSE", "rel", "MSE", "uf", "frac", "sink", "uf", "frac", "sat",
+                              "frac"]
+    for line in out[2:7]:  # every fraction column of every row is within [0, 1]
+        fracs = [float(x) for x in line.split()[-3:]]
+        assert all(0.0 <= f <= 1.0 for f in fracs), line
+
+
+def test_sm_scale_is_the_score_scale(sink_file, tmp_path):
+    """The default is 1/sqrt(d): passing it gives the same bytes; doubling it doubles every score
+    gap, so the sink (Δ = 9 at the default) collapses forward S=256 too (Δ = 18 > Δc = 12.5)."""
+    a, b, c = (tmp_path / f"{n}.csv" for n in "abc")
+    assert main([str(sink_file), "--backend", "emulator", "--csv", str(a)]) == 0
+    default = repr(1 / math.sqrt(32))  # the api's default, to the bit (32 ** -0.5 is one ulp away)
+    assert main([str(sink_file), "--backend", "emulator", "--csv", str(b), "--sm-scale", default]) == 0
+    assert a.read_bytes() == b.read_bytes()
+    assert main([str(sink_file), "--backend", "emulator", "--csv", str(c), "--sm-scale", repr(2 / math.sqrt(32))]) == 0
+    base = {r["policy"]: r for r in csv.DictReader(open(a))}
+    doubled = {r["policy"]: r for r in csv.DictReader(open(c))}
+    assert float(base["forward S=256"]["underflow_frac"]) < 0.5 < float(doubled["forward S=256"]["underflow_frac"])

@@ -8,7 +8,11 @@ combinations order ∈ {forward, reverse} × S ∈ {1, 256} (``kernels.contract.
 reference, the fraction of non-sink P that rounds to zero, the sink keys' own underflow and
 the saturated count; ``--csv PATH`` writes the same table.
 
-``--ksink`` says how many leading key positions are sinks (default 1: position 0).
+``--ksink`` says how many leading key positions are sinks (default 1: position 0; ``0 <= ksink < N``).
+``--sm-scale`` sets the score scale (default ``1/sqrt(d)``). Everything is checked before any work:
+options, ``--csv`` writable, tensors, ``ksink`` against N, and scores finite in float32 (an
+overflow is an error naming its cause, never NaN rows). The printed table gives fractions (each
+of its own terms); ``--csv`` has the counts too. ``--fmt none`` (or ``None``) runs without rounding.
 
 ``--policy NAME`` (repeatable) adds a named policy of :data:`kernels.policies.POLICIES` (``fa3``,
 ``fa4``, ``sage2``, ...) or one of your own from ``--policies FILE`` (YAML: name -> Policy keys,
@@ -83,6 +87,22 @@ def load_policies(path: str) -> dict:
     return policies_from_config(data)
 
 
+def check_tensors(q, k, *, ksink: int, sm_scale: float | None) -> None:
+    """What the loaded tensors allow, before any work: ``0 <= ksink < Nk`` and scores finite in float32
+    (max |q·k|·sm_scale from a float64 product, one head at a time)."""
+    import torch
+
+    nk = k.shape[-2]
+    if not 0 <= ksink < nk:
+        raise ValueError(f"--ksink={ksink} is not allowed; allowed: 0 <= ksink < N = {nk} (the number of keys)")
+    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    smax = max(float((qh.double() @ kh.double().transpose(-1, -2)).abs().max())
+               for qh, kh in zip(q.flatten(0, 1), k.flatten(0, 1)))
+    if not math.isfinite(smax * sm) or smax * sm > float(torch.finfo(torch.float32).max):
+        raise ValueError(f"scores overflow float32: max |q.k| * sm_scale = {smax * sm:.4g} > "
+                         f"{float(torch.finfo(torch.float32).max):.4g}; rescale q or k, or pass a smaller --sm-scale")
+
+
 def _stats(r, ref, ref_power) -> dict:
     """MSE and diagnostic counts of one result ``r`` against the float64 reference."""
     mse = float(((r.out.double() - ref) ** 2).mean())
@@ -116,7 +136,7 @@ def _run(name, kwargs, *, q, k, v, common, ref, ref_power):
 
 
 def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded", causal=False,
-          ksink=1, backend="auto", policies=(), sink_logit=None):
+          ksink=1, backend="auto", policies=(), sink_logit=None, sm_scale=None):
     """Rows (dicts) for your policy, the four reference combinations and each of ``policies``
     (:class:`kernels.policies.Policy` objects); see module docstring.
 
@@ -124,16 +144,16 @@ def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, ro
     """
     from ..api import attention
 
-    common = dict(causal=causal, ksink=ksink, backend=backend)
+    common = dict(causal=causal, ksink=ksink, backend=backend, sm_scale=sm_scale)
     if sink_logit is None:
-        ref = attention(q, k, v, causal=causal, backend="reference").out
+        ref = attention(q, k, v, causal=causal, sm_scale=sm_scale, backend="reference").out
     else:
         import torch
 
         from ..reference import reference_attention
 
         common["sink_logit"] = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
-        ref = reference_attention(q, k, v, causal=causal, sink_logit=common["sink_logit"])
+        ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=common["sink_logit"])
     ref_power = float((ref**2).mean())
     runs = [("yours", dict(order=order, scale=float(scale), fmt=fmt, block_n=block_n, rowsum=rowsum))]
     runs += [(combo_label(o, s), dict(order=o, scale=s, fmt="e4m3fn", block_n=block_n, rowsum="unrounded"))
@@ -175,8 +195,11 @@ def _parser():
     ap.add_argument("--block-n", type=int, default=64, help="keys per KV block (default: 64)")
     ap.add_argument("--rowsum", default="unrounded", help="unrounded or rounded (default: unrounded)")
     ap.add_argument("--causal", action="store_true", help="top-left causal mask")
-    ap.add_argument("--ksink", type=int, default=1, help="leading key positions that are sinks (default: 1)")
+    ap.add_argument("--ksink", type=int, default=1,
+                    help="leading key positions that are sinks, 0 <= ksink < N (default: 1)")
     ap.add_argument("--backend", default="auto", help="auto, triton, emulator (default: auto)")
+    ap.add_argument("--sm-scale", type=float, default=None, metavar="X",
+                    help="score scale: s = q.k * X (default: 1/sqrt(d), as the model's attention usually does)")
     ap.add_argument("--csv", default=None, help="also write the table to this CSV file")
     ap.add_argument("--policy", action="append", default=[], metavar="NAME",
                     help="also run this named policy (repeatable): a preset of kernels.policies.POLICIES or "
@@ -204,7 +227,37 @@ def resolve_policies(names, policies_file=None) -> list:
     return [get_policy(n, extra) for n in names]
 
 
+AUDIT_BACKENDS = ("auto", "triton", "emulator")  # the reference is every row's baseline, not a row
+
+
+def _fmt_arg(fmt: str):
+    """--fmt: a format name, or none/None (no rounding)."""
+    return None if fmt.lower() == "none" else fmt
+
+
+def _check_csv(path) -> None:
+    """--csv must be writable: checked before any work, so a long run is never lost to a bad path."""
+    import os
+
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"--csv={path!r} is a directory; allowed: a file path in a writable directory")
+    if not os.path.isdir(parent):
+        raise ValueError(f"--csv={path!r}: directory {parent!r} does not exist; allowed: a file path in a "
+                         "writable directory")
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise ValueError(f"--csv={path!r} is not writable; allowed: a file path in a writable directory")
+
+
 def _check_options(args):
+    if args.backend not in AUDIT_BACKENDS:
+        raise ValueError(f"--backend={args.backend!r} is not allowed; allowed: {', '.join(AUDIT_BACKENDS)} (the "
+                         "float64 reference is what every row is measured against)")
+    if args.sm_scale is not None and not (math.isfinite(args.sm_scale) and args.sm_scale > 0):
+        raise ValueError(f"--sm-scale={args.sm_scale!r} is not allowed; allowed: a finite number > 0")
+    _check_csv(args.csv)
     if args.sink_logit is not None and not math.isfinite(args.sink_logit):
         raise ValueError(f"--sink-logit={args.sink_logit!r} is not allowed; allowed: a finite number")
     if not 0.0 <= args.collapse_threshold < 1.0:
@@ -213,12 +266,23 @@ def _check_options(args):
         raise ValueError(f"--floor-factor={args.floor_factor!r} is not allowed; allowed: a finite number >= 1")
 
 
+def _header(q, k, args) -> str:
+    """What was run: shapes, sinks, blocks, mask and score scale."""
+    sm = 1.0 / math.sqrt(q.shape[-1]) if args.sm_scale is None else args.sm_scale
+    return (f"inputs {args.inputs}: q {list(q.shape)}, k and v {list(k.shape)} ([B, H, N, d]); ksink={args.ksink} "
+            f"(given); block_n={args.block_n} for yours and the four combinations (a named policy brings its "
+            f"own); causal={args.causal}; sm_scale={sm:.6g}")
+
+
 def _print(rows, args):
-    print(f"{'policy':<18}{'backend':<20}{'MSE':>12}{'rel MSE':>12}{'underflow':>12}{'sink uf':>9}{'saturated':>11}"
-          f"{'sat frac':>11}")
+    # every column after MSE is a fraction of its own terms; the counts are in --csv
+    print(f"{'policy':<18}{'backend':<20}{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}{'sink uf frac':>14}"
+          f"{'sat frac':>12}")
     for r in rows:
         print(f"{r['policy']:<18}{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}"
-              f"{r['underflow_frac']:>12.4g}{r['underflow_sink']:>9d}{r['saturated']:>11d}{r['saturated_frac']:>11.4g}")
+              f"{r['underflow_frac']:>12.4g}{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}")
+    print("(uf frac: non-sink P that round to zero / non-sink P > 0; sink uf frac: the same for the sink keys; "
+          "sat frac: P entries above the format's max / all P > 0)")
     print(f"\nVerdicts (collapse: non-sink underflow fraction > {args.collapse_threshold:.0%}; V-cast floor, "
           f"when a policy casts V: P-cast MSE > {args.floor_factor:g}x the same call with fmt=None):")
     for r in rows:
@@ -232,18 +296,25 @@ def main(argv=None):
         _check_options(args)
         policies = resolve_policies(args.policy, args.policies)  # bad names fail here, before any work
         q, k, v = load_tensors(args.inputs)
-        rows = audit(q, k, v, order=args.order, scale=args.scale, fmt=None if args.fmt == "none" else args.fmt,
-                     block_n=args.block_n, rowsum=args.rowsum, causal=args.causal, ksink=args.ksink,
-                     backend=args.backend, policies=policies, sink_logit=args.sink_logit)
+        check_tensors(q, k, ksink=args.ksink, sm_scale=args.sm_scale)
+        print(_header(q, k, args))
+        rows = audit(q, k, v, order=args.order, scale=args.scale, fmt=_fmt_arg(args.fmt), block_n=args.block_n,
+                     rowsum=args.rowsum, causal=args.causal, ksink=args.ksink, backend=args.backend,
+                     policies=policies, sink_logit=args.sink_logit, sm_scale=args.sm_scale)
     except ValueError as e:
         print(f"pcast-audit: error: {e}", file=sys.stderr)
         return 2
     _print(rows, args)
     if args.csv:
-        with open(args.csv, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
+        import io
+
+        from ..pipeline.files import atomic_write_text
+
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_text(args.csv, buf.getvalue())  # never a half-written file under the name
     return 0
 
 
