@@ -13,7 +13,8 @@ import struct
 __all__ = [
     "SCALE_MODES", "SINK_MODES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
     "DIAGNOSTICS", "ORDERS", "BACKENDS", "BACKENDS_RAN", "ROWSUMS", "PAPER_SCALES", "COMBOS",
-    "COMBO_LABELS", "combo_label", "HEAD_DIMS", "BLOCK_SIZES", "is_allowed", "SWEEP_EXPERIMENTS",
+    "COMBO_LABELS", "combo_label", "HEAD_DIMS", "ATTENTION_HEAD_DIMS", "BLOCK_SIZES", "is_allowed",
+    "SWEEP_EXPERIMENTS",
     "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
     "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS",
@@ -82,7 +83,10 @@ COMBO_LABELS = tuple(combo_label(o, s) for o, s in COMBOS)
 
 # ----------------------------------------------------------------------------- shapes
 
-HEAD_DIMS = (16, 32, 64, 128, 256)  # head dimension d: a power of two from 16 to 256
+HEAD_DIMS = (16, 32, 64, 128, 256)  # head dimension d of the generator and the pipeline: a power of two 16..256
+# head dimension d that kernels.attention accepts: a multiple of 16 up to 256 (the Triton kernel pads
+# it to the next power of two; real models use 80, 96, ...)
+ATTENTION_HEAD_DIMS = tuple(range(16, 257, 16))
 BLOCK_SIZES = (16, 32, 64, 128, 256)  # block_m, block_n: powers of two (tl.arange, tl.dot >= 16)
 
 
