@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .contract import (BACKENDS, BLOCK_SIZES, HEAD_DIMS, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
+from .contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
                        is_allowed)
 from .formats import FORMATS, FP8Format, get_format
 
@@ -101,14 +101,15 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
     B, H, Nq, d = q.shape
-    if k.shape[:2] != (B, H) or k.shape[-1] != d:
-        raise ValueError(f"k shape {tuple(k.shape)} does not match q shape {tuple(q.shape)} (need [B, H, Nk, d])")
+    if k.shape[0] != B or k.shape[-1] != d or k.shape[1] < 1 or H % k.shape[1]:
+        raise ValueError(f"k shape {tuple(k.shape)} does not match q shape {tuple(q.shape)} (need [B, H_kv, Nk, d] "
+                         f"with H_kv dividing H = {H})")
     if v.shape != k.shape:
         raise ValueError(f"v shape {tuple(v.shape)} must equal k shape {tuple(k.shape)}")
     if Nq < 1 or k.shape[2] < 1:
         raise ValueError(f"sequence lengths must be >= 1, got Nq={Nq}, Nk={k.shape[2]}")
-    if not is_allowed(d, HEAD_DIMS):
-        raise ValueError(f"head dimension d={d} is not allowed; allowed: a power of two from 16 to 256")
+    if not is_allowed(d, ATTENTION_HEAD_DIMS):
+        raise ValueError(f"head dimension d={d} is not allowed; allowed: a multiple of 16 from 16 to 256")
     if order not in ORDERS:
         raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
     if rowsum not in ROWSUMS:
@@ -215,7 +216,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     Details: docs/interfaces.md ("P policies"); step names: :data:`kernels.contract.STEPS`.
 
     Args:
-        q: float32 [B, H, Nq, d]; k, v: float32 [B, H, Nk, d]; d a power of two in 16..256.
+        q: float32 [B, H, Nq, d]; k, v: float32 [B, H_kv, Nk, d], H_kv dividing H (grouped-query
+            attention: query head h reads key/value head h // (H / H_kv)); d a multiple of 16 up to 256.
         order ("forward"), scale (S, 1.0), fmt ("e4m3fn"; None: no rounding), rowsum ("unrounded"),
             block_m, block_n (64; query rows and keys per block, powers of two 16..256), scale_mode
             ("multiply"), rescale_threshold (0.0), sink_mode ("final"), qk_fmt, v_fmt (None; an FP8 format),

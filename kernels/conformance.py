@@ -34,6 +34,7 @@ import torch
 
 from .contract import DIAGNOSTICS
 from .conformance_model import EX2_APPROX_REL_ERR, EXP_REL_ERR_CPU, cast_operand, exp_rel_err_for, fragile_elements
+from .reference import expand_kv
 
 __all__ = ["fragile_elements", "explain", "compare", "exp_rel_err_for", "EXP_REL_ERR_CPU", "EX2_APPROX_REL_ERR"]
 
@@ -130,7 +131,7 @@ def _output_bound(fr, v, oa, *, tol, scale_out):
     units of x), and the same again times ``|out|`` for the row sum when p_q enters it (rowsum="rounded").
     """
     frag = fr["fragile"]
-    vabs = v.cpu().double().abs().amax(-1)  # [B,H,Nk]
+    vabs = expand_kv(v.cpu(), fr["fragile"].shape[1]).double().abs().amax(-1)  # [B,H,Nk] (GQA: H_kv -> H)
     flip = (fr["step"] * frag).mul(vabs[..., None, :]).sum(-1)
     flip_l = (fr["step"] * frag).sum(-1)
     denom = fr["lx"].clamp_min(1e-300)

@@ -31,7 +31,7 @@ import torch
 from .contract import LOG2E, float32, log2_scale
 from .emulator import running_max
 from .formats import FP8Format, get_format
-from .reference import causal_mask
+from .reference import causal_mask, expand_kv
 from .rounding import quantize
 
 __all__ = ["fragile_elements", "exp_rel_err_for", "cast_operand", "EXP_REL_ERR_CPU", "EX2_APPROX_REL_ERR"]
@@ -84,11 +84,14 @@ def cast_operand(t: torch.Tensor, fmt, scale="tensor") -> torch.Tensor:
 
 def _scores64(q, k, *, causal, sm_scale):
     """float64 scores (masked: -inf) and the per-element bound on the fp32 score error."""
-    q64, k64 = q.double(), k.double()
+    q64, k64 = q.double(), expand_kv(k, q.shape[1]).double()  # grouped-query attention: H_kv -> H heads
     Nq, Nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
     s = torch.matmul(q64, k64.transpose(-1, -2)) * sm_scale
-    # |fl32(q·k) - q·k| <= gamma_d * sum|q_i k_i| (Higham, Thm 3.1); one more rounding for * sm_scale.
-    gamma = d * _U / (1 - d * _U)
+    # |fl32(q·k) - q·k| <= gamma_n * sum|q_i k_i| (Higham, Thm 3.1); one more rounding for * sm_scale.
+    # n: the dot's length as the Triton kernel runs it, d zero-padded to a power of two (a looser,
+    # still rigorous bound for the unpadded emulator and loop)
+    n = 1 << (d - 1).bit_length()
+    gamma = n * _U / (1 - n * _U)
     sabs = torch.matmul(q64.abs(), k64.abs().transpose(-1, -2)) * sm_scale
     if causal:
         vis = causal_mask(Nq, Nk, device=q.device)

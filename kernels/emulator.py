@@ -34,7 +34,7 @@ import torch
 from .contract import DIAGNOSTICS, LOG2E, float32, log2_scale
 from .formats import FP8Format
 from .rounding import quantize_fast
-from .reference import causal_mask
+from .reference import causal_mask, expand_kv
 
 __all__ = ["emulate_attention", "running_max", "max_in_force", "operand_cast"]
 
@@ -115,6 +115,7 @@ def _layout(q, k, v, *, reverse, scale, fmt, causal, ksink, block_n, sm_scale, r
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
     G = B * H
+    k, v = expand_kv(k, H), tuple(expand_kv(vi, H) for vi in v)  # grouped-query attention: H_kv -> H heads
     if qk_fmt is not None:
         q, k = operand_cast(q, qk_fmt, qk_scale), operand_cast(k, qk_fmt, qk_scale)
     if v_fmt is not None:  # each value tensor is cast on its own, as a call of its own would
@@ -240,7 +241,7 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
                       v_fmt: FP8Format | None = None, v_scale="tensor"):
     """Emulate the kernel contract. Arguments are already validated by :func:`kernels.attention`.
 
-    Shapes: q [B, H, Nq, d], k and v [B, H, Nk, d], all float32 on one device; ``sink_logit`` float32
+    Shapes: q [B, H, Nq, d], k and v [B, H_kv, Nk, d] (H_kv dividing H), all float32 on one device; ``sink_logit`` float32
     [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``. ``v`` may also
     be a tuple of such tensors (value sets sharing q and k): ``out`` is then a tuple, one per value
     tensor, each bit-identical to a call with that tensor alone (:func:`kernels.api.attention_values`).

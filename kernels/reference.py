@@ -6,7 +6,14 @@ import math
 
 import torch
 
-__all__ = ["reference_attention", "causal_mask"]
+__all__ = ["reference_attention", "causal_mask", "expand_kv"]
+
+
+def expand_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """Grouped-query attention: key/value tensor ``t`` [B, H_kv, N, d] as [B, heads, N, d], query head
+    h reading key/value head ``h // (heads / H_kv)``; ``t`` itself when H_kv == heads."""
+    kv = t.shape[1]
+    return t if kv == heads else t.repeat_interleave(heads // kv, dim=1)
 
 
 def causal_mask(nq: int, nk: int, device=None) -> torch.Tensor:
@@ -23,8 +30,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
 
     Args:
         q: [B, H, Nq, d] (any float dtype; promoted to float64).
-        k: [B, H, Nk, d].
-        v: [B, H, Nk, d].
+        k: [B, H_kv, Nk, d], H_kv dividing H (grouped-query attention, :func:`expand_kv`).
+        v: [B, H_kv, Nk, d].
         causal: top-left aligned causal mask (key j visible to query i iff j <= i).
         sm_scale: score scale, default 1/sqrt(d).
         sink_logit: None, or [H] or [B, H]: a logit σ_h with no key and no value, so
@@ -36,7 +43,7 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
     d = q.shape[-1]
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
-    q64, k64, v64 = q.double(), k.double(), v.double()
+    q64, k64, v64 = q.double(), expand_kv(k, q.shape[1]).double(), expand_kv(v, q.shape[1]).double()
     s = torch.matmul(q64, k64.transpose(-1, -2)) * sm_scale
     if causal:
         s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], device=s.device), float("-inf"))

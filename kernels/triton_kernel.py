@@ -30,6 +30,7 @@ import triton.language as tl
 
 from .contract import DIAGNOSTICS, log2_scale
 from .formats import FP8Format, get_format
+from .reference import expand_kv
 from .triton_policy import SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, sink_final
 
 __all__ = ["triton_attention", "triton_quantize", "triton_builtin_cast", "fp8_round"]
@@ -333,13 +334,18 @@ def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | N
                      v_fmt: FP8Format | None = None, v_scale="tensor"):
     """Launch the attention kernel. Arguments are validated by :func:`kernels.attention`.
 
-    q [B,H,Nq,d], k and v [B,H,Nk,d]: float32, last dim contiguous, one device. ``sink_logit``:
+    q [B,H,Nq,d], k and v [B,H_kv,Nk,d] (H_kv dividing H; expanded here): float32, one device; d a
+    multiple of 16, zero-padded here to the next power of two and cut back on return. ``sink_logit``:
     None or float32 [B, H] on that device. The policy options are those of docs/interfaces.md
     ("P policies of deployed kernels"); the operand scales are computed here, in float32.
     Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq])``.
     """
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
+    k, v = expand_kv(k, H), expand_kv(v, H)  # grouped-query attention: each query head gets its K, V copy
+    dp = 1 << (d - 1).bit_length()  # tl.arange needs a power of two: zero-pad d (zero products add exact 0)
+    if dp != d:
+        q, k, v = (torch.nn.functional.pad(t, (0, dp - d)) for t in (q, k, v))
     q, k, v = (t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q)
     diag = torch.zeros(len(DIAGNOSTICS), B * H, Nq, dtype=torch.int32, device=q.device)
@@ -359,11 +365,12 @@ def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | N
         out.stride(0), out.stride(1), out.stride(2),
         H, Nq, Nk, float(sm_scale), float(scale), int(ksink), float(rescale_threshold),
         log2_scale(scale) if exp2_offset else 0.0,
-        HEAD_D=d, BLOCK_M=block_m, BLOCK_N=block_n, REVERSE=reverse, CAUSAL=causal,
+        HEAD_D=dp, BLOCK_M=block_m, BLOCK_N=block_n, REVERSE=reverse, CAUSAL=causal,
         QUANT=fmt is not None, MAN_BITS=f.man_bits, EMIN=f.emin, MAX_FINITE=f.max_finite,
         ROWSUM_ROUNDED=rowsum_rounded, EXP2_OFFSET=exp2_offset, LAZY=rescale_threshold > 0,
         SINK_MODE=SINK_MODE_CODE[None if sink_logit is None else sink_mode],
         QK_QUANT=qk_fmt is not None, QK_MAN_BITS=fqk.man_bits, QK_EMIN=fqk.emin, QK_MAX_FINITE=fqk.max_finite,
         V_QUANT=v_fmt is not None, V_MAN_BITS=fv.man_bits, V_EMIN=fv.emin, V_MAX_FINITE=fv.max_finite,
     )
+    out = out if dp == d else out[..., :d].contiguous()
     return out, {n: diag[i].to(torch.int64).view(B, H, Nq) for i, n in enumerate(DIAGNOSTICS)}

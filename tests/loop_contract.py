@@ -38,7 +38,8 @@ def cast_operand(t, fmt, scale="tensor"):
 def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=0, block_n=64,
                    sm_scale=None, rowsum="unrounded", scale_mode="multiply", rescale_threshold=0.0, sink_logit=None,
                    sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor"):
-    """q [B,H,Nq,d], k and v [B,H,Nk,d] float32 -> (out [B,H,Nq,d] float32, dict of int64 [B,H,Nq]).
+    """q [B,H,Nq,d], k and v [B,H_kv,Nk,d] float32 (H_kv dividing H) -> (out [B,H,Nq,d] float32, dict of
+    int64 [B,H,Nq]).
 
     The keywords are those of ``kernels.attention`` (names and strings, not resolved objects);
     ``sink_logit`` is None or float32 [H] or [B, H].
@@ -53,6 +54,10 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
         q, k = cast_operand(q, qk_fmt, qk_scale), cast_operand(k, qk_fmt, qk_scale)
     if v_fmt is not None:
         v = cast_operand(v, v_fmt, v_scale)
+    # grouped-query attention, indexed here (the kernel and the emulator expand with repeat_interleave,
+    # after or before the casts: the same numbers, since a cast's scale is per (batch, key/value head))
+    kv_of = torch.arange(H) // (H // k.shape[1])  # query head h reads key/value head h // (H / H_kv)
+    k, v = k[:, kv_of], v[:, kv_of]
     sigma = None if sink_logit is None else sink_logit.float().expand(B, H)[..., None].expand(B, H, Nq)
     m = torch.full((B, H, Nq), float("-inf"))
     l = torch.zeros(B, H, Nq)

@@ -234,3 +234,18 @@ def test_sm_scale_is_the_score_scale(sink_file, tmp_path):
     base = {r["policy"]: r for r in csv.DictReader(open(a))}
     doubled = {r["policy"]: r for r in csv.DictReader(open(c))}
     assert float(base["forward S=256"]["underflow_frac"]) < 0.5 < float(doubled["forward S=256"]["underflow_frac"])
+
+
+def test_grouped_query_tensors_are_audited(tmp_path):
+    """[H, N, d] q with [H_kv, N, d] k and v (H_kv dividing H), d = 80: the audit runs them; a k whose
+    heads do not divide q's is a one-line error."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = torch.randn(4, 64, 80, generator=g), torch.randn(2, 64, 80, generator=g), torch.randn(2, 64, 80,
+                                                                                                     generator=g)
+    p = tmp_path / "gqa.safetensors"
+    save_file({"q": q, "k": k, "v": v}, str(p))
+    out = tmp_path / "gqa.csv"
+    assert main([str(p), "--backend", "emulator", "--csv", str(out)]) == 0
+    assert int(next(csv.DictReader(open(out)))["terms"]) == 4 * 64 * 63  # every query head, 63 non-sink keys
+    save_file({"q": q, "k": k[:1].repeat(3, 1, 1), "v": v[:1].repeat(3, 1, 1)}, str(p))
+    assert main([str(p)]) == 2

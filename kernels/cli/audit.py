@@ -96,8 +96,14 @@ def check_tensors(q, k, *, ksink: int, sm_scale: float | None) -> None:
     if not 0 <= ksink < nk:
         raise ValueError(f"--ksink={ksink} is not allowed; allowed: 0 <= ksink < N = {nk} (the number of keys)")
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    from ..reference import expand_kv
+
+    if k.shape[0] != q.shape[0] or k.shape[1] < 1 or q.shape[1] % k.shape[1] or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k shape {list(k.shape)} does not match q shape {list(q.shape)}; allowed: [B, H_kv, N, d] "
+                         f"with H_kv dividing H = {q.shape[1]} (grouped-query attention)")
+    kx = expand_kv(k, q.shape[1])  # grouped-query attention: each query head against its key/value head
     smax = max(float((qh.double() @ kh.double().transpose(-1, -2)).abs().max())
-               for qh, kh in zip(q.flatten(0, 1), k.flatten(0, 1)))
+               for qh, kh in zip(q.flatten(0, 1), kx.flatten(0, 1)))
     if not math.isfinite(smax * sm) or smax * sm > float(torch.finfo(torch.float32).max):
         raise ValueError(f"scores overflow float32: max |q.k| * sm_scale = {smax * sm:.4g} > "
                          f"{float(torch.finfo(torch.float32).max):.4g}; rescale q or k, or pass a smaller --sm-scale")
