@@ -131,10 +131,14 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
         raise ValueError(f"backend={backend!r} is not allowed; allowed: {', '.join(BACKENDS)}")
     _check_policy_options(q, sink_logit=sink_logit, **options)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        # max and min propagate NaN and expose +-inf: two fast reductions instead of an
-        # elementwise isfinite mask over the whole tensor.
-        if t.numel() and not (math.isfinite(float(t.amax())) and math.isfinite(float(t.amin()))):
-            raise ValueError(f"{name} contains NaN or inf; inputs must be finite")
+        _check_finite(name, t)
+
+
+def _check_finite(name: str, t: torch.Tensor) -> None:
+    # max and min propagate NaN and expose +-inf: two fast reductions instead of an
+    # elementwise isfinite mask over the whole tensor.
+    if t.numel() and not (math.isfinite(float(t.amax())) and math.isfinite(float(t.amin()))):
+        raise ValueError(f"{name} contains NaN or inf; inputs must be finite")
 
 
 def _check_policy_options(q, *, scale_mode, rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt,
@@ -268,8 +272,7 @@ def _check_values(values) -> None:
             what = f"{t.dtype} {tuple(t.shape)} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"values[{i}] ({what}) is not allowed; allowed: a float32 tensor of values[0]'s shape "
                              f"{tuple(v0.shape)} on {v0.device}")
-        if t.numel() and not (math.isfinite(float(t.amax())) and math.isfinite(float(t.amin()))):
-            raise ValueError(f"values[{i}] contains NaN or inf; inputs must be finite")
+        _check_finite(f"values[{i}]", t)
 
 
 def _run(q, k, values: tuple, args: dict) -> list[AttentionResult]:

@@ -29,10 +29,9 @@ import math
 import torch
 
 from .contract import LOG2E, float32, log2_scale
-from .emulator import running_max
+from .emulator import operand_cast, running_max
 from .formats import FP8Format, get_format
 from .reference import causal_mask, expand_kv
-from .rounding import quantize
 
 __all__ = ["fragile_elements", "exp_rel_err_for", "cast_operand", "EXP_REL_ERR_CPU", "EX2_APPROX_REL_ERR"]
 
@@ -69,17 +68,11 @@ def exp_rel_err_for(backend: str, *, scale=1.0, fmt="e4m3fn", scale_mode="multip
 
 def cast_operand(t: torch.Tensor, fmt, scale="tensor") -> torch.Tensor:
     """The contract's operand cast ``quantize(t / s_t, fmt)·s_t`` in float32, ``s_t`` per (batch, head):
-    ``amax|t| / max_finite`` ("tensor"; 1 where amax is 0) or the given float; ``t`` when fmt is None."""
+    ``amax|t| / max_finite`` ("tensor"; 1 where amax is 0) or the given float; ``t`` when fmt is None.
+    The emulator's own cast (:func:`kernels.emulator.operand_cast`), taking a format name too."""
     if fmt is None:
         return t
-    f = get_format(fmt)
-    if isinstance(scale, str):
-        amax = t.abs().amax(dim=(-2, -1), keepdim=True)
-        s = amax / torch.tensor(f.max_finite, dtype=torch.float32)
-        s = torch.where(amax == 0, torch.ones_like(s), s)
-    else:
-        s = torch.tensor(float32(float(scale)), dtype=torch.float32)
-    return quantize(t / s, f) * s
+    return operand_cast(t, get_format(fmt), scale if isinstance(scale, str) else float(scale))
 
 
 def _scores64(q, k, *, causal, sm_scale):

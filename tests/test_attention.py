@@ -40,21 +40,34 @@ def as_result(out, diag):
     return SimpleNamespace(out=out, **diag)
 
 
-def check_three(q, k, v, *, order, scale, fmt, causal, ksink=4, block_m=64, block_n=64, rowsum="unrounded"):
-    kw = dict(order=order, scale=scale, fmt=fmt, causal=causal, ksink=ksink, block_n=block_n)
+# The keywords of kernels.attention that kernels.conformance.fragile_elements takes.
+_MODEL_KEYS = ("order", "scale", "fmt", "causal", "block_n", "sm_scale", "scale_mode", "rescale_threshold",
+               "sink_logit", "sink_mode", "qk_fmt", "qk_scale")
+
+
+def model(q, k, **kw):
+    """fragile_elements of the call with keywords ``kw`` (those of kernels.attention)."""
+    return fragile_elements(q, k, **{n: kw[n] for n in _MODEL_KEYS if n in kw})
+
+
+def check_three(q, k, v, *, block_m=64, rowsum="unrounded", **kw):
+    """Triton (interpreted), emulator and loop agree on one call (keywords ``kw`` of kernels.attention),
+    every difference explained; returns (triton result, emulator result, explain's reports)."""
     tri = kernels.attention(q, k, v, backend="triton", block_m=block_m, rowsum=rowsum, **kw)
     assert tri.backend == "triton-interpreted"
     emu = kernels.attention(q, k, v, backend="emulator", block_m=block_m, rowsum=rowsum, **kw)
     assert emu.backend == "emulator"
     loop = as_result(*loop_attention(q, k, v, rowsum=rowsum, **kw))
-    fr = fragile_elements(q, k, order=order, scale=scale, fmt=fmt, causal=causal, block_n=block_n)
+    fr = model(q, k, **kw)
+    reps = {}
     for name, a, b in (("triton/emulator", tri, emu), ("loop/emulator", loop, emu), ("triton/loop", tri, loop)):
         rep = explain(a, b, q, k, v, fragile=fr, **kw)
         assert rep["explained"], f"{name}: {rep['why']}"
         # The output bound widens only on rows that hold a boundary element; elsewhere 1e-5 holds.
         if rep["diag_equal"]:
             assert rep["max_rel_diff"] <= 1e-5 or rep["fragile_elements"] > 0, name
-    return tri, emu
+        reps[name] = rep
+    return tri, emu, reps
 
 
 SMALL = [(1, 1), (63, 63), (64, 64), (200, 200), (100, 200), (200, 63)]
@@ -82,7 +95,7 @@ def test_three_implementations_agree_small_other_d(order, scale, fmt, causal, nq
     ("reverse", 1.0, None, True)])
 def test_three_implementations_agree_n1024(order, scale, fmt, causal):
     q, k, v = sink_inputs(7, 1024, 1024, 64, h=1)
-    tri, _ = check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal)
+    tri, _, _ = check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=4)
     if order == "forward" and scale == 1.0 and fmt and not causal:
         assert int(tri.underflow.sum()) > 0  # the comparison covered real underflow
 
@@ -90,20 +103,20 @@ def test_three_implementations_agree_n1024(order, scale, fmt, causal):
 @pytest.mark.parametrize("d", [16, 128])
 def test_three_implementations_agree_n1024_other_d(d):
     q, k, v = sink_inputs(8, 1024, 1024, d, h=1)
-    check_three(q, k, v, order="reverse", scale=1.0, fmt="e4m3fn", causal=False)
+    check_three(q, k, v, order="reverse", scale=1.0, fmt="e4m3fn", causal=False, ksink=4)
 
 
 @pytest.mark.parametrize("block_m,block_n", [(16, 32), (32, 128)])
 @pytest.mark.parametrize("rowsum", ["unrounded", "rounded"])
 def test_block_sizes_and_rowsum(block_m, block_n, rowsum):
     q, k, v = sink_inputs(9, 150, 300, 32)
-    check_three(q, k, v, order="reverse", scale=1.0, fmt="e4m3fn", causal=True, block_m=block_m, block_n=block_n,
-                rowsum=rowsum)
+    check_three(q, k, v, order="reverse", scale=1.0, fmt="e4m3fn", causal=True, ksink=4, block_m=block_m,
+                block_n=block_n, rowsum=rowsum)
 
 
 def test_saturation_is_counted_beyond_max():
     q, k, v = sink_inputs(10, 64, 128, 16)
-    tri, emu = check_three(q, k, v, order="forward", scale=1024.0, fmt="e4m3fn", causal=False)
+    tri, emu, _ = check_three(q, k, v, order="forward", scale=1024.0, fmt="e4m3fn", causal=False, ksink=4)
     assert int(emu.saturated.sum()) > 0  # p = 1 at every row's max, and 1024 > 448
     assert torch.equal(tri.saturated, emu.saturated)
 

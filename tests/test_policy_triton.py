@@ -22,36 +22,11 @@ from kernels.contract import DIAGNOSTICS, LOG2E
 
 from loop_contract import cast_operand as loop_cast_operand
 from loop_contract import loop_attention
-from test_attention import as_result, sink_inputs
-
-_MODEL_KEYS = ("order", "scale", "fmt", "causal", "block_n", "sm_scale", "scale_mode", "rescale_threshold",
-               "sink_logit", "sink_mode", "qk_fmt", "qk_scale")
-
-
-def model(q, k, **kw):
-    """fragile_elements of the call with keywords ``kw`` (those of kernels.attention)."""
-    return fragile_elements(q, k, **{n: kw[n] for n in _MODEL_KEYS if n in kw})
+from test_attention import as_result, check_three, model, sink_inputs
 
 
 def copy_result(r):
     return SimpleNamespace(out=r.out.clone(), **{n: getattr(r, n).clone() for n in DIAGNOSTICS})
-
-
-def check_three(q, k, v, *, block_m=64, rowsum="unrounded", **kw):
-    """Triton (interpreted), emulator and loop agree on one call, every difference explained."""
-    tri = kernels.attention(q, k, v, backend="triton", block_m=block_m, rowsum=rowsum, **kw)
-    assert tri.backend == "triton-interpreted"
-    emu = kernels.attention(q, k, v, backend="emulator", block_m=block_m, rowsum=rowsum, **kw)
-    loop = as_result(*loop_attention(q, k, v, rowsum=rowsum, **kw))
-    fr = model(q, k, **kw)
-    reps = {}
-    for name, a, b in (("triton/emulator", tri, emu), ("loop/emulator", loop, emu), ("triton/loop", tri, loop)):
-        rep = explain(a, b, q, k, v, fragile=fr, **kw)
-        assert rep["explained"], f"{name}: {rep['why']}"
-        if rep["diag_equal"]:  # the output bound widens only on rows that hold a boundary element
-            assert rep["max_rel_diff"] <= 1e-5 or rep["fragile_elements"] > 0, name
-        reps[name] = rep
-    return tri, emu, reps
 
 
 # ------------------------------------------------------------------------- three implementations agree

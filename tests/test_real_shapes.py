@@ -16,7 +16,7 @@ import torch
 import kernels
 from kernels.reference import reference_attention
 
-from test_policy_triton import check_three
+from test_attention import check_three
 
 
 def gqa_inputs(seed, *, b=2, h=4, hkv=2, nq=37, nk=70, d=80):

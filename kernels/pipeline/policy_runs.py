@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from ..contract import DIAGNOSTICS, POLICY_CONFIG_COLUMNS, POLICY_TIDY_COLUMNS
 from .inputs import base_tensors
-from .runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from .runs import _reference_chunked, _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
 
 __all__ = ["run_policies_shard", "call_kwargs", "call_key", "floor_kwargs", "FLOOR_PATH"]
 
@@ -122,19 +122,6 @@ def _stack(tensors, spec: Mapping, seed: int, shape: Mapping, sigma: float, kind
     return q, k, values, sink
 
 
-def _reference(q, k, v, sink, *, causal: bool, budget: int = 1 << 20):
-    """float64 reference of a stack, about ``budget`` scores at a time (as the sweeps')."""
-    import torch
-
-    from ..reference import reference_attention
-
-    step = max(1, budget // max(q.shape[1] * q.shape[2] * k.shape[2], 1))
-    parts = [reference_attention(q[i:i + step], k[i:i + step], v[i:i + step], causal=causal,
-                                 sink_logit=None if sink is None else sink[i:i + step])
-             for i in range(0, q.shape[0], step)]
-    return torch.cat(parts, 0)
-
-
 def _measure(tally: _Tally, st: _Stack, kwargs: Mapping) -> list[dict]:
     """One :func:`kernels.attention_values` call on the stack: per value tensor, the per-item error
     against its reference and the summed diagnostics."""
@@ -215,7 +202,7 @@ def _policies_seed(tally: _Tally, spec: Mapping, tensors, seed: int, device, cou
         for deltas in delta_chunks(spec["delta"], len(svs_list), spec["max_batch_items"]):
             q, k, values, sink = _stack(tensors, spec, seed, shape, sigma, kind, svs_list, deltas, device)
             t0 = time.perf_counter()
-            refs = [_reference(q, k, v, sink, causal=causal) for v in values]
+            refs = [_reference_chunked(q, k, v, causal=causal, sink_logit=sink) for v in values]
             tally.reference_s += time.perf_counter() - t0
             meta = {"experiment": spec["experiment"], "seed": seed, "n": shape["n"], "d": shape["d"],
                     "sink_kind": kind, "ksink": spec["ksink"] if kind == "keys" else 0, "sigma": sigma,

@@ -74,15 +74,17 @@ def _of(shard: int, n_shards: int | None) -> str:
 # ----------------------------------------------------------------------------- sweeps
 
 
-def _reference_chunked(q, k, v, *, causal: bool, budget: int = 1 << 20):
-    """float64 reference for a stacked batch, about ``budget`` scores at a time (cache-sized: fastest)."""
+def _reference_chunked(q, k, v, *, causal: bool, sink_logit=None, budget: int = 1 << 20):
+    """float64 reference for a stacked batch, about ``budget`` scores at a time (cache-sized: fastest);
+    ``sink_logit``: None or float32 [L·B, H], a learned sink logit per stacked item."""
     import torch
 
     from ..reference import reference_attention
 
     per_item = q.shape[1] * q.shape[2] * k.shape[2]
     step = max(1, budget // max(per_item, 1))
-    parts = [reference_attention(q[i:i + step], k[i:i + step], v[i:i + step], causal=causal)
+    parts = [reference_attention(q[i:i + step], k[i:i + step], v[i:i + step], causal=causal,
+                                 sink_logit=None if sink_logit is None else sink_logit[i:i + step])
              for i in range(0, q.shape[0], step)]
     return torch.cat(parts, 0)
 
