@@ -249,3 +249,197 @@ def test_grouped_query_tensors_are_audited(tmp_path):
     assert int(next(csv.DictReader(open(out)))["terms"]) == 4 * 64 * 63  # every query head, 63 non-sink keys
     save_file({"q": q, "k": k[:1].repeat(3, 1, 1), "v": v[:1].repeat(3, 1, 1)}, str(p))
     assert main([str(p)]) == 2
+
+
+# ----------------------------------------------------------------------------- several layers, --ksink auto, --per-head
+
+
+def _heads(*specs, n=128, d=32):
+    """q, k, v [1, H, n, d], head h from make_inputs(**specs[h]) (seed, ksink, delta, sink_v_scale)."""
+    qkv = [make_inputs(**{"n": n, "d": d, **s}) for s in specs]
+    return tuple(torch.cat([t[i] for t in qkv], dim=1) for i in range(3))
+
+
+def _layered(tmp_path, layers, name="layers.safetensors"):
+    """A safetensors file of layer{L}/q, k, v for {L: (q, k, v)}."""
+    p = tmp_path / name
+    save_file({f"layer{L}/{n}": t for L, qkv in layers.items() for n, t in zip("qkv", qkv)}, str(p))
+    return p
+
+
+def _csv(path):
+    return list(csv.DictReader(open(path)))
+
+
+def test_columns_carry_the_layer_and_the_head():
+    from kernels.cli.audit import COLUMNS, PER_HEAD_COLUMNS
+
+    assert COLUMNS[-1] == "layer" and COLUMNS[:7] == ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend")
+    assert PER_HEAD_COLUMNS == COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow")
+
+
+def test_layer_picks_the_layers_tensors(tmp_path, capsys):
+    """Layer 10's rows are the rows of a plain file holding layer 10's tensors, to the bit; the layers
+    run in numeric order (2 before 10)."""
+    two = _heads(dict(seed=11, ksink=1, delta=9.0))
+    ten = _heads(dict(seed=12, ksink=2, delta=7.0), dict(seed=13, ksink=1, delta=3.0))
+    p = _layered(tmp_path, {10: ten, 2: two})
+    plain = tmp_path / "plain.safetensors"
+    save_file(dict(zip("qkv", ten)), str(plain))
+    a, b, c = (tmp_path / f"{x}.csv" for x in "abc")
+    assert main([str(p), "--layer", "10", "--backend", "emulator", "--csv", str(a)]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "q [1, 2, 128, 32]" in header and "layers 10;" in header
+    assert main([str(plain), "--backend", "emulator", "--csv", str(b)]) == 0
+    assert "layers none (plain q, k, v)" in capsys.readouterr().out.splitlines()[0]
+    layered, flat = _csv(a), _csv(b)
+    assert [r["layer"] for r in layered] == ["10"] * 5 and [r["layer"] for r in flat] == [""] * 5
+    for x, y in zip(layered, flat):
+        assert {c: v for c, v in x.items() if c != "layer"} == {c: v for c, v in y.items() if c != "layer"}
+    assert main([str(p), "--backend", "emulator", "--csv", str(c)]) == 0  # default: every layer, numeric order
+    every = _csv(c)
+    assert [r["layer"] for r in every] == ["2"] * 5 + ["10"] * 5 and every[5:] == layered
+    assert "layers 2, 10;" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_unknown_layer_fails_before_any_work(tmp_path, capsys, no_work):
+    p = _layered(tmp_path, {0: _heads(dict(seed=1)), 1: _heads(dict(seed=2))})
+    for bad in ("7", "x"):
+        assert main([str(p), "--layer", "0", "--layer", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pcast-audit: error:") and err.count("\n") == 1, err
+        assert f"--layer={bad} is not allowed" in err and "0, 1" in err
+    plain = tmp_path / "plain.safetensors"
+    save_file(dict(zip("qkv", _heads(dict(seed=1)))), str(plain))
+    assert main([str(plain), "--layer", "0"]) == 2
+    assert "--layer=0 is not allowed" in capsys.readouterr().err
+    # neither layout: the missing-tensor error names both; a layer lacking a tensor is named too
+    save_file({"layer0/q": torch.ones(4, 16), "w": torch.ones(4, 16)}, str(p))
+    assert main([str(p), "--layer", "0"]) == 2
+    assert "lacks tensor(s) layer0/k, layer0/v" in capsys.readouterr().err
+    save_file({"w": torch.ones(4, 16)}, str(p))
+    assert main([str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "lacks tensor(s) q, k, v" in err and "layer{L}/q" in err
+
+
+@pytest.mark.parametrize("value", ["x", "1.5", "", "autoo"])
+def test_bad_ksink_fails_before_any_work(tmp_path, capsys, no_work, value):
+    assert main([str(tmp_path / "absent.safetensors"), "--ksink", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pcast-audit: error:") and err.count("\n") == 1
+    assert f"--ksink={value!r} is not allowed" in err and "or auto" in err and "absent" not in err
+
+
+def test_ksink_auto_detects_the_sinks(tmp_path, capsys):
+    p = _layered(tmp_path, {0: _heads(*(dict(seed=s, ksink=4, delta=10.0) for s in (1, 2, 3))),
+                            1: _heads(*(dict(seed=s, ksink=4, delta=0.0) for s in (4, 5, 6)))})
+    assert main([str(p), "--ksink", "auto", "--layer", "0", "--backend", "emulator"]) == 0
+    assert "ksink=auto (ksink detected: 4 in 3 heads);" in capsys.readouterr().out.splitlines()[0]
+    assert main([str(p), "--ksink", "AUTO", "--layer", "1", "--backend", "emulator"]) == 0
+    assert "ksink=auto (ksink detected: 0 in 3 heads);" in capsys.readouterr().out.splitlines()[0]
+    assert main([str(p), "--ksink", "auto", "--backend", "emulator"]) == 0
+    assert "ksink=auto (ksink detected: 0 in 3 heads, 4 in 3);" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_leading_ksink():
+    from kernels.cli.audit import leading_ksink
+
+    assert [leading_ksink(s) for s in ([0, 1, 2, 7], [5], [], [0], [1, 2])] == [3, 0, 0, 1, 0]
+
+
+def test_ksink_auto_is_per_head_calls(tmp_path):
+    """Heads with different detected ksinks (4, 0, 1) run grouped; each head's numbers are those of the
+    head alone with its ksink given."""
+    specs = [dict(seed=21, ksink=4, delta=10.0), dict(seed=22, ksink=1, delta=0.0),
+             dict(seed=23, ksink=1, delta=8.0)]
+    p = tmp_path / "three.safetensors"
+    save_file(dict(zip("qkv", _heads(*specs))), str(p))
+    out = tmp_path / "auto.csv"
+    assert main([str(p), "--ksink", "auto", "--per-head", "--backend", "emulator", "--csv", str(out)]) == 0
+    rows = _csv(out)
+    assert [r["ksink"] for r in rows[::5]] == ["4", "0", "1"]
+    assert [r["sinks"] for r in rows[::5]] == ["0;1;2;3", "", "0"]
+    for h, spec in enumerate(specs):
+        single, one = tmp_path / f"h{h}.safetensors", tmp_path / f"h{h}.csv"
+        save_file(dict(zip("qkv", _heads(spec))), str(single))
+        assert main([str(single), "--ksink", rows[5 * h]["ksink"], "--per-head", "--backend", "emulator",
+                     "--csv", str(one)]) == 0
+        for x, y in zip(rows[5 * h:5 * h + 5], _csv(one)):
+            assert {c: v for c, v in x.items() if c not in ("head", "sinks")} == \
+                {c: v for c, v in y.items() if c not in ("head", "sinks")}
+
+
+def test_per_head_rows_add_up_to_the_table(tmp_path, capsys):
+    p = _layered(tmp_path, {0: _heads(*(dict(seed=s, ksink=4, delta=10.0) for s in (31, 32))),
+                            1: _heads(*(dict(seed=s, ksink=4, delta=10.0) for s in (33, 34)))})
+    agg, per = tmp_path / "agg.csv", tmp_path / "per.csv"
+    argv = [str(p), "--ksink", "auto", "--backend", "emulator", "--policy", "fa3"]
+    assert main([*argv, "--csv", str(agg)]) == 0
+    assert main([*argv, "--per-head", "--csv", str(per)]) == 0
+    text = capsys.readouterr().out
+    assert "mass uf" in text and "worst head: layer" in text
+    total, heads = _csv(agg), _csv(per)
+    assert len(heads) == 2 * 1 * 2 * 6  # (layer, batch, head, run)
+    assert [(r["layer"], r["batch"], r["head"], r["policy"]) for r in heads[:7]] == \
+        [("0", "0", "0", n) for n in ("yours", "forward S=1", "forward S=256", "reverse S=1", "reverse S=256",
+                                      "fa3")] + [("0", "0", "1", "yours")]
+    for row in total:
+        mine = [r for r in heads if (r["layer"], r["policy"]) == (row["layer"], row["policy"])]
+        assert len(mine) == 2
+        for c in ("underflow", "terms", "underflow_sink", "terms_sink", "saturated"):
+            assert sum(int(r[c]) for r in mine) == int(row[c]), c
+        assert math.isclose(sum(float(r["mse"]) for r in mine) / 2, float(row["mse"]), rel_tol=1e-9)
+    by = {(r["layer"], r["head"], r["policy"]): r for r in heads}
+    for L in "01":
+        for h in "01":
+            assert by[(L, h, "yours")]["sinks"] == "0;1;2;3"
+            fwd, rev = (float(by[(L, h, n)]["mass_underflow"]) for n in ("forward S=1", "reverse S=256"))
+            assert 0.0 <= rev < fwd <= 1.0
+            assert by[(L, h, "fa3")]["mass_underflow"] == ""  # exp2_offset: not the rule underflow_mask states
+
+
+def test_per_head_mass_check_catches_a_rule_that_disagrees(tmp_path, monkeypatch):
+    """mass_underflow's mask is checked against the kernel's own count: a wrong rule is an error."""
+    import kernels.heads
+
+    p = tmp_path / "x.safetensors"
+    save_file(dict(zip("qkv", _heads(dict(seed=41, ksink=1, delta=9.0)))), str(p))
+    assert main([str(p), "--per-head", "--backend", "emulator"]) == 0
+    real = kernels.heads.underflow_mask
+    monkeypatch.setattr(kernels.heads, "underflow_mask", lambda s, **kw: ~real(s, **kw))
+    with pytest.raises(RuntimeError, match="underflow_mask"):
+        main([str(p), "--per-head", "--backend", "emulator"])
+
+
+def test_worst_head_is_the_one_with_the_strong_sink(tmp_path, capsys):
+    weak = dict(ksink=1, delta=0.0)
+    strong = dict(ksink=1, delta=9.0, sink_v_scale=0.0)
+    p = _layered(tmp_path, {0: _heads(dict(seed=51, **weak), dict(seed=52, **weak)),
+                            1: _heads(dict(seed=53, **weak), dict(seed=54, **strong))})
+    per = tmp_path / "per.csv"
+    for extra in ([], ["--per-head", "--csv", str(per)]):
+        assert main([str(p), "--backend", "emulator", *extra]) == 0
+        lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("worst head:")]
+        assert len(lines) == 1 and lines[0].startswith(
+            "worst head: layer 1, batch 0, head 1: forward S=1 / reverse S=256 MSE ratio "), lines
+    by = {(r["layer"], r["head"], r["policy"]): float(r["mse"]) for r in _csv(per)}
+    x, y = by[("1", "1", "forward S=1")], by[("1", "1", "reverse S=256")]
+    assert x > 10 * y
+    assert lines[0].endswith(f"MSE ratio {x / y:.4g} (MSE {x:.4g} vs {y:.4g})")
+
+
+def test_ksink_auto_with_grouped_query_heads_is_the_plain_call(tmp_path):
+    """Four query heads on two key/value heads, every head a sink at key 0: --ksink auto (heads run
+    grouped by ksink, each on its key/value head h // 2) gives the numbers of --ksink 1 (one call)."""
+    q, k, v = _heads(dict(seed=61, ksink=1, delta=9.0), dict(seed=62, ksink=1, delta=9.0))
+    q4 = torch.stack([q[:, 0], 1.1 * q[:, 0], q[:, 1], 0.9 * q[:, 1]], dim=1)
+    p = tmp_path / "gqa.safetensors"
+    save_file({"q": q4, "k": k, "v": v}, str(p))
+    a, b = tmp_path / "auto.csv", tmp_path / "one.csv"
+    assert main([str(p), "--ksink", "auto", "--per-head", "--backend", "emulator", "--csv", str(a)]) == 0
+    assert main([str(p), "--ksink", "1", "--per-head", "--backend", "emulator", "--csv", str(b)]) == 0
+    auto, one = _csv(a), _csv(b)
+    assert len(auto) == 4 * 5 and {r["sinks"] for r in auto} == {"0"} and {r["sinks"] for r in one} == {""}
+    for x, y in zip(auto, one):
+        assert {c: v for c, v in x.items() if c != "sinks"} == {c: v for c, v in y.items() if c != "sinks"}

@@ -21,6 +21,20 @@ audit's verdict lines: whether it collapses (non-sink underflow fraction above
 ``--collapse-threshold``), whether it saturates, and, when the policy casts V, whether its P-cast
 error exceeds ``--floor-factor`` times the V-cast floor (the same call with ``fmt=None``).
 ``--sink-logit X`` adds a learned sink logit X to every head (and to the reference).
+
+Several layers in one file: ``layer{L}/q``, ``layer{L}/k``, ``layer{L}/v`` (the layout of
+``kernels.realmodel.capture``); ``--layer L`` (repeatable) picks layers, default every layer in
+numeric order; each layer is audited on its own and its rows carry ``layer``. ``--ksink auto``
+detects each head's sinks (:func:`kernels.heads.detect_sinks` on its float64 scores) and gives
+the head the number of leading consecutive sink keys from key 0 as its ksink. ``--per-head``
+prints (and writes) one row per (layer, batch, head, run), with the head's detected ``sinks``
+and ``mass_underflow``, the exact probability mass of the keys that round to zero
+(:func:`kernels.heads.underflow_mask`, checked against the kernel's own count). After the table,
+one line names the head with the largest forward S=1 / reverse S=256 MSE ratio.
+
+Modules: :mod:`kernels.cli.audit_io` (loading the file, selecting layers, reading policies, checking
+the tensors), :mod:`kernels.cli.audit_heads` (the runs, per-head rows, ksink detection, mass underflow
+and the worst head) and this one (the command line, the printed table and verdicts, ``main``).
 """
 
 from __future__ import annotations
@@ -30,142 +44,13 @@ import csv
 import math
 import sys
 
-from ..contract import COMBOS, combo_label
+from .audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBOS, audit, audit_heads, detect_head_sinks,
+                          head_scores64, leading_ksink, worst_head)
+from .audit_io import check_tensors, load_layers, load_policies, load_tensors, resolve_policies
 
-COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
-           "underflow", "terms", "underflow_sink", "saturated",
-           # named-policy options and the V-cast floor (today's rows carry the defaults)
-           "scale_mode", "rescale_threshold", "sink_mode", "qk_fmt", "v_fmt", "block_m", "terms_sink",
-           "underflow_sink_frac", "saturated_frac", "floor_mse", "floor_rel_mse")
-
-
-def load_tensors(path: str, names=("q", "k", "v")):
-    """Read q, k, v from a safetensors file and bring them to float32 [B, H, N, d]."""
-    from safetensors.torch import load_file
-
-    try:
-        tensors = load_file(path)
-    except FileNotFoundError:
-        raise ValueError(f"inputs file {path!r} does not exist") from None
-    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a bad file
-        raise ValueError(f"inputs file {path!r} is not a readable safetensors file: {e}") from None
-    missing = [n for n in names if n not in tensors]
-    if missing:
-        raise ValueError(f"inputs file {path!r} lacks tensor(s) {', '.join(missing)}; it has: "
-                         f"{', '.join(sorted(tensors)) or 'none'}")
-    out = []
-    for n in names:
-        t = tensors[n]
-        if not t.is_floating_point():
-            raise ValueError(f"tensor {n!r} must be floating point, got {t.dtype}")
-        if t.dim() not in (2, 3, 4):
-            raise ValueError(f"tensor {n!r} must have 2, 3 or 4 dims ([N, d], [H, N, d], [B, H, N, d]), "
-                             f"got shape {tuple(t.shape)}")
-        while t.dim() < 4:
-            t = t.unsqueeze(0)
-        out.append(t.float().contiguous())
-    return tuple(out)
-
-
-def load_policies(path: str) -> dict:
-    """A user's policies from a YAML file: name -> Policy keys, or a config.yaml with ``policies:``."""
-    import yaml
-
-    from ..policies import policies_from_config
-
-    try:
-        with open(path) as fh:
-            data = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ValueError(f"policies file {path!r} does not exist") from None
-    except yaml.YAMLError as e:
-        raise ValueError(f"policies file {path!r} is not valid YAML: {e}") from None
-    if isinstance(data, dict) and "policies" in data:
-        data = data["policies"]  # config.yaml itself, or a file with a policies: section
-    elif isinstance(data, dict) and ("experiments" in data or "preset" in data):
-        data = {}  # a config.yaml without a policies: section
-    return policies_from_config(data)
-
-
-def check_tensors(q, k, *, ksink: int, sm_scale: float | None) -> None:
-    """What the loaded tensors allow, before any work: ``0 <= ksink < Nk`` and scores finite in float32
-    (max |q·k|·sm_scale from a float64 product, one head at a time)."""
-    import torch
-
-    nk = k.shape[-2]
-    if not 0 <= ksink < nk:
-        raise ValueError(f"--ksink={ksink} is not allowed; allowed: 0 <= ksink < N = {nk} (the number of keys)")
-    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    from ..reference import expand_kv
-
-    if k.shape[0] != q.shape[0] or k.shape[1] < 1 or q.shape[1] % k.shape[1] or k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"k shape {list(k.shape)} does not match q shape {list(q.shape)}; allowed: [B, H_kv, N, d] "
-                         f"with H_kv dividing H = {q.shape[1]} (grouped-query attention)")
-    kx = expand_kv(k, q.shape[1])  # grouped-query attention: each query head against its key/value head
-    smax = max(float((qh.double() @ kh.double().transpose(-1, -2)).abs().max())
-               for qh, kh in zip(q.flatten(0, 1), kx.flatten(0, 1)))
-    if not math.isfinite(smax * sm) or smax * sm > float(torch.finfo(torch.float32).max):
-        raise ValueError(f"scores overflow float32: max |q.k| * sm_scale = {smax * sm:.4g} > "
-                         f"{float(torch.finfo(torch.float32).max):.4g}; rescale q or k, or pass a smaller --sm-scale")
-
-
-def _stats(r, ref, ref_power) -> dict:
-    """MSE and diagnostic counts of one result ``r`` against the float64 reference."""
-    mse = float(((r.out.double() - ref) ** 2).mean())
-    terms, terms_sink = int(r.terms.sum()), int(r.terms_sink.sum())
-    uf, uf_sink, sat = int(r.underflow.sum()), int(r.underflow_sink.sum()), int(r.saturated.sum())
-    return {"backend": r.backend, "mse": mse, "rel_mse": mse / ref_power if ref_power > 0 else float("nan"),
-            "underflow_frac": uf / terms if terms else 0.0, "underflow": uf, "terms": terms,
-            "underflow_sink": uf_sink, "terms_sink": terms_sink,
-            "underflow_sink_frac": uf_sink / terms_sink if terms_sink else 0.0, "saturated": sat,
-            "saturated_frac": sat / (terms + terms_sink) if terms + terms_sink else 0.0}
-
-
-def _run(name, kwargs, *, q, k, v, common, ref, ref_power):
-    """One row: ``kwargs`` (keywords of kernels.attention) run on q, k, v, measured; plus the
-    V-cast floor (the same call with fmt=None) when the policy casts V."""
-    from ..api import attention
-    from ..policies import Policy
-
-    full = {**Policy(name="defaults").attention_kwargs(), **kwargs}  # every column, defaults where not set
-    row = {"policy": name, **{c: full[c] for c in ("order", "scale", "block_n", "rowsum", "scale_mode",
-                                                 "rescale_threshold", "sink_mode", "block_m")},
-           "fmt": full["fmt"] if full["fmt"] is not None else "none",
-           "qk_fmt": full["qk_fmt"] or "none", "v_fmt": full["v_fmt"] or "none"}
-    row.update(_stats(attention(q, k, v, **common, **kwargs), ref, ref_power))
-    row["floor_mse"] = row["floor_rel_mse"] = None
-    if full["v_fmt"] is not None:
-        floor = attention(q, k, v, **common, **{**kwargs, "fmt": None})
-        row["floor_mse"] = float(((floor.out.double() - ref) ** 2).mean())
-        row["floor_rel_mse"] = row["floor_mse"] / ref_power if ref_power > 0 else float("nan")
-    return row
-
-
-def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded", causal=False,
-          ksink=1, backend="auto", policies=(), sink_logit=None, sm_scale=None):
-    """Rows (dicts) for your policy, the four reference combinations and each of ``policies``
-    (:class:`kernels.policies.Policy` objects); see module docstring.
-
-    ``sink_logit``: None, or one float logit given to every (batch, head), in the reference too.
-    """
-    from ..api import attention
-
-    common = dict(causal=causal, ksink=ksink, backend=backend, sm_scale=sm_scale)
-    if sink_logit is None:
-        ref = attention(q, k, v, causal=causal, sm_scale=sm_scale, backend="reference").out
-    else:
-        import torch
-
-        from ..reference import reference_attention
-
-        common["sink_logit"] = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
-        ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=common["sink_logit"])
-    ref_power = float((ref**2).mean())
-    runs = [("yours", dict(order=order, scale=float(scale), fmt=fmt, block_n=block_n, rowsum=rowsum))]
-    runs += [(combo_label(o, s), dict(order=o, scale=s, fmt="e4m3fn", block_n=block_n, rowsum="unrounded"))
-             for o, s in COMBOS]
-    runs += [(p.name, p.attention_kwargs()) for p in policies]
-    return [_run(name, kw, q=q, k=k, v=v, common=common, ref=ref, ref_power=ref_power) for name, kw in runs]
+__all__ = ["COLUMNS", "PER_HEAD_COLUMNS", "WORST_HEAD_COMBOS", "AUDIT_BACKENDS", "audit", "audit_heads",
+           "detect_head_sinks", "head_scores64", "leading_ksink", "worst_head", "verdicts", "check_tensors",
+           "load_layers", "load_policies", "load_tensors", "resolve_policies", "main"]
 
 
 def verdicts(row, *, collapse_threshold=0.5, floor_factor=2.0) -> list[str]:
@@ -194,15 +79,23 @@ def verdicts(row, *, collapse_threshold=0.5, floor_factor=2.0) -> list[str]:
 
 def _parser():
     ap = argparse.ArgumentParser(prog="pcast-audit", description=__doc__.splitlines()[0])
-    ap.add_argument("inputs", help="safetensors file holding tensors q, k, v")
+    ap.add_argument("inputs", help="safetensors file holding tensors q, k, v, or layer{L}/q, layer{L}/k, "
+                                   "layer{L}/v for several layers")
+    ap.add_argument("--layer", action="append", default=[], metavar="L",
+                    help="audit this layer of a several-layer file (repeatable; default: every layer, in "
+                         "numeric order)")
     ap.add_argument("--order", default="reverse", help="forward or reverse (default: reverse)")
     ap.add_argument("--scale", type=float, default=256.0, help="S applied to P before the cast (default: 256)")
     ap.add_argument("--fmt", default="e4m3fn", help="FP8 format, or 'none' for no rounding (default: e4m3fn)")
     ap.add_argument("--block-n", type=int, default=64, help="keys per KV block (default: 64)")
     ap.add_argument("--rowsum", default="unrounded", help="unrounded or rounded (default: unrounded)")
     ap.add_argument("--causal", action="store_true", help="top-left causal mask")
-    ap.add_argument("--ksink", type=int, default=1,
-                    help="leading key positions that are sinks, 0 <= ksink < N (default: 1)")
+    ap.add_argument("--ksink", default="1",
+                    help="leading key positions that are sinks, 0 <= ksink < N, or auto: each head's leading "
+                         "run of sink keys from key 0, detected by kernels.heads.detect_sinks (default: 1)")
+    ap.add_argument("--per-head", action="store_true",
+                    help="one row per (layer, batch, head, run), with the detected sinks and mass_underflow, "
+                         "in the table and in --csv")
     ap.add_argument("--backend", default="auto", help="auto, triton, emulator (default: auto)")
     ap.add_argument("--sm-scale", type=float, default=None, metavar="X",
                     help="score scale: s = q.k * X (default: 1/sqrt(d), as the model's attention usually does)")
@@ -221,16 +114,6 @@ def _parser():
                     help="the P-cast error exceeds the V-cast floor when its MSE is above this many times the "
                          "floor's (default: 2)")
     return ap
-
-
-def resolve_policies(names, policies_file=None) -> list:
-    """The Policy objects for ``names`` (presets or the file's), checked before any work."""
-    from ..policies import get_policy
-
-    extra = load_policies(policies_file) if policies_file else {}
-    if not names:
-        return list(extra.values())
-    return [get_policy(n, extra) for n in names]
 
 
 AUDIT_BACKENDS = ("auto", "triton", "emulator")  # the reference is every row's baseline, not a row
@@ -257,7 +140,20 @@ def _check_csv(path) -> None:
         raise ValueError(f"--csv={path!r} is not writable; allowed: a file path in a writable directory")
 
 
+def _ksink_arg(value):
+    """--ksink: ``"auto"`` or an int (its range is checked against N once the tensors are read)."""
+    text = str(value).strip()
+    if text.lower() == "auto":
+        return "auto"
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise ValueError(f"--ksink={value!r} is not allowed; allowed: an integer 0 <= ksink < N (the number of "
+                         "keys), or auto") from None
+
+
 def _check_options(args):
+    args.ksink_value = _ksink_arg(args.ksink)
     if args.backend not in AUDIT_BACKENDS:
         raise ValueError(f"--backend={args.backend!r} is not allowed; allowed: {', '.join(AUDIT_BACKENDS)} (the "
                          "float64 reference is what every row is measured against)")
@@ -272,28 +168,77 @@ def _check_options(args):
         raise ValueError(f"--floor-factor={args.floor_factor!r} is not allowed; allowed: a finite number >= 1")
 
 
-def _header(q, k, args) -> str:
-    """What was run: shapes, sinks, blocks, mask and score scale."""
-    sm = 1.0 / math.sqrt(q.shape[-1]) if args.sm_scale is None else args.sm_scale
-    return (f"inputs {args.inputs}: q {list(q.shape)}, k and v {list(k.shape)} ([B, H, N, d]); ksink={args.ksink} "
-            f"(given); block_n={args.block_n} for yours and the four combinations (a named policy brings its "
-            f"own); causal={args.causal}; sm_scale={sm:.6g}")
+def _ksink_summary(per_layer) -> str:
+    """``ksink detected: 1 in 60 heads, 0 in 12`` over every (layer, batch, head)."""
+    from collections import Counter
+
+    counts = Counter(ks for hk in per_layer for ks in hk.values())
+    parts = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return "ksink detected: " + ", ".join(f"{ks} in {n}" + (" heads" if i == 0 else "")
+                                          for i, (ks, n) in enumerate(parts))
 
 
-def _print(rows, args):
+def _header(layers, args, head_ksink=None) -> str:
+    """What was run: shapes, layers, sinks, blocks, mask and score scale."""
+    shapes = [(list(q.shape), list(k.shape)) for _, q, k, _ in layers]
+    if all(sh == shapes[0] for sh in shapes):
+        shape = f"q {shapes[0][0]}, k and v {shapes[0][1]} ([B, H, N, d])"
+    else:
+        shape = "; ".join(f"layer {L}: q {sq}, k and v {sk}" for (L, *_), (sq, sk) in zip(layers, shapes)) + \
+            " ([B, H, N, d])"
+    names = [L for L, *_ in layers]
+    where = "none (plain q, k, v)" if names == [None] else ", ".join(map(str, names))
+    if args.ksink_value == "auto":
+        ks = f"ksink=auto ({_ksink_summary(head_ksink)})"
+    else:
+        ks = f"ksink={args.ksink_value} (given)"
+    dims = sorted({q.shape[-1] for _, q, _, _ in layers})
+    if args.sm_scale is not None:
+        sm = f"{args.sm_scale:.6g}"
+    else:
+        sm = ", ".join(f"{1.0 / math.sqrt(d):.6g}" for d in dims)
+    return (f"inputs {args.inputs}: {shape}; layers {where}; {ks}; block_n={args.block_n} for yours and the four "
+            f"combinations (a named policy brings its own); causal={args.causal}; sm_scale={sm}")
+
+
+def _fmt(x, spec) -> str:
+    return "" if x is None else format(x, spec)
+
+
+def _print(rows, args, head_rows=None):
+    layered = any(r["layer"] is not None for r in rows)
+    lay = (lambda r: f"{r['layer']:<7}") if layered else (lambda r: "")
     # every column after MSE is a fraction of its own terms; the counts are in --csv
-    print(f"{'policy':<18}{'backend':<20}{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}{'sink uf frac':>14}"
-          f"{'sat frac':>12}")
-    for r in rows:
-        print(f"{r['policy']:<18}{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}"
-              f"{r['underflow_frac']:>12.4g}{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}")
+    if args.per_head:
+        print(f"{'layer':<7}{'batch':<7}{'head':<6}{'ksink':<7}{'sinks':<14}{'policy':<18}{'backend':<20}"
+              f"{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}{'sink uf frac':>14}{'sat frac':>12}{'mass uf':>12}")
+        for r in head_rows:
+            layer = "-" if r["layer"] is None else r["layer"]
+            print(f"{layer:<7}{r['batch']:<7}{r['head']:<6}{r['ksink']:<7}{r['sinks'] or '-':<14}{r['policy']:<18}"
+                  f"{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}{r['underflow_frac']:>12.4g}"
+                  f"{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}"
+                  f"{_fmt(r['mass_underflow'], '.4g') or '-':>12}")
+    else:
+        print(("layer  " if layered else "") + f"{'policy':<18}{'backend':<20}{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}"
+              f"{'sink uf frac':>14}{'sat frac':>12}")
+        for r in rows:
+            print(f"{lay(r)}{r['policy']:<18}{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}"
+                  f"{r['underflow_frac']:>12.4g}{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}")
     print("(uf frac: non-sink P that round to zero / non-sink P > 0; sink uf frac: the same for the sink keys; "
-          "sat frac: P entries above the format's max / all P > 0)")
+          "sat frac: P entries above the format's max / all P > 0"
+          + ("; mass uf: exact softmax mass of the keys that round to zero, mean over rows; - where the "
+             "running-max rule of kernels.heads does not describe the run)" if args.per_head else ")"))
+    worst = worst_head(head_rows or [])
+    if worst is not None:
+        L, b, h, ratio, x, y = worst
+        print(f"worst head: layer {'-' if L is None else L}, batch {b}, head {h}: forward S=1 / reverse S=256 MSE "
+              f"ratio {ratio:.4g} (MSE {x:.4g} vs {y:.4g})")
     print(f"\nVerdicts (collapse: non-sink underflow fraction > {args.collapse_threshold:.0%}; V-cast floor, "
           f"when a policy casts V: P-cast MSE > {args.floor_factor:g}x the same call with fmt=None):")
     for r in rows:
+        where = "" if r["layer"] is None else f"layer {r['layer']}: "
         for line in verdicts(r, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor):
-            print(f"  {line}")
+            print(f"  {where}{line}")
 
 
 def main(argv=None):
@@ -301,25 +246,39 @@ def main(argv=None):
     try:
         _check_options(args)
         policies = resolve_policies(args.policy, args.policies)  # bad names fail here, before any work
-        q, k, v = load_tensors(args.inputs)
-        check_tensors(q, k, ksink=args.ksink, sm_scale=args.sm_scale)
-        print(_header(q, k, args))
-        rows = audit(q, k, v, order=args.order, scale=args.scale, fmt=_fmt_arg(args.fmt), block_n=args.block_n,
-                     rowsum=args.rowsum, causal=args.causal, ksink=args.ksink, backend=args.backend,
-                     policies=policies, sink_logit=args.sink_logit, sm_scale=args.sm_scale)
+        layers = load_layers(args.inputs, args.layer)  # an unknown --layer fails here, before any tensor is read
+        auto = args.ksink_value == "auto"
+        for L, q, k, _ in layers:
+            try:
+                check_tensors(q, k, ksink=None if auto else args.ksink_value, sm_scale=args.sm_scale)
+            except ValueError as e:
+                raise ValueError(str(e) if L is None else f"layer {L}: {e}") from None
+        sinks = [detect_head_sinks(q, k, sm_scale=args.sm_scale, causal=args.causal) if auto else None
+                 for _, q, k, _ in layers]
+        head_ksink = [{bh: leading_ksink(s) for bh, s in sk.items()} for sk in sinks] if auto else None
+        print(_header(layers, args, head_ksink))
+        rows, head_rows = [], []
+        for i, (L, q, k, v) in enumerate(layers):
+            r, hr = audit_heads(q, k, v, order=args.order, scale=args.scale, fmt=_fmt_arg(args.fmt),
+                                block_n=args.block_n, rowsum=args.rowsum, causal=args.causal,
+                                ksink=head_ksink[i] if auto else args.ksink_value, backend=args.backend,
+                                policies=policies, sink_logit=args.sink_logit, sm_scale=args.sm_scale, layer=L,
+                                sinks=sinks[i], per_head=args.per_head)
+            rows += r
+            head_rows += hr
     except ValueError as e:
         print(f"pcast-audit: error: {e}", file=sys.stderr)
         return 2
-    _print(rows, args)
+    _print(rows, args, head_rows)
     if args.csv:
         import io
 
         from ..pipeline.files import atomic_write_text
 
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+        w = csv.DictWriter(buf, fieldnames=PER_HEAD_COLUMNS if args.per_head else COLUMNS, lineterminator="\n")
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(head_rows if args.per_head else rows)
         atomic_write_text(args.csv, buf.getvalue())  # never a half-written file under the name
     return 0
 

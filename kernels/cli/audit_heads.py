@@ -1,0 +1,270 @@
+"""pcast-audit's runs: the audit rows of each run (your policy, the four combinations, named
+policies) and, per (batch, head), the head rows; per-head ksink (``--ksink auto``, from
+:func:`kernels.heads.detect_sinks`), mass underflow (:func:`kernels.heads.underflow_mask`) and the
+worst head.
+
+Used by :mod:`kernels.cli.audit` (which re-exports the public names).
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+from ..contract import COMBOS, DIAGNOSTICS, combo_label
+
+COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
+           "underflow", "terms", "underflow_sink", "saturated",
+           # named-policy options and the V-cast floor (today's rows carry the defaults)
+           "scale_mode", "rescale_threshold", "sink_mode", "qk_fmt", "v_fmt", "block_m", "terms_sink",
+           "underflow_sink_frac", "saturated_frac", "floor_mse", "floor_rel_mse",
+           # the layer of a several-layer file (layer{L}/q, k, v); empty for plain q, k, v
+           "layer")
+# --per-head: one row per (layer, batch, head, run); sinks: the head's detected sink keys ("0;511", empty when
+# not detected), ksink: the ksink the head ran with, mass_underflow: exact P mass of the keys that round to zero
+PER_HEAD_COLUMNS = COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow")
+WORST_HEAD_COMBOS = (("forward", 1.0), ("reverse", 256.0))  # the worst-head line: MSE ratio of these two
+
+
+def _stats(r, ref, ref_power) -> dict:
+    """MSE and diagnostic counts of one result ``r`` against the float64 reference."""
+    mse = float(((r.out.double() - ref) ** 2).mean())
+    terms, terms_sink = int(r.terms.sum()), int(r.terms_sink.sum())
+    uf, uf_sink, sat = int(r.underflow.sum()), int(r.underflow_sink.sum()), int(r.saturated.sum())
+    return {"backend": r.backend, "mse": mse, "rel_mse": mse / ref_power if ref_power > 0 else float("nan"),
+            "underflow_frac": uf / terms if terms else 0.0, "underflow": uf, "terms": terms,
+            "underflow_sink": uf_sink, "terms_sink": terms_sink,
+            "underflow_sink_frac": uf_sink / terms_sink if terms_sink else 0.0, "saturated": sat,
+            "saturated_frac": sat / (terms + terms_sink) if terms + terms_sink else 0.0}
+
+
+def leading_ksink(sinks) -> int:
+    """The kernel's ksink for a head with these sink keys: the leading consecutive run from key 0
+    ({0, 1, 2, 7} -> 3; {5} -> 0)."""
+    got = set(sinks)
+    n = 0
+    while n in got:
+        n += 1
+    return n
+
+
+def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool):
+    """Scaled float64 scores ``q·kᵀ·sm_scale`` [Nq, Nk] of (batch b, head h); masked keys -inf.
+    Grouped-query attention: head h reads key head ``h // (H / H_kv)``."""
+    import torch
+
+    from ..reference import causal_mask
+
+    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    kh = k[b, h // (q.shape[1] // k.shape[1])]
+    s = (q[b, h].double() @ kh.double().transpose(0, 1)) * sm
+    if causal:
+        s = s.masked_fill(~causal_mask(s.shape[0], s.shape[1], device=s.device), float("-inf"))
+    return s
+
+
+def detect_head_sinks(q, k, *, sm_scale: float | None, causal: bool) -> dict:
+    """``{(b, h): [sink keys]}`` from :func:`kernels.heads.detect_sinks` on each head's float64 scores."""
+    from ..heads import detect_sinks
+
+    return {(b, h): detect_sinks(head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal))
+            for b in range(q.shape[0]) for h in range(q.shape[1])}
+
+
+def _attend(q, k, v, *, kwargs, common, head_ksink):
+    """``kernels.attention(q, k, v, **common, **kwargs)``; with ``head_ksink`` ({(b, h): ksink}) the heads
+    run grouped by their ksink, each group as one call on the group's heads ([1, n, N, d], key/value head
+    ``h // (H / H_kv)`` each), and the results are put back in place: every head computes on its own in
+    each backend, so this is what per-head calls give."""
+    import torch
+
+    from ..api import attention
+
+    if head_ksink is None:
+        return attention(q, k, v, **common, **kwargs)
+    B, H = q.shape[:2]
+    group = H // k.shape[1]
+    out, diag, backend = None, {}, None
+    for ks in sorted(set(head_ksink.values())):
+        sel = [bh for bh in sorted(head_ksink) if head_ksink[bh] == ks]
+        c = {**common, "ksink": ks}
+        if c.get("sink_logit") is not None:
+            c["sink_logit"] = torch.stack([c["sink_logit"][b, h] for b, h in sel])[None].contiguous()
+        qs = torch.stack([q[b, h] for b, h in sel])[None]
+        ks_, vs = (torch.stack([t[b, h // group] for b, h in sel])[None] for t in (k, v))  # GQA: head h // group
+        r = attention(qs, ks_, vs, **c, **kwargs)
+        if out is None:
+            out = torch.empty((B, H, *r.out.shape[2:]), dtype=r.out.dtype, device=r.out.device)
+            diag = {n: torch.zeros((B, H, r.out.shape[2]), dtype=torch.int64, device=r.out.device)
+                    for n in DIAGNOSTICS}
+        ib = torch.tensor([b for b, _ in sel], device=r.out.device)
+        ih = torch.tensor([h for _, h in sel], device=r.out.device)
+        out[ib, ih] = r.out[0]
+        for n in DIAGNOSTICS:
+            diag[n][ib, ih] = getattr(r, n)[0].to(torch.int64)
+        backend = r.backend
+    return SimpleNamespace(out=out, backend=backend, **diag)
+
+
+def _head(r, b: int, h: int):
+    """Head (b, h) of a result, for :func:`_stats`."""
+    return SimpleNamespace(out=r.out[b, h], backend=r.backend, **{n: getattr(r, n)[b, h] for n in DIAGNOSTICS})
+
+
+def _config(name, full) -> dict:
+    return {"policy": name, **{c: full[c] for c in ("order", "scale", "block_n", "rowsum", "scale_mode",
+                                                  "rescale_threshold", "sink_mode", "block_m")},
+            "fmt": full["fmt"] if full["fmt"] is not None else "none",
+            "qk_fmt": full["qk_fmt"] or "none", "v_fmt": full["v_fmt"] or "none"}
+
+
+def _floor(row, floor, ref, ref_power) -> None:
+    row["floor_mse"] = row["floor_rel_mse"] = None
+    if floor is not None:
+        row["floor_mse"] = float(((floor.out.double() - ref) ** 2).mean())
+        row["floor_rel_mse"] = row["floor_mse"] / ref_power if ref_power > 0 else float("nan")
+
+
+def _mass_applies(full, sink_logit) -> bool:
+    """mass_underflow is the underflow_mask rule's: eager multiply, no sink logit, no Q/K cast, a format."""
+    return (full["scale_mode"] == "multiply" and float(full["rescale_threshold"]) == 0.0 and sink_logit is None
+            and full["qk_fmt"] is None and full["fmt"] is not None)
+
+
+def audit_heads(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded",
+                causal=False, ksink=1, backend="auto", policies=(), sink_logit=None, sm_scale=None, layer=None,
+                sinks=None, per_head=False):
+    """``(rows, head_rows)``: the rows of :func:`audit` and one row per (batch, head, run).
+
+    ``ksink``: an int for every head, or ``{(b, h): ksink}`` (``--ksink auto``). ``sinks``: None or
+    ``{(b, h): [sink keys]}`` for the ``sinks`` column. ``layer`` goes in every row. With ``per_head``
+    the head rows get ``mass_underflow`` (float64 reference mass of the keys
+    :func:`kernels.heads.underflow_mask` finds rounding to zero, for runs that rule describes; None
+    for the others), and the mask's non-sink count is checked against the kernel's count (emulator).
+    """
+    import torch
+
+    from ..api import attention
+    from ..policies import Policy
+
+    head_ksink = dict(ksink) if isinstance(ksink, dict) else None
+    common = dict(causal=causal, backend=backend, sm_scale=sm_scale)
+    if head_ksink is None:
+        common["ksink"] = ksink
+    if sink_logit is None:
+        ref = attention(q, k, v, causal=causal, sm_scale=sm_scale, backend="reference").out
+    else:
+        from ..reference import reference_attention
+
+        common["sink_logit"] = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
+        ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=common["sink_logit"])
+    ref_power = float((ref**2).mean())
+    runs = [("yours", dict(order=order, scale=float(scale), fmt=fmt, block_n=block_n, rowsum=rowsum))]
+    runs += [(combo_label(o, s), dict(order=o, scale=s, fmt="e4m3fn", block_n=block_n, rowsum="unrounded"))
+             for o, s in COMBOS]
+    runs += [(p.name, p.attention_kwargs()) for p in policies]
+    defaults = Policy(name="defaults").attention_kwargs()
+    rows, done = [], []
+    for name, kw in runs:
+        full = {**defaults, **kw}  # every column, defaults where not set
+        r = _attend(q, k, v, kwargs=kw, common=common, head_ksink=head_ksink)
+        # the V-cast floor: the same call with fmt=None, when the policy casts V
+        floor = (_attend(q, k, v, kwargs={**kw, "fmt": None}, common=common, head_ksink=head_ksink)
+                 if full["v_fmt"] is not None else None)
+        row = {**_config(name, full), **_stats(r, ref, ref_power)}
+        _floor(row, floor, ref, ref_power)
+        row["layer"] = layer
+        rows.append(row)
+        done.append((name, full, r, floor))
+    head_rows = _head_rows(q, k, ref, done, ksink=ksink, head_ksink=head_ksink, sinks=sinks, layer=layer,
+                           per_head=per_head, sink_logit=sink_logit, sm_scale=sm_scale, causal=causal)
+    return rows, head_rows
+
+
+def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, sink_logit, sm_scale, causal):
+    """One row per (batch, head, run) of :func:`audit_heads` from its runs ``done``
+    (``[(name, full kwargs, result, floor result or None), ...]``)."""
+    head_rows = []
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            ref_h = ref[b, h]
+            power_h = float((ref_h**2).mean())
+            ks = head_ksink[(b, h)] if head_ksink is not None else ksink
+            extra = {"layer": layer, "batch": b, "head": h, "ksink": ks,
+                     "sinks": ";".join(map(str, sinks[(b, h)])) if sinks is not None else ""}
+            s32 = p_exact = None
+            for name, full, r, floor in done:
+                hr = {**_config(name, full), **_stats(_head(r, b, h), ref_h, power_h)}
+                _floor(hr, None if floor is None else _head(floor, b, h), ref_h, power_h)
+                hr.update(extra, mass_underflow=None)
+                if per_head and _mass_applies(full, sink_logit):
+                    if s32 is None:
+                        s32, p_exact = _head_scores32(q, k, b, h, sm_scale=sm_scale, causal=causal)
+                    hr["mass_underflow"] = _mass(hr, full, s32, p_exact, ks, layer=layer, b=b, h=h)
+                head_rows.append(hr)
+    return head_rows
+
+
+def _head_scores32(q, k, b, h, *, sm_scale, causal):
+    """The kernel's step-1 float32 scores of head (b, h) (``torch.matmul(q_h, k_h.T)`` times sm_scale,
+    masked keys -inf) and the float64 reference probabilities."""
+    import torch
+
+    from ..heads import exact_probs
+    from ..reference import causal_mask
+
+    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    kh = k[b, h // (q.shape[1] // k.shape[1])]
+    s32 = torch.matmul(q[b, h], kh.T) * sm
+    if causal:
+        s32 = s32.masked_fill(~causal_mask(s32.shape[0], s32.shape[1], device=s32.device), float("-inf"))
+    return s32, exact_probs(head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal))
+
+
+def _mass(hr, full, s32, p_exact, ks, *, layer, b, h) -> float:
+    """mass_underflow of one head row; the mask's non-sink count must be the kernel's underflow count."""
+    from ..heads import mass_underflow, underflow_mask
+
+    mask = underflow_mask(s32, order=full["order"], scale=float(full["scale"]), block_n=int(full["block_n"]),
+                          fmt=full["fmt"])
+    if hr["backend"] == "emulator":  # the same step-1 matmul; Triton's scores may differ by an ulp (conformance)
+        count = int(mask[:, ks:].sum())
+        if count != hr["underflow"]:
+            raise RuntimeError(f"pcast-audit: the running-max rule (kernels.heads.underflow_mask) counts {count} "
+                               f"non-sink keys rounding to zero in layer {layer}, batch {b}, head {h}, run "
+                               f"{hr['policy']!r}, the kernel {hr['underflow']}: the kernel's rule and its "
+                               "documented statement disagree")
+    return mass_underflow(p_exact, mask)
+
+
+def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded", causal=False,
+          ksink=1, backend="auto", policies=(), sink_logit=None, sm_scale=None):
+    """Rows (dicts) for your policy, the four reference combinations and each of ``policies``
+    (:class:`kernels.policies.Policy` objects); see module docstring.
+
+    ``sink_logit``: None, or one float logit given to every (batch, head), in the reference too.
+    ``ksink``: an int, or ``{(b, h): ksink}`` per head (see :func:`audit_heads`).
+    """
+    return audit_heads(q, k, v, order=order, scale=scale, fmt=fmt, block_n=block_n, rowsum=rowsum, causal=causal,
+                       ksink=ksink, backend=backend, policies=policies, sink_logit=sink_logit, sm_scale=sm_scale)[0]
+
+
+def worst_head(head_rows):
+    """The head row pair (forward S=1, reverse S=256) with the largest MSE ratio, as
+    ``(layer, batch, head, ratio, mse_forward, mse_reverse)``; None when there is none."""
+    fwd_label, rev_label = (combo_label(o, s) for o, s in WORST_HEAD_COMBOS)
+    by_head: dict = {}
+    for r in head_rows:
+        if r["policy"] in (fwd_label, rev_label):
+            by_head.setdefault((r["layer"], r["batch"], r["head"]), {}).setdefault(r["policy"], r["mse"])
+    best = None
+    for key, got in by_head.items():
+        if fwd_label not in got or rev_label not in got:
+            continue
+        x, y = got[fwd_label], got[rev_label]
+        ratio = x / y if y > 0 else (math.inf if x > 0 else float("nan"))
+        rank = -math.inf if math.isnan(ratio) else ratio
+        if best is None or rank > best[0]:
+            best = (rank, (*key, ratio, x, y))
+    return None if best is None else best[1]
+

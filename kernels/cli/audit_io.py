@@ -1,0 +1,155 @@
+"""pcast-audit's inputs: q, k, v (or ``layer{L}/q, k, v``) from a safetensors file, layer selection,
+the user's policies from YAML, and the checks the loaded tensors must pass before any work.
+
+Used by :mod:`kernels.cli.audit` (which re-exports these names).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_LAYER_KEY = re.compile(r"^layer(\d+)/(q|k|v)$")
+_LAYOUTS = "q, k, v, or layer{L}/q, layer{L}/k, layer{L}/v for each layer L"
+
+
+def _lift(name, t):
+    """One loaded tensor checked and brought to float32 [B, H, N, d]."""
+    if not t.is_floating_point():
+        raise ValueError(f"tensor {name!r} must be floating point, got {t.dtype}")
+    if t.dim() not in (2, 3, 4):
+        raise ValueError(f"tensor {name!r} must have 2, 3 or 4 dims ([N, d], [H, N, d], [B, H, N, d]), "
+                         f"got shape {tuple(t.shape)}")
+    while t.dim() < 4:
+        t = t.unsqueeze(0)
+    return t.float().contiguous()
+
+
+def load_tensors(path: str, names=("q", "k", "v")):
+    """Read q, k, v from a safetensors file and bring them to float32 [B, H, N, d]."""
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(path)
+    except FileNotFoundError:
+        raise ValueError(f"inputs file {path!r} does not exist") from None
+    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a bad file
+        raise ValueError(f"inputs file {path!r} is not a readable safetensors file: {e}") from None
+    missing = [n for n in names if n not in tensors]
+    if missing:
+        raise ValueError(f"inputs file {path!r} lacks tensor(s) {', '.join(missing)}; it has: "
+                         f"{', '.join(sorted(tensors)) or 'none'}")
+    return tuple(_lift(n, tensors[n]) for n in names)
+
+
+def _layer_arg(value) -> int | None:
+    try:
+        return int(str(value), 10)
+    except ValueError:
+        return None
+
+
+def load_layers(path: str, layers=()) -> list:
+    """``[(layer, q, k, v), ...]`` from a safetensors file, each float32 [B, H, N, d].
+
+    A file with ``layer{L}/q``, ``layer{L}/k``, ``layer{L}/v``: the ``layers`` asked for (ints or
+    their strings; default every layer in numeric order). A file with plain ``q``, ``k``, ``v`` and
+    no ``layer{L}/`` tensor: ``[(None, q, k, v)]`` (``layers`` must then be empty). Only the
+    selected tensors are read; an unknown layer is an error before any of them is.
+    """
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, framework="pt") as fh:
+            keys = list(fh.keys())
+            found: dict[int, set] = {}
+            for key in keys:
+                m = _LAYER_KEY.match(key)
+                if m:
+                    found.setdefault(int(m.group(1)), set()).add(m.group(2))
+            if not found:
+                if layers:
+                    raise ValueError(f"--layer={layers[0]} is not allowed: inputs file {path!r} has no "
+                                     "layer{L}/q, k, v tensors; allowed: no --layer for a file of plain q, k, v")
+                missing = [n for n in ("q", "k", "v") if n not in keys]
+                if missing:
+                    raise ValueError(f"inputs file {path!r} lacks tensor(s) {', '.join(missing)}; it has: "
+                                     f"{', '.join(sorted(keys)) or 'none'}; allowed: {_LAYOUTS}")
+                return [(None, *(_lift(n, fh.get_tensor(n)) for n in ("q", "k", "v")))]
+            have = sorted(found)
+            selected = []
+            for value in layers or have:
+                L = _layer_arg(value)
+                if L not in found:
+                    raise ValueError(f"--layer={value} is not allowed; allowed: a layer the file has: "
+                                     f"{', '.join(map(str, have))}")
+                if L not in selected:
+                    selected.append(L)
+            out = []
+            for L in selected:
+                missing = [f"layer{L}/{n}" for n in ("q", "k", "v") if n not in found[L]]
+                if missing:
+                    raise ValueError(f"inputs file {path!r} lacks tensor(s) {', '.join(missing)}; allowed: "
+                                     f"{_LAYOUTS}")
+                out.append((L, *(_lift(f"layer{L}/{n}", fh.get_tensor(f"layer{L}/{n}")) for n in ("q", "k", "v"))))
+            return out
+    except FileNotFoundError:
+        raise ValueError(f"inputs file {path!r} does not exist") from None
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a bad file
+        raise ValueError(f"inputs file {path!r} is not a readable safetensors file: {e}") from None
+
+
+def load_policies(path: str) -> dict:
+    """A user's policies from a YAML file: name -> Policy keys, or a config.yaml with ``policies:``."""
+    import yaml
+
+    from ..policies import policies_from_config
+
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"policies file {path!r} does not exist") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"policies file {path!r} is not valid YAML: {e}") from None
+    if isinstance(data, dict) and "policies" in data:
+        data = data["policies"]  # config.yaml itself, or a file with a policies: section
+    elif isinstance(data, dict) and ("experiments" in data or "preset" in data):
+        data = {}  # a config.yaml without a policies: section
+    return policies_from_config(data)
+
+
+def check_tensors(q, k, *, ksink: int | None, sm_scale: float | None) -> None:
+    """What the loaded tensors allow, before any work: ``0 <= ksink < Nk`` (``None``: ``--ksink auto``,
+    nothing to check) and scores finite in float32 (max |q·k|·sm_scale from a float64 product, one head
+    at a time)."""
+    import torch
+
+    nk = k.shape[-2]
+    if ksink is not None and not 0 <= ksink < nk:
+        raise ValueError(f"--ksink={ksink} is not allowed; allowed: 0 <= ksink < N = {nk} (the number of keys), "
+                         "or auto")
+    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    from ..reference import expand_kv
+
+    if k.shape[0] != q.shape[0] or k.shape[1] < 1 or q.shape[1] % k.shape[1] or k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k shape {list(k.shape)} does not match q shape {list(q.shape)}; allowed: [B, H_kv, N, d] "
+                         f"with H_kv dividing H = {q.shape[1]} (grouped-query attention)")
+    kx = expand_kv(k, q.shape[1])  # grouped-query attention: each query head against its key/value head
+    smax = max(float((qh.double() @ kh.double().transpose(-1, -2)).abs().max())
+               for qh, kh in zip(q.flatten(0, 1), kx.flatten(0, 1)))
+    if not math.isfinite(smax * sm) or smax * sm > float(torch.finfo(torch.float32).max):
+        raise ValueError(f"scores overflow float32: max |q.k| * sm_scale = {smax * sm:.4g} > "
+                         f"{float(torch.finfo(torch.float32).max):.4g}; rescale q or k, or pass a smaller --sm-scale")
+
+
+def resolve_policies(names, policies_file=None) -> list:
+    """The Policy objects for ``names`` (presets or the file's), checked before any work."""
+    from ..policies import get_policy
+
+    extra = load_policies(policies_file) if policies_file else {}
+    if not names:
+        return list(extra.values())
+    return [get_policy(n, extra) for n in names]
