@@ -11,6 +11,8 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/inputs.smk"
 # 2. The sweeps: every order x scale combination on every input; one tidy table per experiment.
 include: "workflow/rules/sweeps.smk"
+# 2b. A pretrained model's heads and embeddings (the realmodel experiment).
+include: "workflow/rules/realmodel.smk"
 # 3. The Triton kernel against the emulator, every difference explained.
 include: "workflow/rules/conformance.smk"
 # 4. Paired statistics from the tidy tables.

@@ -17,7 +17,7 @@ __all__ = [
     "SWEEP_EXPERIMENTS",
     "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
-    "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS",
+    "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL",
 ]
 
 # ----------------------------------------------------------------------------- the contract
@@ -128,6 +128,7 @@ TIMING_COLUMNS = ("experiment", "shard", "seeds", "runs", "backend", "wall_s", "
 # Deployed kernels' P policies under sinks (docs/interfaces.md, "The policies experiment").
 
 POLICY_EXPERIMENT = "policies"
+REALMODEL = "realmodel"  # a pretrained model's heads and embeddings (kernels.realmodel, kernels.heads)
 SINK_KINDS = ("keys", "logit")  # ksink sink keys scoring Δ + N(0, σ²), or a learned sink logit Δ (no key, no value)
 VARIANTS = ("p_only", "deployed")  # Q, K, V in float32 (the paper), or the operand casts of a deployment
 

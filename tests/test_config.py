@@ -215,8 +215,11 @@ def test_bad_config_stops_before_any_job(case, repo_copy, tmp_path):
 def test_default_preset_stores_well_under_1_gb_of_inputs():
     total = 0
     for name, exp in merged("default")["experiments"].items():
+        if name == "realmodel":  # q, k, v float32 of every layer: all-MiniLM-L6-v2's 12 heads x 32 dims
+            total += exp["layers"] * 3 * 4 * exp["passages"] * exp["tokens"] * 12 * 32
+            continue
         nd = {(s["n"], s["d"]) for s in exp["shapes"]}
         sigmas = exp["sigma"] if isinstance(exp["sigma"], list) else [exp["sigma"]]
         per_seed = sum(3 * 4 * n * d for n, d in nd) * len(sigmas) * exp.get("batch", 1) * exp.get("heads", 1)
         total += per_seed * exp["seeds"]
-    assert total < 100e6  # measured: 22 MB of safetensors; tables and figures add under 10 MB
+    assert total < 250e6  # measured: 22 MB of sweep inputs + 113 MB of captured real-model tensors

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract import CONFORMANCE, POLICY_EXPERIMENT, SWEEP_EXPERIMENTS
+from ..contract import CONFORMANCE, POLICY_EXPERIMENT, REALMODEL, SWEEP_EXPERIMENTS
 
 __all__ = ["Claim", "Output", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
            "EXPERIMENT_CATEGORY", "claim", "category"]
@@ -19,7 +19,7 @@ __all__ = ["Claim", "Output", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT
 
 @dataclass(frozen=True)
 class Claim:
-    id: str  # "C1" ... "C6", "audit" (deployed policies), or "conformance" (the supporting check)
+    id: str  # "C1" ... "C6", "audit" (deployed policies), "realmodel", or "conformance" (the supporting check)
     statement: str  # the claim in the paper's words
     criterion_keys: tuple[str, ...]  # keys of claims.<id> in config.yaml that the verdict reads
     outputs: tuple[str, ...]  # figure and table targets that answer it (claims.md's evidence)
@@ -55,6 +55,11 @@ CLAIMS = (
                    "operands.",
           ("variant", "floor_variant", "max_abs_error", "saturation_threshold", "floor_factor"),
           ("fig_policies", "table_policies")),
+    Claim("realmodel", "Beyond the paper: a pretrained model's heads (all-MiniLM-L6-v2) through the instrument: in what "
+                       "fraction of heads C5's 3–10× holds, where the theory predicts a head's underflow from its "
+                       "measured Δ, σ and sinks, and how far the model's output moves.",
+          ("band", "combos", "max_abs_error", "worst_heads"),
+          ("fig_realmodel_heads", "fig_realmodel_theory", "fig_realmodel_outputs", "table_realmodel")),
     Claim(CONFORMANCE, "Supporting check: the Triton kernel and the emulator agree, every difference "
                        "explained by FP8 rounding boundaries (the sweeps' numbers are the kernel's).",
           (), ("fig_conformance", "table_conformance")),
@@ -66,6 +71,7 @@ _THRESHOLD = "C4 · threshold Δc"
 _MSE = "C5 · MSE improvement"
 _CONFORMANCE = "Kernel conformance"
 _POLICIES = "Deployed policies"
+_REALMODEL = "Real model"
 
 OUTPUTS = (
     Output("fig_theory_scale", "figure", _SCALE),
@@ -75,11 +81,15 @@ OUTPUTS = (
     Output("fig_threshold", "figure", _THRESHOLD),
     Output("fig_conformance", "figure", _CONFORMANCE),
     Output("fig_policies", "figure", _POLICIES),
+    Output("fig_realmodel_heads", "figure", _REALMODEL),
+    Output("fig_realmodel_theory", "figure", _REALMODEL),
+    Output("fig_realmodel_outputs", "figure", _REALMODEL),
     Output("table_paired_tests", "table", "C5, C6 · paired tests"),
     Output("table_scales", "table", _SCALE),
     Output("table_thresholds", "table", _THRESHOLD),
     Output("table_conformance", "table", _CONFORMANCE),
     Output("table_policies", "table", _POLICIES),
+    Output("table_realmodel", "table", _REALMODEL),
     Output("claims", "verdict", "Claims verdict"),
 )
 FIGURES = tuple(o.name for o in OUTPUTS if o.kind == "figure")
@@ -87,8 +97,8 @@ TABLES = tuple(o.name for o in OUTPUTS if o.kind == "table")
 VERDICT = "claims"
 
 # The report category of each experiment's tidy table: next to the outputs built from it.
-EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIMENT),
-                               (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES)))
+EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIMENT, REALMODEL),
+                               (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES, _REALMODEL)))
 
 
 def claim(claim_id: str) -> Claim:

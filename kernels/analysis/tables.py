@@ -10,7 +10,8 @@ its script is ``write(<builder>(...), **snakemake.output)``:
 * :func:`scales` (T2, rule ``table_scales``);
 * :func:`thresholds` (T3, rule ``table_thresholds``, ``claims.C4``);
 * :func:`conformance` (T4, rule ``table_conformance``);
-* :func:`policies` (T5, rule ``table_policies``, ``claims.audit``'s variants).
+* :func:`policies` (T5, rule ``table_policies``, ``claims.audit``'s variants);
+* :func:`realmodel` (T6, rule ``table_realmodel``, ``claims.realmodel``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .text import short, truthy
 __all__ = [
     "Table", "tex_escape", "to_booktabs", "to_markdown", "write_table", "write", "table_paired",
     "table_scales", "table_thresholds", "table_conformance", "paired_tests", "scales", "thresholds",
-    "conformance", "table_policies", "policies",
+    "conformance", "table_policies", "policies", "realmodel",
 ]
 
 _TEX = [("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("#", r"\#"), ("_", r"\_"),
@@ -321,3 +322,40 @@ def policies(summary: pd.DataFrame, stats_cfg: Mapping, audit_cfg: Mapping) -> T
                f"ratio relative MSE / V-cast floor in the {floor_variant} variant (FP8 Q, K, V; floor: the same call "
                "with P unrounded), paired-bootstrap CI; the largest mean saturated fraction over Δ.")
     return Table(table_policies(peaks, level), peaks, caption, "tab:policies")
+
+
+# ----------------------------------------------------------------------------- T6
+
+
+def realmodel(heads: pd.DataFrame, cfg: Mapping) -> Table:
+    """T6: the ``claims.realmodel.worst_heads`` heads with the largest MSE ratio forward S=1 / reverse S=256."""
+    from .realmodel import BASELINE, FIXED
+
+    require(cfg, "claims.realmodel", ("worst_heads",))
+    n = int(cfg["worst_heads"])
+    base = heads[heads["run"] == BASELINE].set_index(["layer", "head"])
+    fixed = heads[heads["run"] == FIXED].set_index(["layer", "head"])
+    top = base.sort_values("ratio", ascending=False, kind="mergesort").head(n)
+    data = top.reset_index()[["layer", "head", "sinks", "sink_type", "delta", "sigma", "cls_mass", "ratio",
+                              "ratio_min", "ratio_max", "underflow_frac", "mass_underflow", "pred_gauss",
+                              "shuffled_frac", "rel_mse"]].copy()
+    data["rel_mse_fixed"] = [float(fixed.loc[(r.layer, r.head), "rel_mse"]) for r in data.itertuples()]
+    data["underflow_frac_fixed"] = [float(fixed.loc[(r.layer, r.head), "underflow_frac"]) for r in data.itertuples()]
+    display = pd.DataFrame({
+        "layer": data["layer"].map(str), "head": data["head"].map(str),
+        "sinks": data["sinks"].fillna("").map(lambda v: str(v) or "none"), "type": data["sink_type"],
+        "Δ": data["delta"].map(lambda v: short(v, 3)), "σ": data["sigma"].map(lambda v: short(v, 3)),
+        "CLS mass": data["cls_mass"].map(lambda v: short(v, 3)),
+        "MSE ratio [min, max]": [_ci(r.ratio, r.ratio_min, r.ratio_max) for r in data.itertuples()],
+        "underflow F1": data["underflow_frac"].map(lambda v: short(v, 3)),
+        "mass lost F1": data["mass_underflow"].map(lambda v: f"{100 * v:.2f}%"),
+        "predicted": data["pred_gauss"].map(lambda v: short(v, 3)),
+        "shuffled": data["shuffled_frac"].map(lambda v: short(v, 3)),
+        "underflow R256": data["underflow_frac_fixed"].map(lambda v: short(v, 3)),
+        "rel. MSE F1": data["rel_mse"].map(_p), "rel. MSE R256": data["rel_mse_fixed"].map(_p)})
+    caption = (f"T6. The {n} heads of the real model with the largest MSE ratio {BASELINE} (F1) / {FIXED} (R256), "
+               "means over passages ([min, max] of the per-passage ratio): detected sink keys and type, median "
+               "measured Δ and σ, mean [CLS] probability, non-sink underflow fraction and the exact P mass that "
+               "rounds to zero (F1), the Gaussian theory's prediction and the key-shuffled control's fraction (F1), "
+               "and the relative MSE of both.")
+    return Table(display, data, caption, "tab:realmodel")

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract import BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, HEAD_DIMS, POLICY_EXPERIMENT, is_allowed
+from ..contract import BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL, is_allowed
 from . import policy_config
 
 __all__ = [
@@ -98,6 +98,9 @@ def check_config(config: Mapping) -> None:
                               f"{', '.join(EXPERIMENTS + (POLICY_EXPERIMENT,))}")
     for name, exp in exps.items():
         key = f"experiments.{name}"
+        if name == REALMODEL:
+            _check_realmodel(key, exp, config.get("policies"))
+            continue
         if name == POLICY_EXPERIMENT:
             for field in ("delta", "sigma", "sink_v_scale"):
                 _check_grid(key, field, exp[field])
@@ -112,6 +115,18 @@ def check_config(config: Mapping) -> None:
             _check_grid(key, field, exp[field])
         if name == CONFORMANCE:
             _check_distinct_nd(key, exp["shapes"])
+
+
+def _check_realmodel(key: str, exp: Mapping, user_policies) -> None:
+    """The realmodel experiment: policy names known and free of operand casts, the tensors file readable."""
+    try:
+        policy_config.resolve_policies({"policies": exp["policies"]}, user_policies, key=key)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    path = exp.get("tensors")
+    if path is not None and not os.path.isfile(path):
+        raise ConfigError(f"config key '{key}.tensors': {path!r} is not a file; allowed: null (capture from "
+                          "all-MiniLM-L6-v2) or the path of a safetensors file with layer{L}/q, layer{L}/k, layer{L}/v")
 
 
 def _check_shapes(key: str, shapes) -> None:
@@ -269,6 +284,25 @@ def expected_rows(name: str, exp: Mapping) -> int:
         return seeds * shapes * causal * combos
     grid = len(exp["ksink"]) * len(delta_values(exp["delta"])) * len(exp["sigma"]) * len(exp["sink_v_scale"])
     return seeds * shapes * causal * combos * grid
+
+
+def realmodel_spec(exp: Mapping, user_policies: Mapping | None, stage: str) -> str:
+    """The realmodel job's params as canonical JSON: what that stage reads of the config.
+
+    ``capture`` reads the passages, tokens, layers and the user's tensors; ``heads`` and ``outputs``
+    also the kernel settings and the named policies, resolved to their keywords (so editing a
+    user policy reruns them).
+    """
+    keys = ["passages", "tokens", "layers", "tensors"]
+    spec = {k: exp.get(k) for k in keys}
+    if stage != "capture":
+        spec.update({k: exp[k] for k in ("ksink", "block_m", "block_n", "shuffle_seed", "policies")})
+        spec["backend"] = exp.get("backend", "auto")
+        spec["resolved_policies"] = policy_config.resolve_policies({"policies": exp["policies"]}, user_policies,
+                                                                   key=f"experiments.{REALMODEL}")
+    if stage == "outputs":
+        spec.pop("shuffle_seed")
+    return spec_json(spec)
 
 
 def spec_json(spec: Mapping) -> str:

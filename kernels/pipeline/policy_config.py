@@ -72,7 +72,7 @@ def _check_operands(key: str, casts: Mapping) -> None:
         raise _Error(f"config key '{key}': {e}") from None
 
 
-def resolve_policies(exp: Mapping, user_policies: Mapping | None = None) -> dict[str, dict]:
+def resolve_policies(exp: Mapping, user_policies: Mapping | None = None, *, key: str = KEY) -> dict[str, dict]:
     """Policy name -> its :func:`kernels.attention` keywords, for every name the experiment lists.
 
     User policies (top-level ``policies:``) are built by
@@ -91,14 +91,14 @@ def resolve_policies(exp: Mapping, user_policies: Mapping | None = None) -> dict
     out = {}
     for i, name in enumerate(names):
         if name not in known:
-            raise _Error(f"config key '{KEY}.policies[{i}]': {name!r} is not a known policy; allowed: the presets "
+            raise _Error(f"config key '{key}.policies[{i}]': {name!r} is not a known policy; allowed: the presets "
                          f"{', '.join(POLICIES)} or a name of the top-level 'policies' section "
                          f"({', '.join(user) or 'none defined'})")
         kwargs = known[name].attention_kwargs()
         cast = [k for k in ("qk_fmt", "v_fmt") if kwargs[k] is not None]
         if cast:
             raise _Error(f"config key 'policies.{name}.{cast[0]}': {kwargs[cast[0]]!r} is not allowed in "
-                         f"{KEY}; allowed: null (the experiment's variants add the operand casts)")
+                         f"{key}; allowed: null (the experiment's variants add the operand casts)")
         out[name] = {k: v for k, v in kwargs.items() if k not in OPERAND_KEYS}
     return out
 

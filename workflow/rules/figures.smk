@@ -126,3 +126,48 @@ rule fig_policies:
         floor_variant=CRITERIA["audit"]["floor_variant"],
     script:
         "../scripts/fig_policies.py"
+
+
+rule fig_realmodel_heads:
+    input:
+        summary=rules.stats_realmodel.output.heads,
+    output:
+        **figure_outputs("fig_realmodel_heads"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_realmodel_heads.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_realmodel_heads.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/fig_realmodel_heads.py"
+
+
+rule fig_realmodel_theory:
+    input:
+        summary=rules.stats_realmodel.output.heads,
+    output:
+        **figure_outputs("fig_realmodel_theory"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_realmodel_theory.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_realmodel_theory.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/fig_realmodel_theory.py"
+
+
+rule fig_realmodel_outputs:
+    input:
+        outputs=rules.realmodel_outputs.output.outputs,
+    output:
+        **figure_outputs("fig_realmodel_outputs"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_realmodel_outputs.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_realmodel_outputs.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/fig_realmodel_outputs.py"

@@ -89,3 +89,21 @@ rule stats_policies:
         stats=STATS_CFG,
     script:
         "../scripts/stats_policies.py"
+
+
+rule stats_realmodel:
+    input:
+        heads=expand(rules.realmodel_heads.output.rows, layer=REALMODEL_LAYERS),
+        outputs=rules.realmodel_outputs.output.outputs,
+        pairs=rules.realmodel_outputs.output.pairs,
+    output:
+        heads=f"{STATS_DIR}/realmodel_heads.csv",
+        outputs=f"{STATS_DIR}/realmodel_outputs.csv",
+    log:
+        f"{ANALYSIS_LOGS}/stats_realmodel.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/stats_realmodel.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/stats_realmodel.py"

@@ -84,3 +84,20 @@ rule table_policies:
         audit=CRITERIA["audit"],
     script:
         "../scripts/table_policies.py"
+
+
+rule table_realmodel:
+    input:
+        heads=rules.stats_realmodel.output.heads,
+    output:
+        **table_outputs("table_realmodel"),
+    log:
+        f"{ANALYSIS_LOGS}/table_realmodel.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_realmodel.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        realmodel=CRITERIA["realmodel"],
+    script:
+        "../scripts/table_realmodel.py"

@@ -1,7 +1,7 @@
 # Step 7: the claims verdict, PASS / PARTIAL / FAIL / INCONCLUSIVE per claim with the numbers
 # behind it (figures/claims.md and claims.json), by kernels.analysis.verdicts.evaluate from the
 # statistics and the `claims:` section of config.yaml, the audit of deployed P policies included
-# (claims.audit): `snakemake --cores 2 claims`.
+# (claims.audit) and the real-model section (claims.realmodel): `snakemake --cores 2 claims`.
 
 
 rule claims:
@@ -13,6 +13,8 @@ rule claims:
         thresholds=rules.stats_threshold.output.summary,
         conformance=TIDY.format("conformance"),
         policies=rules.stats_policies.output.summary,
+        realmodel=rules.stats_realmodel.output.heads,
+        realmodel_outputs=rules.stats_realmodel.output.outputs,
     output:
         **verdict_outputs(),
     log:

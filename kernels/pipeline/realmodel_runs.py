@@ -1,0 +1,282 @@
+"""The realmodel experiment's jobs: capture a pretrained model's Q, K, V; measure every head; embed.
+
+* :func:`run_capture`: the passages (:func:`kernels.realmodel.passages`), their token ids, Q, K, V of
+  every layer (``layer{L}/q|k|v``, float32 [P, H, N, d]) and the exact embeddings, as safetensors
+  with the model, its revision and the passages' sources and hashes in the metadata.
+* :func:`run_layer`: one layer's heads under every run: the four combinations, the named policies,
+  and the four combinations again on key-shuffled inputs (the positional-structure control). One
+  row per (passage, head, run) with the kernel's counts, the mass-weighted underflow (from the
+  running-max rule, :func:`kernels.heads.underflow_mask`, whose count must equal the kernel's:
+  a mismatch stops the job), the head's detected sinks, Δ, σ, [CLS] mass and the predictions.
+* :func:`run_outputs`: the whole model with every layer's attention run by kernels.attention, per
+  run; the embedding cosine to the exact one per passage, and per passage pair the exact and FP8
+  similarity and whether the pair's rank among all pairs moved.
+
+The passages play the role of seeds: every run sees the same captured tensors, so comparisons are
+paired by passage. Same config, same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping
+
+import torch
+
+from .. import heads as H
+from ..contract import COMBOS, combo_label
+from .files import atomic_path, atomic_write_text
+from .logs import progress
+from .tables import csv_text
+
+__all__ = ["HEAD_COLUMNS", "OUTPUT_COLUMNS", "PAIR_COLUMNS", "run_capture", "run_layer", "run_outputs",
+           "combo_kwargs", "run_names", "load_captured", "SHUFFLED"]
+
+log = logging.getLogger("pcast.pipeline")
+
+HEAD_COLUMNS = ("layer", "head", "passage", "run", "kind", "order", "scale", "fmt", "block_n", "backend", "mse",
+                "rel_mse", "underflow", "terms", "underflow_frac", "mass_underflow", "underflow_sink", "saturated",
+                "sinks", "n_sinks", "sink_type", "delta", "sigma", "cls_mass", "pred_gauss")
+OUTPUT_COLUMNS = ("run", "kind", "passage", "source", "cosine", "one_minus_cos")
+PAIR_COLUMNS = ("run", "kind", "a", "b", "sim_exact", "sim_run", "sim_change", "rank_exact", "rank_run",
+                "rank_moved")
+SHUFFLED = "shuffled "  # prefix of the key-shuffled control runs
+
+
+def combo_kwargs(order: str, scale: float, cfg: Mapping) -> dict:
+    """kernels.attention keywords of one of the four combinations in this experiment."""
+    return {"order": order, "scale": float(scale), "fmt": "e4m3fn", "block_m": int(cfg["block_m"]),
+            "block_n": int(cfg["block_n"])}
+
+
+def run_names(cfg: Mapping, policies: Mapping) -> list[tuple[str, str, dict]]:
+    """(run, kind, kernels.attention keywords): the combinations, then the named policies in config order."""
+    runs = [(combo_label(o, s), "combo", combo_kwargs(o, s, cfg)) for o, s in COMBOS]
+    runs += [(name, "policy", dict(policies[name])) for name in cfg["policies"]]
+    return runs
+
+
+def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
+    """Passages -> token ids -> Q, K, V per layer and exact embeddings, written atomically."""
+    from safetensors.torch import save_file
+
+    from .. import realmodel as rm
+
+    if cfg.get("tensors"):
+        return _user_tensors(cfg, tensors_out=tensors_out, meta_out=meta_out)
+    t0 = time.perf_counter()
+    tok, model = rm.load_tokenizer(), rm.load_model()
+    ps = rm.passages(tok, count=int(cfg["passages"]), tokens=int(cfg["tokens"]))
+    ids = rm.encode(tok, ps, int(cfg["tokens"]))
+    cap = rm.capture(model, ids)
+    emb = rm.embed(model, ids)
+    mc = model.config
+    d = mc.hidden_size // mc.num_attention_heads
+    meta = {**rm.model_info(), "layers": mc.num_hidden_layers, "heads": mc.num_attention_heads, "d": d,
+            "tokens": int(cfg["tokens"]), "sm_scale": 1.0 / math.sqrt(d),
+            "passages": [{"source": p.source, "sha256": p.sha256, "tokens": p.tokens} for p in ps]}
+    if mc.num_hidden_layers != int(cfg["layers"]):
+        raise ValueError(f"config key 'experiments.realmodel.layers': {cfg['layers']} does not match the model's "
+                         f"{mc.num_hidden_layers} layers")
+    tensors = {**cap, "input_ids": ids.contiguous(), "embeddings": emb.contiguous()}
+    with atomic_path(tensors_out) as tmp:
+        save_file(tensors, tmp, metadata={k: json.dumps(v) for k, v in meta.items()})
+    atomic_write_text(meta_out, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    progress(f"realmodel capture: {len(ps)} passages x {cfg['tokens']} tokens, {mc.num_hidden_layers} layers x "
+             f"{mc.num_attention_heads} heads, d = {d}, in {time.perf_counter() - t0:.1f} s")
+    return meta
+
+
+def _user_tensors(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
+    """A user's own captured tensors (``layer{L}/q|k|v``, [B, H, N, d] or [H, N, d]) checked and copied."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    path = cfg["tensors"]
+    try:
+        raw = load_file(path)
+        with safe_open(path, "pt") as fh:
+            user_meta = fh.metadata() or {}
+    except Exception as e:  # noqa: BLE001 - safetensors raises several types for a bad file
+        raise ValueError(f"config key 'experiments.realmodel.tensors': {path!r} is not a readable safetensors "
+                         f"file: {e}") from None
+    out = {}
+    for layer in range(int(cfg["layers"])):
+        for t in "qkv":
+            name = f"layer{layer}/{t}"
+            if name not in raw:
+                raise ValueError(f"config key 'experiments.realmodel.tensors': {path!r} lacks {name!r} (layers "
+                                 f"0..{int(cfg['layers']) - 1} from experiments.realmodel.layers); it has: "
+                                 f"{', '.join(sorted(raw)[:12])}")
+            x = raw[name]
+            x = x.unsqueeze(0) if x.dim() == 3 else x
+            if x.dim() != 4 or not x.is_floating_point():
+                raise ValueError(f"tensor {name!r} of {path!r} must be floating point [B, H, N, d] or [H, N, d], "
+                                 f"got {x.dtype} {tuple(x.shape)}")
+            out[name] = x.float().contiguous()
+    d = out["layer0/q"].shape[-1]
+    meta = {"model": user_meta.get("model", "user tensors"), "revision": user_meta.get("revision", "unknown"),
+            "model_sha256": "", "layers": int(cfg["layers"]), "heads": out["layer0/q"].shape[1], "d": d,
+            "tokens": out["layer0/q"].shape[-2], "sm_scale": float(user_meta.get("sm_scale", 1.0 / math.sqrt(d))),
+            "passages": [{"source": f"{path} batch {b}", "sha256": "", "tokens": out["layer0/q"].shape[-2]}
+                         for b in range(out["layer0/q"].shape[0])]}
+    with atomic_path(tensors_out) as tmp:
+        save_file(out, tmp, metadata={k: json.dumps(v) for k, v in meta.items()})
+    atomic_write_text(meta_out, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    progress(f"realmodel: the user's tensors {path!r}, {meta['layers']} layers x {meta['heads']} heads, d = {d}")
+    return meta
+
+
+def load_captured(path: str) -> tuple[dict, dict]:
+    """The captured tensors and their metadata (JSON values decoded)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(path, "pt") as fh:
+        meta = {k: json.loads(v) for k, v in (fh.metadata() or {}).items()}
+    return load_file(path), meta
+
+
+def _shuffle(k: torch.Tensor, v: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys 1..N-1 permuted (the same permutation for k and v, every passage and head); key 0 stays."""
+    n = k.shape[-2]
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.cat([torch.zeros(1, dtype=torch.long), 1 + torch.randperm(n - 1, generator=g)])
+    return k[..., perm, :].contiguous(), v[..., perm, :].contiguous()
+
+
+def _rule_applies(kw: Mapping) -> bool:
+    """Whether heads.underflow_mask states this run's rule: multiply mode, eager max, float32 Q/K."""
+    return (kw.get("scale_mode", "multiply") == "multiply" and float(kw.get("rescale_threshold", 0.0)) == 0.0
+            and kw.get("qk_fmt") is None and kw.get("fmt", "e4m3fn") is not None)
+
+
+def _scores32(q: torch.Tensor, k: torch.Tensor, sm_scale: float) -> torch.Tensor:
+    """Step 1 as the emulator computes it: a float32 matmul, times sm_scale (or folded when a power of 2)."""
+    if math.frexp(sm_scale)[0] == 0.5:
+        return torch.matmul(q * sm_scale, k.transpose(-1, -2))
+    return torch.matmul(q, k.transpose(-1, -2)) * torch.tensor(sm_scale, dtype=torch.float32)
+
+
+def _head_info(q, k, ks, sm: float) -> dict:
+    """Per (passage, head): float64 and float32 scores, detected sinks, measured stats, exact probabilities."""
+    info = {}
+    for p in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            s64 = q[p, h].double() @ k[p, h].double().T * sm
+            sinks = H.detect_sinks(s64)
+            info[p, h] = {"sinks": sinks, "stats": H.head_scores_stats(s64, sinks), "probs": H.exact_probs(s64),
+                          "s32": _scores32(q[p, h], k[p, h], sm), "s32_shuf": _scores32(q[p, h], ks[p, h], sm),
+                          "probs_shuf": None, "pred": {}}
+    return info
+
+
+def _mass(hi: dict, r, p: int, h: int, kw: Mapping, *, shuffled: bool, ksink: int, where: str, q, kk, sm):
+    """The exact P mass that rounds to zero under the running-max rule; checks the rule's counts against the
+    emulator's (an independent statement of steps 1-3; compiled Triton's scores may differ by an ulp)."""
+    mask = H.underflow_mask(hi["s32_shuf" if shuffled else "s32"], order=kw["order"], scale=float(kw["scale"]),
+                            block_n=int(kw["block_n"]), fmt=kw.get("fmt", "e4m3fn"))
+    if r.backend == "emulator":
+        got = (int(mask[:, ksink:].sum()), int(mask[:, :ksink].sum()))
+        want = (int(r.underflow[p, h].sum()), int(r.underflow_sink[p, h].sum()))
+        if got != want:
+            raise RuntimeError(f"{where}: the running-max rule counts {got} (non-sink, sink) underflows, the "
+                               f"emulator {want}")
+    if shuffled and hi["probs_shuf"] is None:  # the shuffled keys' probabilities, in the shuffled order
+        hi["probs_shuf"] = H.exact_probs(q[p, h].double() @ kk[p, h].double().T * sm)
+    return H.mass_underflow(hi["probs_shuf"] if shuffled else hi["probs"], mask)
+
+
+def _prediction(hi: dict, kw: Mapping, n: int) -> float:
+    key = (kw["order"], float(kw["scale"]), int(kw["block_n"]))
+    if key not in hi["pred"]:
+        hi["pred"][key] = H.predict_underflow(hi["stats"], len(hi["sinks"]), order=key[0], scale=key[1], n=n,
+                                              block_n=key[2])
+    return hi["pred"][key]
+
+
+def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policies: Mapping, *,
+              backend: str) -> list[dict]:
+    """Every head of one layer under every run; rows of :data:`HEAD_COLUMNS`."""
+    from ..api import attention
+    from ..reference import reference_attention
+
+    q, k, v = (tensors[f"layer{layer}/{t}"] for t in "qkv")
+    sm, ksink = float(meta["sm_scale"]), int(cfg["ksink"])
+    P, nh, n, _ = q.shape
+    ks, vs = _shuffle(k, v, int(cfg["shuffle_seed"]) + layer)
+    refs = {False: reference_attention(q, k, v, causal=False, sm_scale=sm),
+            True: reference_attention(q, ks, vs, causal=False, sm_scale=sm)}
+    ref_power = (refs[False] ** 2).mean(dim=(-2, -1))  # [P, H]; shuffling keys leaves the output's rows unchanged
+    info = _head_info(q, k, ks, sm)
+    runs = run_names(cfg, policies)
+    runs += [(SHUFFLED + name, "shuffled", kw) for name, kind, kw in runs if kind == "combo"]
+    rows = []
+    for name, kind, kw in runs:
+        shuffled = kind == "shuffled"
+        kk, vv = (ks, vs) if shuffled else (k, v)
+        r = attention(q, kk, vv, ksink=ksink, sm_scale=sm, backend=backend, **kw)
+        err = ((r.out.double() - refs[shuffled]) ** 2).mean(dim=(-2, -1))
+        for p in range(P):
+            for h in range(nh):
+                hi, st = info[p, h], info[p, h]["stats"]
+                uf, terms = int(r.underflow[p, h].sum()), int(r.terms[p, h].sum())
+                where = f"layer {layer} passage {p} head {h} run {name!r}"
+                mass = (_mass(hi, r, p, h, kw, shuffled=shuffled, ksink=ksink, where=where, q=q, kk=kk, sm=sm)
+                        if _rule_applies(kw) else None)
+                rows.append({
+                    "layer": layer, "head": h, "passage": p, "run": name, "kind": kind, "order": kw["order"],
+                    "scale": float(kw["scale"]), "fmt": kw.get("fmt") or "none", "block_n": int(kw["block_n"]),
+                    "backend": r.backend, "mse": float(err[p, h]), "rel_mse": float(err[p, h] / ref_power[p, h]),
+                    "underflow": uf, "terms": terms, "underflow_frac": uf / terms if terms else 0.0,
+                    "mass_underflow": mass, "underflow_sink": int(r.underflow_sink[p, h].sum()),
+                    "saturated": int(r.saturated[p, h].sum()), "sinks": ";".join(map(str, hi["sinks"])),
+                    "n_sinks": len(hi["sinks"]), "sink_type": H.sink_type(hi["sinks"]), "delta": st["delta"],
+                    "sigma": st["sigma"], "cls_mass": st["cls_mass"],
+                    "pred_gauss": None if kind == "policy" else _prediction(hi, kw, n)})
+    return rows
+
+
+def write_layer(rows, out_csv: str) -> None:
+    """The layer's rows as CSV (atomically); a value that does not apply (None) is written ``nan``."""
+    rows = [{c: (float("nan") if r[c] is None else r[c]) for c in HEAD_COLUMNS} for r in rows]
+    atomic_write_text(out_csv, csv_text(HEAD_COLUMNS, rows))
+
+
+def run_outputs(tensors: Mapping, meta: Mapping, cfg: Mapping, policies: Mapping, *, backend: str):
+    """The whole model per run; (output rows, pair rows)."""
+    from scipy.stats import rankdata
+
+    from .. import realmodel as rm
+
+    if "input_ids" not in tensors:  # a user's tensors: no model to run
+        progress("realmodel outputs: the tensors are a user's own (experiments.realmodel.tensors); no model to run")
+        return [], []
+    model = rm.load_model()
+    ids = tensors["input_ids"]
+    exact = tensors["embeddings"].double()
+    sources = [p["source"] for p in meta["passages"]]
+    P = ids.shape[0]
+    iu = torch.triu_indices(P, P, offset=1)
+    sim_exact = (exact @ exact.T)[iu[0], iu[1]]
+    rank_exact = rankdata(-sim_exact.numpy(), method="ordinal")
+    out_rows, pair_rows = [], []
+    for name, kind, kw in run_names(cfg, policies):
+        t0 = time.perf_counter()
+        e = rm.embed(model, ids, attention={**kw, "ksink": int(cfg["ksink"]), "backend": backend}).double()
+        cos = (e * exact).sum(-1)
+        for p in range(P):
+            out_rows.append({"run": name, "kind": kind, "passage": p, "source": sources[p], "cosine": float(cos[p]),
+                             "one_minus_cos": float(1 - cos[p])})
+        sim = (e @ e.T)[iu[0], iu[1]]
+        rank = rankdata(-sim.numpy(), method="ordinal")
+        for i in range(len(sim)):
+            pair_rows.append({"run": name, "kind": kind, "a": int(iu[0, i]), "b": int(iu[1, i]),
+                              "sim_exact": float(sim_exact[i]), "sim_run": float(sim[i]),
+                              "sim_change": float(sim[i] - sim_exact[i]), "rank_exact": int(rank_exact[i]),
+                              "rank_run": int(rank[i]), "rank_moved": bool(rank[i] != rank_exact[i])})
+        progress(f"realmodel outputs: {name}: min cosine {float(cos.min()):.6f} ({time.perf_counter() - t0:.1f} s)")
+    return out_rows, pair_rows

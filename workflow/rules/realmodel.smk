@@ -1,0 +1,74 @@
+# Step 2b: the realmodel experiment (kernels.realmodel, kernels.heads, kernels.pipeline.realmodel_runs):
+# a pretrained model's Q, K, V captured once (all-MiniLM-L6-v2 from its wheel, offline; or the user's
+# own tensors, experiments.realmodel.tensors), every head of every layer through the four combinations,
+# the named policies and the key-shuffled control (one job per layer), and the whole model's
+# embeddings with its attention run by kernels.attention (one job).
+
+REALMODEL_CFG = EXPERIMENT_CFG[contract.REALMODEL]
+REALMODEL_INPUTS = "results/inputs/realmodel"
+REALMODEL_DIR = "results/realmodel"
+REALMODEL_LAYERS = list(range(REALMODEL_CFG["layers"]))
+
+
+def realmodel_spec(stage):
+    """The job's params: what it computes, as canonical JSON (a params rerun trigger)."""
+    return pconfig.realmodel_spec(REALMODEL_CFG, config.get("policies"), stage)
+
+
+rule realmodel_capture:
+    output:
+        tensors=f"{REALMODEL_INPUTS}/tensors.safetensors",
+        passages=f"{REALMODEL_INPUTS}/passages.json",
+    log:
+        "results/logs/realmodel/realmodel_capture.log",
+    benchmark:
+        "results/benchmarks/realmodel/realmodel_capture.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        spec=realmodel_spec("capture"),
+    script:
+        "../scripts/realmodel_capture.py"
+
+
+rule realmodel_heads:
+    input:
+        tensors=rules.realmodel_capture.output.tensors,
+    output:
+        rows=f"{REALMODEL_DIR}/heads/layer{{layer}}.csv",
+    log:
+        "results/logs/realmodel/realmodel_heads/layer{layer}.log",
+    benchmark:
+        "results/benchmarks/realmodel/realmodel_heads/layer{layer}.tsv"
+    wildcard_constraints:
+        layer=r"\d+",
+    conda:
+        "../envs/pcast-fp8.yaml"
+    threads: 1
+    resources:
+        gpu=pconfig.gpu_jobs(REALMODEL_CFG),
+    params:
+        spec=realmodel_spec("heads"),
+    script:
+        "../scripts/realmodel_heads.py"
+
+
+rule realmodel_outputs:
+    input:
+        tensors=rules.realmodel_capture.output.tensors,
+    output:
+        outputs=f"{REALMODEL_DIR}/outputs.csv",
+        pairs=f"{REALMODEL_DIR}/pairs.csv",
+    log:
+        "results/logs/realmodel/realmodel_outputs.log",
+    benchmark:
+        "results/benchmarks/realmodel/realmodel_outputs.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    threads: 1
+    resources:
+        gpu=pconfig.gpu_jobs(REALMODEL_CFG),
+    params:
+        spec=realmodel_spec("outputs"),
+    script:
+        "../scripts/realmodel_outputs.py"

@@ -1,0 +1,15 @@
+"""Rule realmodel_heads: every head of one layer under every combination, policy and the shuffled control."""
+
+import json
+
+from kernels.pipeline.logs import progress, rule_log
+from kernels.pipeline.realmodel_runs import load_captured, run_layer, write_layer
+
+sm = snakemake  # noqa: F821 (injected by the script directive)
+with rule_log(sm) as log:
+    spec = json.loads(sm.params.spec)
+    tensors, meta = load_captured(sm.input.tensors)
+    layer = int(sm.wildcards.layer)
+    rows = run_layer(tensors, meta, layer, spec, spec["resolved_policies"], backend=spec["backend"])
+    write_layer(rows, sm.output.rows)
+    progress(f"realmodel heads: layer {layer}: {len(rows)} rows ({rows[0]['backend'] if rows else 'none'})")

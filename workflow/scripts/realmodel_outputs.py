@@ -1,0 +1,17 @@
+"""Rule realmodel_outputs: the whole model with kernels.attention in every layer, per combination and policy."""
+
+import json
+
+from kernels.pipeline.files import atomic_write_text
+from kernels.pipeline.logs import rule_log
+from kernels.pipeline.realmodel_runs import OUTPUT_COLUMNS, PAIR_COLUMNS, load_captured, run_outputs
+from kernels.pipeline.tables import csv_text
+
+sm = snakemake  # noqa: F821 (injected by the script directive)
+with rule_log(sm) as log:
+    spec = json.loads(sm.params.spec)
+    tensors, meta = load_captured(sm.input.tensors)
+    out, pairs = run_outputs(tensors, meta, spec, spec["resolved_policies"], backend=spec["backend"])
+    atomic_write_text(sm.output.outputs, csv_text(OUTPUT_COLUMNS, out))
+    atomic_write_text(sm.output.pairs, csv_text(PAIR_COLUMNS, pairs))
+    log.info("%d output rows, %d pair rows", len(out), len(pairs))

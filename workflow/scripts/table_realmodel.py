@@ -1,0 +1,12 @@
+"""T6 (rule table_realmodel): the real model's worst heads by MSE ratio forward S=1 / reverse S=256."""
+
+import pandas as pd
+
+from kernels.analysis import tables
+from kernels.pipeline.logs import rule_log
+
+with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
+    heads = pd.read_csv(snakemake.input.heads)  # noqa: F821
+    table = tables.realmodel(heads, snakemake.params.realmodel)  # noqa: F821
+    tables.write(table, **snakemake.output)  # noqa: F821
+    log.info("T6: %d rows", len(table.display))
