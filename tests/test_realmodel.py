@@ -158,31 +158,63 @@ def test_embedding_through_kernels_attention(model, captured):
     assert (1 - cos_r < 1 - cos_f).all()  # ... and the fixes move it less
 
 
-def _heads_table(ratio_head0: float) -> pd.DataFrame:
+def _heads_table(ratio_head0: float, offset: float) -> pd.DataFrame:
+    """Two heads x two passages: head 0 a clean sink measured ``offset`` above the theory, head 1 no sink."""
     rows = []
     for head, (ratio, kind) in enumerate(((ratio_head0, "clean"), (2.0, "none"))):
-        for p in range(2):
-            for run, mse in ((combo_label("forward", 1), ratio * (1 + p)), (combo_label("reverse", 256), 1.0 + p)):
-                rows.append({"layer": 0, "head": head, "passage": p, "run": run, "kind": "combo", "order": "x",
-                             "scale": 1.0, "fmt": "e4m3fn", "block_n": 64, "backend": "emulator", "mse": mse,
-                             "rel_mse": mse, "underflow_frac": 0.2, "mass_underflow": 0.01, "saturated": 0,
-                             "pred_gauss": 0.21 if kind == "clean" else 0.5, "delta": 5.0, "sigma": 1.0,
-                             "cls_mass": 0.3, "n_sinks": 1, "sinks": "0" if kind == "clean" else np.nan,
-                             "sink_type": kind})
-                rows.append({**rows[-1], "run": "shuffled " + run, "kind": "shuffled", "underflow_frac": 0.25})
+        for order, scale in COMBOS:
+            run = combo_label(order, scale)
+            pred = H.predict_underflow({"delta": 5.0, "sigma": 1.0}, 1 if kind == "clean" else 0, order=order,
+                                       scale=scale, n=256, block_n=64)
+            for p in range(2):
+                mse = {combo_label("forward", 1): ratio * (1 + p), combo_label("reverse", 256): 1.0 + p}.get(run, 1.5)
+                rows.append({"layer": 0, "head": head, "passage": p, "run": run, "kind": "combo", "order": order,
+                             "scale": scale, "fmt": "e4m3fn", "block_n": 64, "backend": "emulator", "mse": mse,
+                             "rel_mse": mse, "underflow_frac": pred + offset, "mass_underflow": 0.01, "saturated": 0,
+                             "delta": 5.0, "sigma": 1.0, "cls_mass": 0.3, "n_sinks": 1 if kind == "clean" else 0,
+                             "n": 256, "sinks": "0" if kind == "clean" else np.nan, "sink_type": kind})
+                rows.append({**rows[-1], "run": "shuffled " + run, "kind": "shuffled",
+                             "underflow_frac": pred + offset + 0.1})
     return pd.DataFrame(rows)
 
 
-def test_head_summary_ratio_and_verdict_on_a_made_table():
-    s = A.head_summary(_heads_table(5.0))
+def test_head_summary_ratio_prediction_and_verdict_on_a_made_table():
+    s = A.head_summary(_heads_table(5.0, 0.01))
     base = s[s["run"] == combo_label("forward", 1)].set_index("head")
     # ratio of passage means: (5 + 10) / 2 over (1 + 2) / 2 = 5; per passage 5 and 5
     assert base.loc[0, "ratio"] == pytest.approx(5.0) and base.loc[1, "ratio"] == pytest.approx(2.0)
-    assert base.loc[0, "shuffled_frac"] == pytest.approx(0.25)
-    assert base.loc[0, "positional"] == pytest.approx(-0.05)
+    assert base.loc[0, "ratio_min"] == pytest.approx(5.0) and base.loc[0, "ratio_max"] == pytest.approx(5.0)
+    assert base.loc[0, "pred_error"] == pytest.approx(-0.01)  # the theory, recomputed from Δ, σ and sinks
+    assert base.loc[0, "positional"] == pytest.approx(-0.1)
     cfg = {"band": [3, 10], "combos": [combo_label("forward", 1)], "max_abs_error": 0.05, "worst_heads": 1}
     v = claim_realmodel(s, None, cfg)
     assert v["verdict"] == "PASS" and v["numbers"]["frac_in_band"] == pytest.approx(0.5)
     assert claim_realmodel(s, None, {**cfg, "max_abs_error": 0.005})["verdict"] == "FAIL"
-    no_clean = s.assign(sink_type="none")
-    assert claim_realmodel(no_clean, None, cfg)["verdict"] == "INCONCLUSIVE"
+    assert claim_realmodel(s.assign(sink_type="none"), None, cfg)["verdict"] == "INCONCLUSIVE"
+
+
+def test_a_users_own_tensors_go_through_the_same_steps(tmp_path):
+    from safetensors.torch import save_file
+
+    from kernels.pipeline import realmodel_runs as R
+
+    q, k, v = S.make_inputs(2, batch=2, heads=2, n=128, d=32, ksink=1, delta=10.0)
+    path = tmp_path / "mine.safetensors"
+    save_file({"layer0/q": q, "layer0/k": k, "layer0/v": v[0]}, str(path), metadata={"sm_scale": "0.25"})
+    cfg = {"tensors": str(path), "layers": 1, "ksink": 1, "block_m": 64, "block_n": 64, "shuffle_seed": 0,
+           "policies": []}
+    meta = R.run_capture(cfg, tensors_out=str(tmp_path / "t.safetensors"), meta_out=str(tmp_path / "p.json"))
+    assert meta["sm_scale"] == 0.25 and meta["heads"] == 2 and len(meta["passages"]) == 2
+    tensors, meta2 = R.load_captured(str(tmp_path / "t.safetensors"))
+    assert tensors["layer0/v"].shape == (1, 2, 128, 32) and meta2["sm_scale"] == 0.25
+    tensors["layer0/v"] = v  # [H, N, d] was lifted to [1, H, N, d]; use the full batch for the run
+    rows = R.run_layer(tensors, meta2, 0, cfg, {}, backend="emulator")
+    assert len(rows) == 2 * 2 * 8  # passages x heads x (4 combinations + 4 shuffled)
+    fwd = [r for r in rows if r["run"] == "forward S=1"]
+    assert all(r["sinks"] == "0" and r["sink_type"] == "clean" for r in fwd)
+    assert all(r["underflow_frac"] > 0.5 and r["mass_underflow"] > 0 for r in fwd)  # Δ = 10 at 1/√d is ~14 at 0.25: collapsed
+    assert R.run_outputs(tensors, meta2, cfg, {}, backend="emulator") == ([], [])
+    with pytest.raises(ValueError, match="lacks 'layer1/q'"):
+        R.run_capture({**cfg, "layers": 2}, tensors_out=str(tmp_path / "u.safetensors"),
+                      meta_out=str(tmp_path / "u.json"))
+    assert not (tmp_path / "u.safetensors").exists()

@@ -3,7 +3,8 @@
 * :func:`head_summary`: one row per (layer, head, run) from ``results/realmodel/heads/layer*.csv``:
   means over passages (paired: every run saw the same passages), the head's sinks, Δ, σ, the
   prediction, the key-shuffled control's fraction beside each combination, and per head the MSE
-  ratio forward S=1 / reverse S=256 (ratio of the passage means; its min and max over passages);
+  ratio forward S=1 / reverse S=256 (ratio of the passage means; its min and max over passages), and the
+  Gaussian theory's prediction from the head's median Δ, σ over passages and its sinks;
 * :func:`output_summary`: one row per run from ``outputs.csv`` and ``pairs.csv``: embedding cosine
   to the exact model (mean, min), the largest change of a pair's similarity, the pairs whose rank
   moved, and Kendall's tau between exact and run similarities (scipy.stats).
@@ -42,6 +43,18 @@ def head_ratios(heads: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _predict(r) -> float:
+    """The Gaussian theory's prediction for one (layer, head, combination) row: median Δ and σ over passages,
+    the median count of detected sinks (:func:`kernels.heads.predict_underflow`); NaN for policies."""
+    from ..heads import predict_underflow
+
+    if r.kind != "combo":
+        return float("nan")
+    st = {"delta": r.delta, "sigma": r.sigma}
+    return predict_underflow(st, int(round(r.n_sinks)), order=r.order, scale=float(r.scale), n=int(r.n),
+                             block_n=int(r.block_n), fmt=r.fmt)
+
+
 def head_summary(heads: pd.DataFrame) -> pd.DataFrame:
     """One row per (layer, head, run) of the measured (not shuffled) runs; see the module doc."""
     meas = heads[heads["kind"] != "shuffled"]
@@ -50,7 +63,7 @@ def head_summary(heads: pd.DataFrame) -> pd.DataFrame:
                 fmt=("fmt", "first"), block_n=("block_n", "first"), backend=("backend", "first"),
                 passages=("passage", "nunique"), mse=("mse", "mean"), rel_mse=("rel_mse", "mean"),
                 underflow_frac=("underflow_frac", "mean"), mass_underflow=("mass_underflow", "mean"),
-                saturated=("saturated", "sum"), pred_gauss=("pred_gauss", "mean"),
+                saturated=("saturated", "sum"), n=("n", "first"),
                 delta=("delta", "median"), sigma=("sigma", "median"), cls_mass=("cls_mass", "mean"),
                 n_sinks=("n_sinks", "median"), sinks=("sinks", _mode), sink_type=("sink_type", _mode)).reset_index()
     shuf = heads[heads["kind"] == "shuffled"].copy()
@@ -58,6 +71,7 @@ def head_summary(heads: pd.DataFrame) -> pd.DataFrame:
     sh = shuf.groupby(["layer", "head", "run"])["underflow_frac"].mean().rename("shuffled_frac").reset_index()
     out = out.merge(sh, on=["layer", "head", "run"], how="left")
     out = out.merge(head_ratios(heads), on=["layer", "head"], how="left")
+    out["pred_gauss"] = [_predict(r) for r in out.itertuples()]
     out["pred_error"] = out["pred_gauss"] - out["underflow_frac"]
     out["positional"] = out["underflow_frac"] - out["shuffled_frac"]  # measured - shuffled: order of the keys
     out["tail"] = out["pred_gauss"] - out["shuffled_frac"]  # Gaussian - exchangeable own scores: tail shape

@@ -7,7 +7,8 @@
   and the four combinations again on key-shuffled inputs (the positional-structure control). One
   row per (passage, head, run) with the kernel's counts, the mass-weighted underflow (from the
   running-max rule, :func:`kernels.heads.underflow_mask`, whose count must equal the kernel's:
-  a mismatch stops the job), the head's detected sinks, Δ, σ, [CLS] mass and the predictions.
+  a mismatch stops the job), the head's detected sinks, Δ, σ and [CLS] mass (the theory's prediction is
+  made per head from these by :func:`kernels.analysis.realmodel.head_summary`).
 * :func:`run_outputs`: the whole model with every layer's attention run by kernels.attention, per
   run; the embedding cosine to the exact one per passage, and per passage pair the exact and FP8
   similarity and whether the pair's rank among all pairs moved.
@@ -39,7 +40,7 @@ log = logging.getLogger("pcast.pipeline")
 
 HEAD_COLUMNS = ("layer", "head", "passage", "run", "kind", "order", "scale", "fmt", "block_n", "backend", "mse",
                 "rel_mse", "underflow", "terms", "underflow_frac", "mass_underflow", "underflow_sink", "saturated",
-                "sinks", "n_sinks", "sink_type", "delta", "sigma", "cls_mass", "pred_gauss")
+                "sinks", "n_sinks", "sink_type", "delta", "sigma", "cls_mass", "n")
 OUTPUT_COLUMNS = ("run", "kind", "passage", "source", "cosine", "one_minus_cos")
 PAIR_COLUMNS = ("run", "kind", "a", "b", "sim_exact", "sim_run", "sim_change", "rank_exact", "rank_run",
                 "rank_moved")
@@ -170,7 +171,7 @@ def _head_info(q, k, ks, sm: float) -> dict:
             sinks = H.detect_sinks(s64)
             info[p, h] = {"sinks": sinks, "stats": H.head_scores_stats(s64, sinks), "probs": H.exact_probs(s64),
                           "s32": _scores32(q[p, h], k[p, h], sm), "s32_shuf": _scores32(q[p, h], ks[p, h], sm),
-                          "probs_shuf": None, "pred": {}}
+                          "probs_shuf": None}
     return info
 
 
@@ -188,14 +189,6 @@ def _mass(hi: dict, r, p: int, h: int, kw: Mapping, *, shuffled: bool, ksink: in
     if shuffled and hi["probs_shuf"] is None:  # the shuffled keys' probabilities, in the shuffled order
         hi["probs_shuf"] = H.exact_probs(q[p, h].double() @ kk[p, h].double().T * sm)
     return H.mass_underflow(hi["probs_shuf"] if shuffled else hi["probs"], mask)
-
-
-def _prediction(hi: dict, kw: Mapping, n: int) -> float:
-    key = (kw["order"], float(kw["scale"]), int(kw["block_n"]))
-    if key not in hi["pred"]:
-        hi["pred"][key] = H.predict_underflow(hi["stats"], len(hi["sinks"]), order=key[0], scale=key[1], n=n,
-                                              block_n=key[2])
-    return hi["pred"][key]
 
 
 def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policies: Mapping, *,
@@ -235,8 +228,7 @@ def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policie
                     "mass_underflow": mass, "underflow_sink": int(r.underflow_sink[p, h].sum()),
                     "saturated": int(r.saturated[p, h].sum()), "sinks": ";".join(map(str, hi["sinks"])),
                     "n_sinks": len(hi["sinks"]), "sink_type": H.sink_type(hi["sinks"]), "delta": st["delta"],
-                    "sigma": st["sigma"], "cls_mass": st["cls_mass"],
-                    "pred_gauss": None if kind == "policy" else _prediction(hi, kw, n)})
+                    "sigma": st["sigma"], "cls_mass": st["cls_mass"], "n": n})
     return rows
 
 

@@ -2,12 +2,15 @@
 
 import json
 
+import torch
+
 from kernels.pipeline.logs import rule_log
 from kernels.pipeline.realmodel_runs import run_capture
 
 sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:
     spec = json.loads(sm.params.spec)
+    torch.set_num_threads(max(1, int(sm.threads)))  # one core per job: jobs run side by side
     meta = run_capture(spec, tensors_out=sm.output.tensors, meta_out=sm.output.passages)
     for p in meta["passages"]:
         log.info("passage %s sha256 %s tokens %s", p["source"], p["sha256"], p["tokens"])

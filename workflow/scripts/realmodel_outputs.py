@@ -2,6 +2,8 @@
 
 import json
 
+import torch
+
 from kernels.pipeline.files import atomic_write_text
 from kernels.pipeline.logs import rule_log
 from kernels.pipeline.realmodel_runs import OUTPUT_COLUMNS, PAIR_COLUMNS, load_captured, run_outputs
@@ -10,6 +12,7 @@ from kernels.pipeline.tables import csv_text
 sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:
     spec = json.loads(sm.params.spec)
+    torch.set_num_threads(max(1, int(sm.threads)))  # one core per job: jobs run side by side
     tensors, meta = load_captured(sm.input.tensors)
     out, pairs = run_outputs(tensors, meta, spec, spec["resolved_policies"], backend=spec["backend"])
     atomic_write_text(sm.output.outputs, csv_text(OUTPUT_COLUMNS, out))
