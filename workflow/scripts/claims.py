@@ -14,7 +14,7 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
         scales=pd.read_csv(inp.scales), thresholds=pd.read_csv(inp.thresholds),
         knees=pd.read_csv(inp.knees), conformance=pd.read_csv(inp.conformance),
         claims_cfg=params.claims, policies=pd.read_csv(inp.policies),
-        realmodel=pd.read_csv(inp.realmodel),
+        realmodel=pd.read_csv(inp.realmodel, dtype={"sinks": str}),
         realmodel_outputs=pd.read_csv(inp.realmodel_outputs),
     )
     for key, r in result.items():

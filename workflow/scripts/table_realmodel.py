@@ -6,7 +6,7 @@ from kernels.analysis import tables
 from kernels.pipeline.logs import rule_log
 
 with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
-    heads = pd.read_csv(snakemake.input.heads)  # noqa: F821
+    heads = pd.read_csv(snakemake.input.heads, dtype={"sinks": str})  # noqa: F821 (sinks "0;511" stay text)
     table = tables.realmodel(heads, snakemake.params.realmodel)  # noqa: F821
     tables.write(table, **snakemake.output)  # noqa: F821
     log.info("T6: %d rows", len(table.display))

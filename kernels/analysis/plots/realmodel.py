@@ -19,7 +19,8 @@ import pandas as pd
 
 from ...contract import COMBO_LABELS
 from ..realmodel import BASELINE, FIXED
-from .style import COLUMN_WIDTH, COMBO_STYLE, EXTRA_COLORS, TEXT_WIDTH, figure_data, panel_label, series, use_style
+from .policies import POLICY_STYLE, policy_style
+from .style import COLUMN_WIDTH, COMBO_STYLE, TEXT_WIDTH, figure_data, panel_label, series, use_style
 
 __all__ = ["fig_realmodel_heads", "fig_realmodel_theory", "fig_realmodel_outputs", "SINK_MARKERS"]
 
@@ -82,8 +83,10 @@ def fig_realmodel_theory(summary: pd.DataFrame):
                            edgecolors="#999999", linewidths=0.5)
             else:
                 ax.scatter(k["pred_gauss"], k["shuffled_frac"], marker="+", s=12, color="#999999", linewidths=0.5)
-            rows += series(letter, f"{combo} {kind}", k["pred_gauss"], k["underflow_frac"], combo=combo,
-                           sink_type=kind, shuffled=list(k["shuffled_frac"]))
+            pts = series(letter, f"{combo} {kind}", k["pred_gauss"], k["underflow_frac"], combo=combo, sink_type=kind)
+            for pt, layer, head, shuf in zip(pts, k["layer"], k["head"], k["shuffled_frac"]):
+                pt.update(layer=int(layer), head=int(head), shuffled=float(shuf))
+            rows += pts
         ax.plot([0, 1], [0, 1], color="#000000", linewidth=0.6, linestyle=":")
         ax.set_xlim(-0.02, 1.02)
         ax.set_ylim(-0.02, 1.02)
@@ -108,21 +111,25 @@ def fig_realmodel_outputs(outputs: pd.DataFrame):
         ax.set_axis_off()
         return fig, figure_data(rows)
     runs = list(dict.fromkeys(outputs["run"]))
-    floor = 1e-9  # 1 - cos below this (float64 rounding of a unit vector's dot product) is drawn here
+    users = [r for r in runs if r not in COMBO_STYLE and r not in POLICY_STYLE]
+    floor = 1e-12  # 1 - cos below this (float64 rounding of a unit vector's dot product) is drawn here
     for i, run in enumerate(runs):
         o = outputs[outputs["run"] == run]
         y = np.maximum(o["one_minus_cos"].to_numpy(float), floor)
-        color = COMBO_STYLE[run]["color"] if run in COMBO_STYLE else EXTRA_COLORS[i % len(EXTRA_COLORS)]
+        color = COMBO_STYLE[run]["color"] if run in COMBO_STYLE else policy_style(run, users)["color"]
         x = i + np.linspace(-0.18, 0.18, len(y)) if len(y) > 1 else np.full(len(y), float(i))
         ax.scatter(x, y, s=6, color=color, edgecolors="none")
         med = float(np.median(y))
         ax.plot([i - 0.3, i + 0.3], [med, med], color=color, linewidth=1.2)
-        rows += series("a", run, x, y, passage=list(o["passage"]), median=med)
+        pts = series("a", run, x, y, median=med)
+        for pt, passage in zip(pts, o["passage"]):
+            pt["passage"] = int(passage)
+        rows += pts
     ax.set_yscale("log")
     ax.set_xticks(range(len(runs)))
     ax.set_xticklabels(runs, rotation=60, ha="right")
-    ax.set_ylabel("1 − cosine to exact embedding")
+    ax.set_ylabel("1 − cosine to exact")
     ax.set_xlim(-0.6, len(runs) - 0.4)
-    ymax = max(float(outputs["one_minus_cos"].max()), floor * 10)
-    ax.set_ylim(floor / 2, 10 ** math.ceil(math.log10(ymax)))
+    v = np.maximum(outputs["one_minus_cos"].to_numpy(float), floor)
+    ax.set_ylim(10 ** math.floor(math.log10(v.min())), 10 ** math.ceil(math.log10(v.max() * 1.01)))
     return fig, figure_data(rows)
