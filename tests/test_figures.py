@@ -20,12 +20,13 @@ from kernels.analysis import plots as P
 from kernels.analysis import registry
 from kernels.analysis.paired import paired_tests
 from kernels.analysis.policies import policy_summary
+from kernels.analysis.realmodel import head_summary
 from kernels.analysis.registry import FIGURES, TABLES
 from kernels.analysis.summaries import (
     collapse_summary, knee_summary, scales_summary, threshold_summary, write_csv,
 )
 
-STATS_RULES = ["stats_collapse", "stats_paired", "stats_scales", "stats_threshold", "stats_policies"]
+STATS_RULES = ["stats_collapse", "stats_paired", "stats_scales", "stats_threshold", "stats_policies", "stats_realmodel"]
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,8 @@ def summaries(tmp_path_factory):
         "thresholds": threshold_summary(data.make_threshold(), n_resamples=200),
         "conformance": data.make_conformance(unexplained=1),
         "policies": policy_summary(data.make_policies(dcs={("forward-s1", "keys"): 6.0}), n_resamples=200),
+        "realmodel_heads": head_summary(data.make_realmodel_heads()),
+        "realmodel_outputs": data.make_realmodel_outputs(),
     }
     for name, df in tables.items():
         write_csv(df, out / f"{name}.csv")
@@ -65,6 +68,9 @@ RENDER = textwrap.dedent("""
         "fig_threshold": lambda: P.fig_threshold(t["thresholds"], t["knees"]),
         "fig_conformance": lambda: P.fig_conformance(t["conformance"]),
         "fig_policies": lambda: P.fig_policies(t["policies"]),
+        "fig_realmodel_heads": lambda: P.fig_realmodel_heads(t["realmodel_heads"]),
+        "fig_realmodel_theory": lambda: P.fig_realmodel_theory(t["realmodel_heads"]),
+        "fig_realmodel_outputs": lambda: P.fig_realmodel_outputs(t["realmodel_outputs"]),
     }
     for name, build in figs.items():
         fig, d = build()
@@ -102,7 +108,8 @@ def test_figure_data_tables(summaries):
     t = _load(summaries)
     built = [P.fig_theory_scale(t["scales"]), P.fig_collapse(t["collapse"]), P.fig_mse(t["collapse"], t["paired"]),
              P.fig_improvement(t["paired"], t["scales"]), P.fig_threshold(t["thresholds"], t["knees"]),
-             P.fig_conformance(t["conformance"])]
+             P.fig_conformance(t["conformance"]), P.fig_realmodel_heads(t["realmodel_heads"]),
+             P.fig_realmodel_theory(t["realmodel_heads"]), P.fig_realmodel_outputs(t["realmodel_outputs"])]
     for fig, d in built:
         assert list(d.columns[:6]) == P.DATA_COLUMNS
         assert len(d) > 0 and d["series"].notna().all()
@@ -145,8 +152,10 @@ def test_band_intervals():
 def test_the_registry_names_every_figure_and_table():
     """The outputs' names under figures/ are the paper's; the registry lists each once."""
     assert FIGURES == ("fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",
-                       "fig_conformance", "fig_policies")
-    assert TABLES == ("table_paired_tests", "table_scales", "table_thresholds", "table_conformance", "table_policies")
+                       "fig_conformance", "fig_policies", "fig_realmodel_heads", "fig_realmodel_theory",
+                       "fig_realmodel_outputs")
+    assert TABLES == ("table_paired_tests", "table_scales", "table_thresholds", "table_conformance", "table_policies",
+                      "table_realmodel")
 
 
 def test_every_registered_output_has_a_rule_a_script_and_a_caption():
@@ -181,7 +190,7 @@ def test_smoke_every_figure_and_table(smoke_run):
         assert "wrote" in (logs / f"{name}.log").read_text(), name
     verdict = json.loads((fig_dir / "claims.json").read_text())
     assert verdict["preset"] == "smoke"
-    assert set(verdict["claims"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "audit", "conformance"}
+    assert set(verdict["claims"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "audit", "realmodel", "conformance"}
     assert all(c["verdict"] in ("PASS", "PARTIAL", "FAIL", "INCONCLUSIVE") for c in verdict["claims"].values())
     assert "## C1:" in (fig_dir / "claims.md").read_text()
     assert "C1: " in (logs / "claims.log").read_text()
