@@ -12,7 +12,8 @@
 # Shared with every rules file -- EXPERIMENT_CFG (the config sections), SWEEPS, CONFORMANCE,
 # POLICY_EXPERIMENT, SHARD_EXPERIMENTS (the sweeps and policies, whose shards sweep_shard runs),
 # ALL_EXPERIMENTS (names from kernels.contract), STATS_CFG, CRITERIA; input functions shard_files(),
-# shard_spec, inputs_spec, expected_rows, gpu_resource, category, tidy_labels; paths TIDY,
+# shard_spec, inputs_spec, expected_rows, gpu_resource, category, tidy_labels, realmodel_spec; the
+# realmodel experiment's REALMODEL_CFG, REALMODEL_INPUTS, REALMODEL_DIR, REALMODEL_LAYERS; paths TIDY,
 # POLICY_TIDY (results/tidy/policies.csv), TIDY_TABLES, TIMING_TABLES, STATS_DIR, ANALYSIS_LOGS,
 # ANALYSIS_BENCH; outputs figure_outputs(),
 # table_outputs(), verdict_outputs(), ANALYSIS_TARGETS (every figure, table and the verdict, from
@@ -163,6 +164,18 @@ TIDY = "results/tidy/{}.csv"
 POLICY_TIDY = TIDY.format(POLICY_EXPERIMENT)
 TIDY_TABLES = expand("results/tidy/{experiment}.csv", experiment=ALL_EXPERIMENTS)
 TIMING_TABLES = expand("results/timing/{experiment}.csv", experiment=ALL_EXPERIMENTS)
+
+# The realmodel experiment (workflow/rules/realmodel.smk): its section, paths and layers.
+REALMODEL_CFG = EXPERIMENT_CFG[contract.REALMODEL]
+REALMODEL_INPUTS = "results/inputs/realmodel"
+REALMODEL_DIR = "results/realmodel"
+REALMODEL_LAYERS = list(range(REALMODEL_CFG["layers"]))
+
+
+def realmodel_spec(stage):
+    """The realmodel job's params: what it computes, as canonical JSON (a params rerun trigger)."""
+    return pconfig.realmodel_spec(REALMODEL_CFG, config.get("policies"), stage)
+
 
 # ----------------------------------------------------------------------------- analysis
 # Statistics (results/stats/), figures, tables and the verdict (figures/). Every criterion

@@ -4,16 +4,6 @@
 # the named policies and the key-shuffled control (one job per layer), and the whole model's
 # embeddings with its attention run by kernels.attention (one job).
 
-REALMODEL_CFG = EXPERIMENT_CFG[contract.REALMODEL]
-REALMODEL_INPUTS = "results/inputs/realmodel"
-REALMODEL_DIR = "results/realmodel"
-REALMODEL_LAYERS = list(range(REALMODEL_CFG["layers"]))
-
-
-def realmodel_spec(stage):
-    """The job's params: what it computes, as canonical JSON (a params rerun trigger)."""
-    return pconfig.realmodel_spec(REALMODEL_CFG, config.get("policies"), stage)
-
 
 rule realmodel_capture:
     output:
