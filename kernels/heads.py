@@ -10,6 +10,8 @@ docs/interfaces.md ("Real attention"):
 * :func:`underflow_mask`: the kernel's running-max rule written directly (an independent
   statement of contract steps 1-3; its count equals the emulator's, tests);
 * :func:`mass_underflow`: the exact probability mass of the keys that round to zero;
+  :func:`step1_scores`, :func:`rule_applies` and :func:`rule_mass` put the two together for a run
+  (the realmodel pipeline and ``pcast-audit --per-head`` both call them);
 * :func:`predict_underflow`: the Gaussian theory's prediction from the measured Δ, σ and sinks.
 """
 
@@ -24,7 +26,8 @@ from .contract import ORDERS
 from .formats import get_format
 
 __all__ = ["SINK_Z", "SINK_ROW_FRACTION", "SINK_TYPES", "detect_sinks", "sink_type", "head_scores_stats",
-           "underflow_mask", "mass_underflow", "predict_underflow", "exact_probs"]
+           "underflow_mask", "mass_underflow", "predict_underflow", "exact_probs", "step1_scores", "rule_applies",
+           "rule_mass"]
 
 SINK_Z = 3.0  # a key is outlying in a row when s - median > SINK_Z * 1.4826 * MAD
 SINK_ROW_FRACTION = 0.5  # ... and a sink of the head when outlying in at least this fraction of rows
@@ -153,6 +156,37 @@ def underflow_mask(scores32: torch.Tensor, *, order: str, scale: float, block_n:
 def mass_underflow(p_exact: torch.Tensor, mask: torch.Tensor) -> float:
     """Mean over rows of the exact probability mass of the keys that round to zero."""
     return float((p_exact.to(torch.float64) * mask).sum(-1).mean())
+
+
+def step1_scores(q_h: torch.Tensor, k_h: torch.Tensor, sm_scale: float) -> torch.Tensor:
+    """One head's step-1 float32 scores [Nq, Nk] as the emulator computes them: ``sm_scale`` folded into q
+    when it is a power of two (exact), else ``matmul(q, kᵀ)`` times ``sm_scale`` in float32. No mask."""
+    if math.frexp(sm_scale)[0] == 0.5:
+        return torch.matmul(q_h * sm_scale, k_h.transpose(-1, -2))
+    return torch.matmul(q_h, k_h.transpose(-1, -2)) * torch.tensor(sm_scale, dtype=torch.float32)
+
+
+def rule_applies(kwargs, *, sink_logit=None) -> bool:
+    """Whether :func:`underflow_mask` states the rule of a run with these :func:`kernels.attention` keywords:
+    eager max in multiply mode, float32 Q and K, a P format, no learned sink logit."""
+    return (kwargs.get("scale_mode", "multiply") == "multiply" and float(kwargs.get("rescale_threshold", 0.0)) == 0.0
+            and kwargs.get("qk_fmt") is None and kwargs.get("fmt", "e4m3fn") is not None and sink_logit is None)
+
+
+def rule_mass(s32: torch.Tensor, p_exact: torch.Tensor, kwargs, *, ksink: int, want=None, where: str = "") -> float:
+    """:func:`mass_underflow` of one head under the running-max rule of a run (``kwargs``: its order, scale,
+    block_n, fmt). ``want``: the kernel's ``(non-sink,)`` or ``(non-sink, sink)`` underflow counts, which the
+    rule's own counts must equal (an independent statement of steps 1-3); a RuntimeError naming ``where`` if not.
+    """
+    mask = underflow_mask(s32, order=kwargs["order"], scale=float(kwargs["scale"]), block_n=int(kwargs["block_n"]),
+                          fmt=kwargs.get("fmt", "e4m3fn"))
+    if want is not None:
+        got = (int(mask[:, ksink:].sum()), int(mask[:, :ksink].sum()))[:len(want)]
+        if got != tuple(want):
+            raise RuntimeError(f"{where}: the running-max rule (kernels.heads.underflow_mask) counts {got} (non-sink"
+                               f"{', sink' if len(want) > 1 else ''}) keys rounding to zero, the kernel {tuple(want)}: "
+                               "the kernel's rule and its documented statement disagree")
+    return mass_underflow(p_exact, mask)
 
 
 def predict_underflow(stats: dict, n_sinks: int, *, order: str, scale: float, n: int, block_n: int,

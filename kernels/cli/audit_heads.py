@@ -125,12 +125,6 @@ def _floor(row, floor, ref, ref_power) -> None:
         row["floor_rel_mse"] = row["floor_mse"] / ref_power if ref_power > 0 else float("nan")
 
 
-def _mass_applies(full, sink_logit) -> bool:
-    """mass_underflow is the underflow_mask rule's: eager multiply, no sink logit, no Q/K cast, a format."""
-    return (full["scale_mode"] == "multiply" and float(full["rescale_threshold"]) == 0.0 and sink_logit is None
-            and full["qk_fmt"] is None and full["fmt"] is not None)
-
-
 def audit_heads(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded",
                 causal=False, ksink=1, backend="auto", policies=(), sink_logit=None, sm_scale=None, layer=None,
                 sinks=None, per_head=False):
@@ -184,6 +178,7 @@ def audit_heads(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=
 def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, sink_logit, sm_scale, causal):
     """One row per (batch, head, run) of :func:`audit_heads` from its runs ``done``
     (``[(name, full kwargs, result, floor result or None), ...]``)."""
+    from ..heads import rule_applies
     head_rows = []
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
@@ -197,7 +192,7 @@ def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, si
                 hr = {**_config(name, full), **_stats(_head(r, b, h), ref_h, power_h)}
                 _floor(hr, None if floor is None else _head(floor, b, h), ref_h, power_h)
                 hr.update(extra, mass_underflow=None)
-                if per_head and _mass_applies(full, sink_logit):
+                if per_head and rule_applies(full, sink_logit=sink_logit):
                     if s32 is None:
                         s32, p_exact = _head_scores32(q, k, b, h, sm_scale=sm_scale, causal=causal)
                     hr["mass_underflow"] = _mass(hr, full, s32, p_exact, ks, layer=layer, b=b, h=h)
@@ -206,35 +201,26 @@ def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, si
 
 
 def _head_scores32(q, k, b, h, *, sm_scale, causal):
-    """The kernel's step-1 float32 scores of head (b, h) (``torch.matmul(q_h, k_h.T)`` times sm_scale,
-    masked keys -inf) and the float64 reference probabilities."""
-    import torch
-
-    from ..heads import exact_probs
+    """The kernel's step-1 float32 scores of head (b, h) (:func:`kernels.heads.step1_scores`, masked keys -inf)
+    and the float64 reference probabilities."""
+    from ..heads import exact_probs, step1_scores
     from ..reference import causal_mask
 
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    kh = k[b, h // (q.shape[1] // k.shape[1])]
-    s32 = torch.matmul(q[b, h], kh.T) * sm
+    s32 = step1_scores(q[b, h], k[b, h // (q.shape[1] // k.shape[1])], sm)
     if causal:
         s32 = s32.masked_fill(~causal_mask(s32.shape[0], s32.shape[1], device=s32.device), float("-inf"))
     return s32, exact_probs(head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal))
 
 
 def _mass(hr, full, s32, p_exact, ks, *, layer, b, h) -> float:
-    """mass_underflow of one head row; the mask's non-sink count must be the kernel's underflow count."""
-    from ..heads import mass_underflow, underflow_mask
+    """mass_underflow of one head row; on the emulator (the same step-1 matmul; Triton's scores may differ by
+    an ulp, conformance) the rule's non-sink count must be the kernel's underflow count."""
+    from ..heads import rule_mass
 
-    mask = underflow_mask(s32, order=full["order"], scale=float(full["scale"]), block_n=int(full["block_n"]),
-                          fmt=full["fmt"])
-    if hr["backend"] == "emulator":  # the same step-1 matmul; Triton's scores may differ by an ulp (conformance)
-        count = int(mask[:, ks:].sum())
-        if count != hr["underflow"]:
-            raise RuntimeError(f"pcast-audit: the running-max rule (kernels.heads.underflow_mask) counts {count} "
-                               f"non-sink keys rounding to zero in layer {layer}, batch {b}, head {h}, run "
-                               f"{hr['policy']!r}, the kernel {hr['underflow']}: the kernel's rule and its "
-                               "documented statement disagree")
-    return mass_underflow(p_exact, mask)
+    want = (hr["underflow"],) if hr["backend"] == "emulator" else None
+    return rule_mass(s32, p_exact, full, ksink=ks, want=want,
+                     where=f"pcast-audit: layer {layer}, batch {b}, head {h}, run {hr['policy']!r}")
 
 
 def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded", causal=False,

@@ -34,13 +34,14 @@ from .logs import progress
 from .tables import csv_text
 
 __all__ = ["HEAD_COLUMNS", "OUTPUT_COLUMNS", "PAIR_COLUMNS", "run_capture", "run_layer", "run_outputs",
-           "combo_kwargs", "run_names", "load_captured", "SHUFFLED"]
+           "combo_kwargs", "run_names", "load_captured", "layer_names", "SHUFFLED", "OUTPUT_INPUTS"]
 
 log = logging.getLogger("pcast.pipeline")
 
 HEAD_COLUMNS = ("layer", "head", "passage", "run", "kind", "order", "scale", "fmt", "block_n", "backend", "mse",
                 "rel_mse", "underflow", "terms", "underflow_frac", "mass_underflow", "underflow_sink", "saturated",
                 "sinks", "n_sinks", "sink_type", "delta", "sigma", "cls_mass", "n")
+OUTPUT_INPUTS = ("input_ids", "embeddings")  # what run_outputs reads of the captured file (absent: a user's tensors)
 OUTPUT_COLUMNS = ("run", "kind", "passage", "source", "cosine", "one_minus_cos")
 PAIR_COLUMNS = ("run", "kind", "a", "b", "sim_exact", "sim_run", "sim_change", "rank_exact", "rank_run",
                 "rank_moved")
@@ -94,30 +95,29 @@ def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
 def _user_tensors(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
     """A user's own captured tensors (``layer{L}/q|k|v``, [B, H, N, d] or [H, N, d]) checked and copied."""
     from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
-    path = cfg["tensors"]
+    path, key = cfg["tensors"], "config key 'experiments.realmodel.tensors'"
     try:
-        raw = load_file(path)
         with safe_open(path, "pt") as fh:
-            user_meta = fh.metadata() or {}
+            user_meta, keys = fh.metadata() or {}, set(fh.keys())
+            names = [n for layer in range(int(cfg["layers"])) for n in layer_names(layer)]
+            missing = [n for n in names if n not in keys]
+            if missing:
+                raise ValueError(f"{key}: {path!r} lacks {missing[0]!r} (layers 0..{int(cfg['layers']) - 1} from "
+                                 f"experiments.realmodel.layers); it has: {', '.join(sorted(keys)[:12])}")
+            raw = {n: fh.get_tensor(n) for n in names}
+    except ValueError:
+        raise
     except Exception as e:  # noqa: BLE001 - safetensors raises several types for a bad file
-        raise ValueError(f"config key 'experiments.realmodel.tensors': {path!r} is not a readable safetensors "
-                         f"file: {e}") from None
+        raise ValueError(f"{key}: {path!r} is not a readable safetensors file: {e}") from None
     out = {}
-    for layer in range(int(cfg["layers"])):
-        for t in "qkv":
-            name = f"layer{layer}/{t}"
-            if name not in raw:
-                raise ValueError(f"config key 'experiments.realmodel.tensors': {path!r} lacks {name!r} (layers "
-                                 f"0..{int(cfg['layers']) - 1} from experiments.realmodel.layers); it has: "
-                                 f"{', '.join(sorted(raw)[:12])}")
-            x = raw[name]
-            x = x.unsqueeze(0) if x.dim() == 3 else x
-            if x.dim() != 4 or not x.is_floating_point():
-                raise ValueError(f"tensor {name!r} of {path!r} must be floating point [B, H, N, d] or [H, N, d], "
-                                 f"got {x.dtype} {tuple(x.shape)}")
-            out[name] = x.float().contiguous()
+    for name, x in raw.items():
+        x = x.unsqueeze(0) if x.dim() == 3 else x
+        if x.dim() != 4 or not x.is_floating_point():
+            raise ValueError(f"tensor {name!r} of {path!r} must be floating point [B, H, N, d] or [H, N, d], "
+                             f"got {x.dtype} {tuple(x.shape)}")
+        out[name] = x.float().contiguous()
     d = out["layer0/q"].shape[-1]
     meta = {"model": user_meta.get("model", "user tensors"), "revision": user_meta.get("revision", "unknown"),
             "model_sha256": "", "layers": int(cfg["layers"]), "heads": out["layer0/q"].shape[1], "d": d,
@@ -131,64 +131,44 @@ def _user_tensors(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
     return meta
 
 
-def load_captured(path: str) -> tuple[dict, dict]:
-    """The captured tensors and their metadata (JSON values decoded)."""
+def load_captured(path: str, names=None) -> tuple[dict, dict]:
+    """The captured tensors (all, or those of ``names`` the file has) and their metadata (JSON values decoded)."""
     from safetensors import safe_open
-    from safetensors.torch import load_file
 
     with safe_open(path, "pt") as fh:
         meta = {k: json.loads(v) for k, v in (fh.metadata() or {}).items()}
-    return load_file(path), meta
+        keys = set(fh.keys())
+        tensors = {n: fh.get_tensor(n) for n in (keys if names is None else [n for n in names if n in keys])}
+    return tensors, meta
 
 
-def _shuffle(k: torch.Tensor, v: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys 1..N-1 permuted (the same permutation for k and v, every passage and head); key 0 stays."""
+def layer_names(layer: int) -> list[str]:
+    """The tensor names of one layer in the captured file."""
+    return [f"layer{layer}/{t}" for t in "qkv"]
+
+
+def _shuffle(k: torch.Tensor, v: torch.Tensor, seed: int):
+    """Keys 1..N-1 permuted (the same permutation for k and v, every passage and head); key 0 stays.
+    Returns the permuted k, v and the permutation (key j of the shuffled inputs is key perm[j])."""
     n = k.shape[-2]
     g = torch.Generator().manual_seed(seed)
     perm = torch.cat([torch.zeros(1, dtype=torch.long), 1 + torch.randperm(n - 1, generator=g)])
-    return k[..., perm, :].contiguous(), v[..., perm, :].contiguous()
+    return k[..., perm, :].contiguous(), v[..., perm, :].contiguous(), perm
 
 
-def _rule_applies(kw: Mapping) -> bool:
-    """Whether heads.underflow_mask states this run's rule: multiply mode, eager max, float32 Q/K."""
-    return (kw.get("scale_mode", "multiply") == "multiply" and float(kw.get("rescale_threshold", 0.0)) == 0.0
-            and kw.get("qk_fmt") is None and kw.get("fmt", "e4m3fn") is not None)
-
-
-def _scores32(q: torch.Tensor, k: torch.Tensor, sm_scale: float) -> torch.Tensor:
-    """Step 1 as the emulator computes it: a float32 matmul, times sm_scale (or folded when a power of 2)."""
-    if math.frexp(sm_scale)[0] == 0.5:
-        return torch.matmul(q * sm_scale, k.transpose(-1, -2))
-    return torch.matmul(q, k.transpose(-1, -2)) * torch.tensor(sm_scale, dtype=torch.float32)
-
-
-def _head_info(q, k, ks, sm: float) -> dict:
-    """Per (passage, head): float64 and float32 scores, detected sinks, measured stats, exact probabilities."""
+def _head_info(q, k, ks, perm, sm: float) -> dict:
+    """Per (passage, head): step-1 float32 scores (as given and key-shuffled), detected sinks, measured stats,
+    exact probabilities (the shuffled ones are the same probabilities, permuted)."""
     info = {}
     for p in range(q.shape[0]):
         for h in range(q.shape[1]):
             s64 = q[p, h].double() @ k[p, h].double().T * sm
             sinks = H.detect_sinks(s64)
-            info[p, h] = {"sinks": sinks, "stats": H.head_scores_stats(s64, sinks), "probs": H.exact_probs(s64),
-                          "s32": _scores32(q[p, h], k[p, h], sm), "s32_shuf": _scores32(q[p, h], ks[p, h], sm),
-                          "probs_shuf": None}
+            probs = H.exact_probs(s64)
+            info[p, h] = {"sinks": sinks, "stats": H.head_scores_stats(s64, sinks), "probs": probs,
+                          "probs_shuf": probs[:, perm], "s32": H.step1_scores(q[p, h], k[p, h], sm),
+                          "s32_shuf": H.step1_scores(q[p, h], ks[p, h], sm)}
     return info
-
-
-def _mass(hi: dict, r, p: int, h: int, kw: Mapping, *, shuffled: bool, ksink: int, where: str, q, kk, sm):
-    """The exact P mass that rounds to zero under the running-max rule; checks the rule's counts against the
-    emulator's (an independent statement of steps 1-3; compiled Triton's scores may differ by an ulp)."""
-    mask = H.underflow_mask(hi["s32_shuf" if shuffled else "s32"], order=kw["order"], scale=float(kw["scale"]),
-                            block_n=int(kw["block_n"]), fmt=kw.get("fmt", "e4m3fn"))
-    if r.backend == "emulator":
-        got = (int(mask[:, ksink:].sum()), int(mask[:, :ksink].sum()))
-        want = (int(r.underflow[p, h].sum()), int(r.underflow_sink[p, h].sum()))
-        if got != want:
-            raise RuntimeError(f"{where}: the running-max rule counts {got} (non-sink, sink) underflows, the "
-                               f"emulator {want}")
-    if shuffled and hi["probs_shuf"] is None:  # the shuffled keys' probabilities, in the shuffled order
-        hi["probs_shuf"] = H.exact_probs(q[p, h].double() @ kk[p, h].double().T * sm)
-    return H.mass_underflow(hi["probs_shuf"] if shuffled else hi["probs"], mask)
 
 
 def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policies: Mapping, *,
@@ -200,11 +180,11 @@ def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policie
     q, k, v = (tensors[f"layer{layer}/{t}"] for t in "qkv")
     sm, ksink = float(meta["sm_scale"]), int(cfg["ksink"])
     P, nh, n, _ = q.shape
-    ks, vs = _shuffle(k, v, int(cfg["shuffle_seed"]) + layer)
-    refs = {False: reference_attention(q, k, v, causal=False, sm_scale=sm),
-            True: reference_attention(q, ks, vs, causal=False, sm_scale=sm)}
-    ref_power = (refs[False] ** 2).mean(dim=(-2, -1))  # [P, H]; shuffling keys leaves the output's rows unchanged
-    info = _head_info(q, k, ks, sm)
+    ks, vs, perm = _shuffle(k, v, int(cfg["shuffle_seed"]) + layer)
+    # one float64 reference for both: keys and values permuted together leave every output row as it is
+    ref = reference_attention(q, k, v, causal=False, sm_scale=sm)
+    ref_power = (ref ** 2).mean(dim=(-2, -1))  # [P, H]
+    info = _head_info(q, k, ks, perm, sm)
     runs = run_names(cfg, policies)
     runs += [(SHUFFLED + name, "shuffled", kw) for name, kind, kw in runs if kind == "combo"]
     rows = []
@@ -212,14 +192,17 @@ def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policie
         shuffled = kind == "shuffled"
         kk, vv = (ks, vs) if shuffled else (k, v)
         r = attention(q, kk, vv, ksink=ksink, sm_scale=sm, backend=backend, **kw)
-        err = ((r.out.double() - refs[shuffled]) ** 2).mean(dim=(-2, -1))
+        err = ((r.out.double() - ref) ** 2).mean(dim=(-2, -1))
         for p in range(P):
             for h in range(nh):
                 hi, st = info[p, h], info[p, h]["stats"]
                 uf, terms = int(r.underflow[p, h].sum()), int(r.terms[p, h].sum())
-                where = f"layer {layer} passage {p} head {h} run {name!r}"
-                mass = (_mass(hi, r, p, h, kw, shuffled=shuffled, ksink=ksink, where=where, q=q, kk=kk, sm=sm)
-                        if _rule_applies(kw) else None)
+                mass = None
+                if H.rule_applies(kw):  # compiled Triton's scores may differ by an ulp: the count check is the emulator's
+                    want = (uf, int(r.underflow_sink[p, h].sum())) if r.backend == "emulator" else None
+                    sfx = "_shuf" if shuffled else ""
+                    mass = H.rule_mass(hi["s32" + sfx], hi["probs" + sfx], kw, ksink=ksink, want=want,
+                                       where=f"layer {layer} passage {p} head {h} run {name!r}")
                 rows.append({
                     "layer": layer, "head": h, "passage": p, "run": name, "kind": kind, "order": kw["order"],
                     "scale": float(kw["scale"]), "fmt": kw.get("fmt") or "none", "block_n": int(kw["block_n"]),
