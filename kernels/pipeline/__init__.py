@@ -9,10 +9,14 @@ be tested without Snakemake. Callers import the module they need
 module                  concern
 ======================  =======================================================================
 :mod:`.config`          presets merged over ``config.yaml`` (``resolve_preset``), the checks a
-                        JSON schema cannot express (``check_config``, ``ConfigError``), the Δ
+                        JSON schema cannot express (``check_config``, ``ConfigError``), a schema
+                        error as one line naming the key (``schema_message``), the Δ
                         grid (``delta_values``), shards of seeds and what each job computes
                         (``shard_seeds``, ``n_shards``, ``shard_spec``, ``inputs_spec``,
                         ``expected_rows``, ``spec_json``), GPU jobs (``gpu_jobs``). Torch-free.
+:mod:`.claims_config`   the ``statistics:`` and ``claims:`` sections against the experiments
+                        (``check_analysis``: finite numbers, ordered bands, every combination,
+                        scale and variant named one an experiment runs); ``config`` dispatches here.
 :mod:`.inputs`          the Δ-free base tensors of a shard in one safetensors file
                         (``write_inputs``, ``load_inputs``, ``base_tensors``).
 :mod:`.runs`            the shard jobs: ``run_sweep_shard``, ``run_conformance_shard``.

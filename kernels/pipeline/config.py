@@ -1,9 +1,10 @@
 """The pipeline's configuration: presets, the checks a JSON schema cannot express, shard specs.
 
 Torch-free: ``workflow/rules/common.smk`` imports this before any job, so a bad config stops the
-run before anything heavy loads. The schema (``workflow/schemas/config.schema.yaml``) runs first;
-:func:`check_config` then checks what it cannot say (powers of two, ``ksink < n``, finite and
-distinct grid values).
+run before anything heavy loads. The schemas (``workflow/schemas/config.schema.yaml``, then
+``claims.schema.yaml``) run first, their errors worded by :func:`schema_message`; :func:`check_config`
+then checks what they cannot say (powers of two, ``ksink < n``, finite and distinct grid values;
+the ``statistics:`` and ``claims:`` sections against the experiments, :mod:`.claims_config`).
 
 A shard is a group of consecutive seeds of one experiment (:func:`shard_seeds`). Its
 :func:`shard_spec` lists everything the shard job computes, Δ grid expanded; the rules pass it as
@@ -21,10 +22,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..contract import BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL, is_allowed
-from . import policy_config
+from . import claims_config, policy_config
 
 __all__ = [
-    "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "shard_seeds",
+    "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "schema_message", "shard_seeds",
     "n_shards", "shard_spec", "inputs_spec", "expected_rows", "spec_json", "gpu_jobs",
 ]
 
@@ -85,8 +86,34 @@ def delta_values(spec: Any) -> list[float]:
 # ----------------------------------------------------------------------------- checks
 
 
+def schema_message(err, schema: str = "config.schema.yaml") -> str:
+    """One readable line from a jsonschema ``ValidationError``: the key, the value, what is allowed.
+
+    ``schema`` (the schema file's name) is named when the failing part has no ``description``.
+    """
+    path = ""
+    for part in err.absolute_path:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    sub = err.schema if isinstance(err.schema, dict) else {}
+    if err.validator == "additionalProperties":
+        allowed = sorted(sub.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed))
+        keys = ", ".join(f"{path}.{k}" if path else k for k in extra)
+        return f"config key '{keys}' is not allowed here; allowed keys: {', '.join(allowed)}"
+    if err.validator == "required":
+        missing = [k for k in err.validator_value if k not in err.instance]
+        keys = ", ".join(f"{path}.{k}" if path else k for k in missing)
+        return f"config key '{keys}' is missing; required: {', '.join(err.validator_value)}"
+    allowed = sub.get("description", f"see workflow/schemas/{schema}")
+    return f"config key '{path or '(top level)'}': {err.message}; allowed: {allowed}"
+
+
 def check_config(config: Mapping) -> None:
-    """Checks that the JSON schema cannot express (run after the schema, on the merged config).
+    """Checks that the JSON schemas cannot express (run after both schemas, on the merged config).
+
+    The experiments first, then the ``statistics:`` and ``claims:`` sections against them
+    (:func:`kernels.pipeline.claims_config.check_analysis`: finite numbers, ordered bands, every
+    combination, scale and variant named one the experiment read runs).
 
     Raises:
         ConfigError: naming the key (``experiments.collapse.shapes[0].d``) and what is allowed.
@@ -115,6 +142,10 @@ def check_config(config: Mapping) -> None:
             _check_grid(key, field, exp[field])
         if name == CONFORMANCE:
             _check_distinct_nd(key, exp["shapes"])
+    try:
+        claims_config.check_analysis(config)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_realmodel(key: str, exp: Mapping, user_policies) -> None:

@@ -3,10 +3,12 @@
 # Order of events, all before any job is scheduled:
 #   1. validate config.yaml (plus --config / --configfile overrides) against the JSON schema;
 #   2. merge presets[preset] over it (--config preset=smoke|default|paper), then the command-line
-#      overrides again (so --config/--configfile values beat the preset's), and validate again;
-#   3. the checks the schema cannot express (kernels.pipeline.config.check_config; the policies
-#      experiment's policy names, variants and the user's `policies:` section included);
-#   4. the statistics and claims sections against their schema.
+#      overrides again (so --config/--configfile values beat the preset's), and validate again,
+#      the statistics and claims sections against their schema too;
+#   3. the checks the schemas cannot express (kernels.pipeline.config.check_config; the policies
+#      experiment's policy names, variants and the user's `policies:` section included; every
+#      combination, scale and variant that `statistics:` and `claims:` name is one an experiment
+#      runs, bands ordered: kernels.pipeline.claims_config).
 # Any failure raises WorkflowError naming the config key and what is allowed; nothing is written.
 #
 # Shared with every rules file -- EXPERIMENT_CFG (the config sections), SWEEPS, CONFORMANCE,
@@ -31,42 +33,19 @@ from kernels.pipeline import config as pconfig
 min_version("9.0")
 
 CONFIG_SCHEMA = "../schemas/config.schema.yaml"
+CLAIMS_SCHEMA = "../schemas/claims.schema.yaml"
 
 
-def _schema_message(err):
-    """One readable line from a jsonschema ValidationError: the key, the value, what is allowed."""
-    path = ""
-    for part in err.absolute_path:
-        path += (
-            f"[{part}]"
-            if isinstance(part, int)
-            else (f".{part}" if path else str(part))
-        )
-    schema = err.schema if isinstance(err.schema, dict) else {}
-    if err.validator == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        extra = sorted(set(err.instance) - set(allowed))
-        keys = ", ".join(f"{path}.{k}" if path else k for k in extra)
-        return f"config key '{keys}' is not allowed here; allowed keys: {', '.join(allowed)}"
-    if err.validator == "required":
-        missing = [k for k in err.validator_value if k not in err.instance]
-        keys = ", ".join(f"{path}.{k}" if path else k for k in missing)
-        return f"config key '{keys}' is missing; required: {', '.join(err.validator_value)}"
-    allowed = schema.get("description", "see workflow/schemas/config.schema.yaml")
-    return f"config key '{path or '(top level)'}': {err.message}; allowed: {allowed}"
-
-
-def validate_config(cfg, stage):
+def validate_config(cfg, stage, schema=CONFIG_SCHEMA):
     """snakemake.utils.validate with a message that names the key; raises WorkflowError."""
     try:
-        validate(cfg, CONFIG_SCHEMA)
+        validate(cfg, schema)
     except WorkflowError as e:
         err = e.__context__
         if err is None or not hasattr(err, "absolute_path"):
             raise
-        raise WorkflowError(
-            f"Invalid configuration ({stage}): {_schema_message(err)}"
-        ) from None
+        message = pconfig.schema_message(err, schema.rsplit("/", 1)[-1])
+        raise WorkflowError(f"Invalid configuration ({stage}): {message}") from None
 
 
 def load_config(cfg, overrides):
@@ -76,7 +55,9 @@ def load_config(cfg, overrides):
         merged = pconfig.resolve_preset(cfg, overrides)
     except pconfig.ConfigError as e:
         raise WorkflowError(f"Invalid configuration: {e}") from None
-    validate_config(merged, f"after merging preset {merged.get('preset')!r}")
+    stage = f"after merging preset {merged.get('preset')!r}"
+    validate_config(merged, stage)
+    validate_config(merged, stage, CLAIMS_SCHEMA)
     try:
         pconfig.check_config(merged)
     except pconfig.ConfigError as e:
@@ -179,9 +160,7 @@ def realmodel_spec(stage):
 
 # ----------------------------------------------------------------------------- analysis
 # Statistics (results/stats/), figures, tables and the verdict (figures/). Every criterion
-# lives in the `statistics:` and `claims:` sections, validated here with the rest.
-
-validate(config, "../schemas/claims.schema.yaml")
+# lives in the `statistics:` and `claims:` sections, validated by load_config with the rest.
 
 STATS_CFG = config["statistics"]
 CRITERIA = config["claims"]
