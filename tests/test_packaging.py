@@ -21,7 +21,8 @@ def _conda_pip_lines():
 
 def test_environment_yml_pins_equal_pyproject():
     proj = _pyproject()["project"]
-    want = sorted(proj["dependencies"] + proj["optional-dependencies"]["test"])
+    extras = proj["optional-dependencies"]
+    want = sorted(proj["dependencies"] + extras["test"] + extras["slurm"])
     got = sorted(x for x in _conda_pip_lines() if not x.startswith("-e"))
     assert got == want
 
@@ -72,4 +73,6 @@ def test_ci_runs_exactly_the_readme_test_command():
     block = readme.split(marker)[1].split("```")[1]
     cmd = [ln for ln in block.splitlines()[1:] if ln.strip()]
     ci_cmd = [ln for ln in ci.splitlines() if ln.strip() and not ln.startswith("#") and not ln.startswith("set ")]
-    assert ci_cmd == cmd
+    # the service start-up its tests need (a single-node SLURM for tests/test_cluster.py), then the command
+    services = ["tests/cluster/start-slurm.sh"]
+    assert ci_cmd == services + cmd

@@ -27,6 +27,7 @@ from . import claims_config, policy_config
 __all__ = [
     "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "schema_message", "shard_seeds",
     "n_shards", "shard_spec", "inputs_spec", "expected_rows", "spec_json", "gpu_jobs",
+    "SLURM_ENV", "slurm_env_error",
 ]
 
 
@@ -354,3 +355,30 @@ def gpu_jobs(exp: Mapping, *, kernel: bool = False) -> int:
     if visible is not None and visible.strip() in ("", "-1"):
         return 0
     return int(os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0"))
+
+
+# ----------------------------------------------------------------------------- the SLURM profile
+
+#: The environment variables workflow/profiles/slurm reads (name, what it holds, what empty means).
+SLURM_ENV = (
+    ("PCAST_SLURM_ACCOUNT", "the account to charge", "the executor plugin guesses your default account"),
+    ("PCAST_SLURM_PARTITION", "the partition of every job", "the cluster's default partition"),
+    ("PCAST_SLURM_GPU_PARTITION", "the partition of the kernel jobs, which then ask for one GPU each",
+     "no job asks for a GPU; kernel jobs run on PCAST_SLURM_PARTITION"),
+)
+
+
+def slurm_env_error(environ: Mapping[str, str]) -> str | None:
+    """The message to stop a run under the ``slurm`` executor with, or None when all are set.
+
+    workflow/profiles/slurm puts ``'$NAME'`` into resource values; Snakemake leaves an unset
+    variable as the literal text, which SLURM would then be handed as an account or partition.
+    """
+    missing = [(name, what, empty) for name, what, empty in SLURM_ENV if name not in environ]
+    if not missing:
+        return None
+    lines = "; ".join(f"{name} ({what}; empty: {empty})" for name, what, empty in missing)
+    return (f"the SLURM profile reads its account and partitions from the environment, and "
+            f"{', '.join(m[0] for m in missing)} {'is' if len(missing) == 1 else 'are'} not set. Set each, "
+            f"empty allowed: {lines}. Example: export PCAST_SLURM_ACCOUNT= PCAST_SLURM_PARTITION=cpu "
+            "PCAST_SLURM_GPU_PARTITION=  (README, Scale-out)")

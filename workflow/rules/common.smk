@@ -21,6 +21,7 @@
 # table_outputs(), verdict_outputs(), ANALYSIS_TARGETS (every figure, table and the verdict, from
 # the claims registry kernels.analysis.registry).
 
+import os
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -235,4 +236,10 @@ def backend_note():
 
 
 onstart:
+    # The SLURM profile's account and partitions come from the environment: stop before any
+    # job is submitted when one is not set (kernels.pipeline.config.SLURM_ENV).
+    if getattr(workflow.executor_plugin, "name", None) == "slurm":
+        message = pconfig.slurm_env_error(os.environ)
+        if message:
+            raise WorkflowError(message)
     print(backend_note(), file=sys.stderr)
