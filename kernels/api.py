@@ -12,8 +12,8 @@ from .contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALE
                        is_allowed)
 from .formats import FORMATS, FP8Format, get_format
 
-__all__ = ["attention", "attention_values", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS", "resolve_backend",
-           "fp8_gpu_available"]
+__all__ = ["attention", "attention_values", "attention_scales", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS",
+           "resolve_backend", "fp8_gpu_available"]
 
 
 @dataclass
@@ -264,6 +264,42 @@ def attention_values(q: torch.Tensor, k: torch.Tensor, values, **kwargs) -> list
     return _run(q, k, tuple(values), bound.arguments)
 
 
+def attention_scales(q: torch.Tensor, k: torch.Tensor, values, *, scales, **kwargs) -> list[list[AttentionResult]]:
+    """:func:`attention_values` at each scale S of ``scales``, sharing what does not depend on S.
+
+    With ``scale_mode="multiply"`` steps 1-2 (scores, running max, p = exp(s - m)) and the counts of
+    p > 0 do not depend on S, so the emulator runs them once per chunk of rows and steps 3-6 once
+    per scale (each on its own copy of the unrounded p); the saturation check is taken per scale.
+    ``scale_mode="exp2_offset"`` folds log2 S into step 2, and the other backends share nothing,
+    so those call :func:`attention_values` once per scale. Either way ``result[i][j]`` is
+    bit-identical to ``attention_values(q, k, values, scale=scales[i], **kwargs)[j]``.
+
+    Args:
+        q, k, values: as :func:`attention_values`. scales: a non-empty list or tuple of scales, each
+            a finite number > 0 (as ``scale`` of :func:`attention`; it overrides a policy's scale).
+        kwargs: any keywords of :func:`attention` but ``scale``.
+
+    Returns one list per scale of one :class:`AttentionResult` per value tensor (each with its own
+    diagnostic tensors). Raises ValueError naming a bad argument, before any work."""
+    if not isinstance(scales, (list, tuple)) or not scales:
+        raise ValueError(f"scales={scales!r} is not allowed; allowed: a non-empty list or tuple of finite "
+                         "numbers > 0")
+    for i, s in enumerate(scales):
+        if not _positive(s):
+            raise ValueError(f"scales[{i}]={s!r} is not allowed; allowed: a finite number > 0")
+    if "scale" in kwargs:
+        raise ValueError("attention_scales: scale= is not allowed; allowed: the scales in scales=")
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"values must be a non-empty list or tuple of tensors, got {type(values).__name__}"
+                         + (" (empty)" if isinstance(values, (list, tuple)) else ""))
+    try:
+        bound = inspect.signature(attention).bind(q, k, values[0], scale=scales[0], **kwargs)
+    except TypeError as e:
+        raise ValueError(f"attention_scales: {e}; allowed keywords: those of kernels.attention") from None
+    bound.apply_defaults()
+    return _run(q, k, tuple(values), bound.arguments, scales=tuple(scales))
+
+
 def _check_values(values) -> None:
     """values[1:] against values[0] (which :func:`_check` has checked as ``v``)."""
     v0 = values[0]
@@ -275,8 +311,12 @@ def _check_values(values) -> None:
         _check_finite(f"values[{i}]", t)
 
 
-def _run(q, k, values: tuple, args: dict) -> list[AttentionResult]:
-    """Check, resolve the policy and run one backend on every value tensor (``args``: attention's arguments)."""
+def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
+    """Check, resolve the policy and run one backend on every value tensor (``args``: attention's arguments).
+
+    ``scales`` (:func:`attention_scales`; ``args["scale"]`` is the first): run at each of them and return
+    one list of results per scale, sharing steps 1-2 on the emulator with ``scale_mode="multiply"``, else
+    one run per scale."""
     o = _resolve({n: args[n] for n in _D}, args["policy"])
     causal, ksink, sm_scale, backend, sink_logit = (args[n] for n in ("causal", "ksink", "sm_scale", "backend",
                                                                       "sink_logit"))
@@ -286,6 +326,15 @@ def _run(q, k, values: tuple, args: dict) -> list[AttentionResult]:
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     sink = None if sink_logit is None else sink_logit.expand(q.shape[:2]).to(torch.float32).contiguous()
     ran = resolve_backend(backend, q.device)
+    if scales is not None:
+        if ran != "emulator" or o["scale_mode"] != "multiply":  # exp2_offset: step 2 depends on S
+            return [_run(q, k, values, {**args, "scale": s}) for s in scales]
+        from .emulator import emulate_attention_scales
+
+        kw = _backend_kwargs(o, causal=causal, ksink=ksink, sm_scale=sm, sink_logit=sink)
+        del kw["scale"]
+        return [_emulator_results(outs, diag, ran) for outs, diag in
+                emulate_attention_scales(q, k, values, scales=tuple(float(s) for s in scales), **kw)]
     if ran == "reference":
         return [_reference_result(q, k, v, causal, ksink, sm, sink) for v in values]
     kw = _backend_kwargs(o, causal=causal, ksink=ksink, sm_scale=sm, sink_logit=sink)
@@ -293,13 +342,18 @@ def _run(q, k, values: tuple, args: dict) -> list[AttentionResult]:
         from .emulator import emulate_attention
 
         outs, diag = emulate_attention(q, k, values, **kw)
-        return [AttentionResult(out=out, backend=ran, **({n: t.clone() for n, t in diag.items()} if i else diag))
-                for i, out in enumerate(outs)]
+        return _emulator_results(outs, diag, ran)
     results = []
     for v in values:
         out, diag = _run_triton(q, k, v, compiled=ran == "triton-compiled", block_m=o["block_m"], **dict(kw))
         results.append(AttentionResult(out=out, backend=ran, **diag))
     return results
+
+
+def _emulator_results(outs, diag, ran) -> list[AttentionResult]:
+    """One result per value tensor of one emulator run, each with its own diagnostic tensors."""
+    return [AttentionResult(out=out, backend=ran, **({n: t.clone() for n, t in diag.items()} if i else diag))
+            for i, out in enumerate(outs)]
 
 
 def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:

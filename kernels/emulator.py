@@ -22,6 +22,10 @@ max replace the cumulative max by :func:`max_in_force`, a short loop over the bl
 ``scale_mode="exp2_offset"`` computes x with exp2 and weights blocks by
 ``exp2(m_j·LOG2E - m_final·LOG2E)``. With every option at its default the code below runs
 exactly the paper's operations, bit for bit.
+
+Several value tensors (:func:`kernels.attention_values`) share steps 1-4; several scales S
+(:func:`emulate_attention_scales`, ``scale_mode="multiply"`` only) share steps 1-2, each scale casting
+its own copy of the unrounded p (the last one casts p in place), with the operations of a call of its own.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from .formats import FP8Format
 from .rounding import quantize_fast
 from .reference import causal_mask, expand_kv
 
-__all__ = ["emulate_attention", "running_max", "max_in_force", "operand_cast"]
+__all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_in_force", "operand_cast"]
 
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
@@ -83,6 +87,14 @@ def operand_cast(t: torch.Tensor, fmt: FP8Format, how) -> torch.Tensor:
     return quantize_fast(t / st, fmt, saturate=True).mul_(st)
 
 
+@dataclass(frozen=True)
+class _Scale:
+    """What steps 3-6 need of one scale S."""
+
+    scale: float  # S
+    check_saturation: bool  # x may exceed the format's max finite value, so it may saturate
+
+
 @dataclass
 class _Call:
     """One call's inputs laid out in KV blocks, and the settings every chunk of rows shares."""
@@ -97,21 +109,23 @@ class _Call:
     sm_scale: float
     sm_pow2: bool  # sm_scale is a power of two, so it was folded into qs exactly
     reverse: bool
-    scale: float  # S
+    scales: tuple  # (_Scale, ...): one per scale S; steps 3-6 run once for each (one only for exp2)
     fmt: FP8Format | None
     rowsum_rounded: bool
-    check_saturation: bool  # x may exceed the format's max finite value, so it may saturate
     exp2: bool  # scale_mode="exp2_offset"
-    log2_s: float  # log2_scale(S), the exp2 offset
+    log2_s: float  # log2_scale(S), the exp2 offset (exp2_offset: step 2 depends on S, so one S a call)
     tau: float  # rescale_threshold
     sink: torch.Tensor | None  # [G] float32 learned sink logits
     sink_init: bool  # the sink seeds (m, l) (sink_mode="init"), else it joins l at step 6
     cummax: bool  # eager max without a seed: the running max is a cumulative max
 
 
-def _layout(q, k, v, *, reverse, scale, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
+def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
             rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale) -> _Call:
-    """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask."""
+    """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask.
+
+    ``scales``: the scales S (a tuple; several only with ``scale_mode="multiply"``, where steps 1-2 do
+    not depend on S)."""
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
     G = B * H
@@ -136,21 +150,24 @@ def _layout(q, k, v, *, reverse, scale, fmt, causal, ksink, block_n, sm_scale, r
     # as (q·k)*sm and saves a pass over the scores.
     sm_pow2 = math.frexp(sm_scale)[0] == 0.5
     exp2 = scale_mode == "exp2_offset"
+    if exp2 and len(scales) != 1:  # x = exp2(s·L - (m·L - log2 S)): step 2 depends on S
+        raise ValueError(f"scale_mode='exp2_offset' takes one scale a call, got {len(scales)}")
     sink_init = sink_logit is not None and sink_mode == "init"
     return _Call(qs=qf * sm_scale if sm_pow2 else qf, kT=kf.transpose(-1, -2), vf=vf, visible=visible,
                  nblk=nblk, block_n=block_n, ks=min(ksink, Nk), sm_scale=sm_scale, sm_pow2=sm_pow2,
-                 reverse=reverse, scale=scale, fmt=fmt, rowsum_rounded=rowsum_rounded,
+                 reverse=reverse, fmt=fmt, rowsum_rounded=rowsum_rounded,
                  # Eager multiply: p <= 1 (each block's max is folded into m before its p is taken),
                  # so p*S <= S. A stale max (tau > 0) or exp2's rounded offset can exceed S.
-                 check_saturation=fmt is not None and (scale > fmt.max_finite or exp2 or rescale_threshold > 0),
-                 exp2=exp2, log2_s=log2_scale(scale), tau=rescale_threshold,
+                 scales=tuple(_Scale(scale=s, check_saturation=fmt is not None and (
+                     s > fmt.max_finite or exp2 or rescale_threshold > 0)) for s in scales),
+                 exp2=exp2, log2_s=log2_scale(scales[0]), tau=rescale_threshold,
                  sink=None if sink_logit is None else sink_logit.reshape(G).to(torch.float32), sink_init=sink_init,
                  cummax=rescale_threshold == 0 and not sink_init)
 
 
-def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diag: dict) -> None:
-    """Steps 1-6 of the contract for query rows r0:r1 of head g; writes each out[g, r0:r1] of ``outs`` (one
-    per value tensor: steps 1-4 do not depend on V, steps 5-6 run once per value tensor) and the diagnostics."""
+def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple) -> None:
+    """Steps 1-6 for query rows r0:r1 of head g into ``outs[i][j]`` (scale i, value tensor j) and ``diags[i]``:
+    steps 1-2 once, 3-4 once per scale, 5-6 once per scale and value tensor, each as a call of its own."""
     nr = r1 - r0
     Np = c.nblk * c.block_n
     # step 1: scores
@@ -176,37 +193,53 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diag: dict) -> None:
     sgn = torch.sign(u)
     pos_s = sgn[:, :c.ks].sum(-1)
     pos_ns = sgn[:, c.ks:].sum(-1)
-    # step 3: cast
-    x = u if c.exp2 else u.mul_(c.scale)  # x = p*S, in place
-    saturate = c.check_saturation and bool(x.amax() > c.fmt.max_finite)  # one cheap reduction
-    if saturate:  # diagnostics; a float sign sum, which torch does far faster than a bool sum
-        diag["saturated"][g, r0:r1] = torch.sign(x - c.fmt.max_finite).clamp_min_(0).sum(-1).to(torch.int64)
-    pq = x if c.fmt is None else quantize_fast(x, c.fmt, saturate=saturate, out=x)
-    # diagnostics: p_q > 0 implies u > 0, so underflows are #(u > 0) - #(p_q > 0).
-    torch.sign(pq, out=sgn)
+    last = len(c.scales) - 1
+    spare = torch.empty_like(u) if last else None  # every scale but the last casts a copy of u
+    for i, (sc, outs_i, diag) in enumerate(zip(c.scales, outs, diags)):
+        # step 3: cast
+        # x = p*S (exp2_offset: step 2's x, one scale only): in place over u for the last scale, else
+        # into the spare buffer, so that u stays unrounded for the next scale
+        x = u if c.exp2 else u.mul_(sc.scale) if i == last else torch.mul(u, sc.scale, out=spare)
+        saturate = _saturation(c, sc, x, diag["saturated"][g, r0:r1])
+        pq = x if c.fmt is None else quantize_fast(x, c.fmt, saturate=saturate, out=x)
+        # diagnostics: p_q > 0 implies u > 0, so underflows are #(u > 0) - #(p_q > 0).
+        torch.sign(pq, out=sgn)
+        _counts(c, diag, g, r0, r1, pos_s, pos_ns, sgn)
+        # step 4: row sum
+        # Instead of rescaling by alpha once per block, weight block j by exp(m_j - m_final),
+        # the product of the kernel's per-block alphas.
+        if c.rowsum_rounded:  # (else lblk holds the unrounded u's block sums, the same for every scale)
+            lblk = pq.view(nr, c.nblk, c.block_n).sum(-1)
+            lblk = lblk if c.exp2 else lblk / sc.scale
+        m_final = m_safe[:, 0] if c.reverse else m_safe[:, -1]
+        w = _weights(c, m, m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
+        l = (lblk * w).sum(-1)
+        if c.sink_init:  # the sink's own value l0, carried to the end by every block's alpha
+            l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
+        # step 5: accumulate
+        pq.view(nr, c.nblk, c.block_n).mul_(w[..., None])  # the same weights, then one matmul for all of P_q V
+        accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
+        # step 6: normalise
+        if c.sink is not None and not c.sink_init:
+            l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
+        for out, acc in zip(outs_i, accs):
+            out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
+
+
+def _saturation(c: _Call, sc: _Scale, x: torch.Tensor, saturated: torch.Tensor) -> bool:
+    """Whether x (this scale's p·S) must saturate; if so, its count per row into ``saturated``."""
+    saturate = sc.check_saturation and bool(x.amax() > c.fmt.max_finite)  # one cheap reduction
+    if saturate:  # a float sign sum, which torch does far faster than a bool sum
+        saturated.copy_(torch.sign(x - c.fmt.max_finite).clamp_min_(0).sum(-1).to(torch.int64))
+    return saturate
+
+
+def _counts(c: _Call, diag: dict, g: int, r0: int, r1: int, pos_s, pos_ns, sgn) -> None:
+    """The term and underflow counts of rows r0:r1 of head g: ``pos_*`` counts u > 0, ``sgn`` is sign(p_q)."""
     diag["terms"][g, r0:r1] = pos_ns.to(torch.int64)
     diag["terms_sink"][g, r0:r1] = pos_s.to(torch.int64)
     diag["underflow"][g, r0:r1] = (pos_ns - sgn[:, c.ks:].sum(-1)).to(torch.int64)
     diag["underflow_sink"][g, r0:r1] = (pos_s - sgn[:, :c.ks].sum(-1)).to(torch.int64)
-    # step 4: row sum
-    # Instead of rescaling by alpha once per block, weight block j by exp(m_j - m_final),
-    # the product of the kernel's per-block alphas.
-    if c.rowsum_rounded:
-        lblk = pq.view(nr, c.nblk, c.block_n).sum(-1)
-        lblk = lblk if c.exp2 else lblk / c.scale
-    m_final = m_safe[:, 0] if c.reverse else m_safe[:, -1]
-    w = _weights(c, m, m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
-    l = (lblk * w).sum(-1)
-    if c.sink_init:  # the sink's own value l0, carried to the end by every block's alpha
-        l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
-    # step 5: accumulate
-    pq.view(nr, c.nblk, c.block_n).mul_(w[..., None])  # the same weights, then one matmul for all of P_q V
-    accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
-    # step 6: normalise
-    if c.sink is not None and not c.sink_init:
-        l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
-    for out, acc in zip(outs, accs):
-        out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * c.scale)[:, None]
 
 
 def _unrounded(c: _Call, sb: torch.Tensor, m_safe: torch.Tensor) -> torch.Tensor:
@@ -246,18 +279,35 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
     be a tuple of such tensors (value sets sharing q and k): ``out`` is then a tuple, one per value
     tensor, each bit-identical to a call with that tensor alone (:func:`kernels.api.attention_values`).
     """
-    B, H, Nq, d = q.shape
     several = isinstance(v, tuple)
-    c = _layout(q, k, v if several else (v,), reverse=reverse, scale=scale, fmt=fmt, causal=causal, ksink=ksink,
-                block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded, scale_mode=scale_mode,
-                rescale_threshold=rescale_threshold, sink_logit=sink_logit, sink_mode=sink_mode, qk_fmt=qk_fmt,
-                qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale)
+    ((outs, diag),) = _emulate(q, k, v if several else (v,), (scale,), reverse=reverse, fmt=fmt, causal=causal,
+                               ksink=ksink, block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
+                               scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,
+                               sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale)
+    return outs if several else outs[0], diag
+
+
+def emulate_attention_scales(q, k, v: tuple, *, scales, **kwargs) -> list:
+    """:func:`emulate_attention` of the value tensors ``v`` (a tuple) at each scale of ``scales``, steps 1-2
+    once for all of them: ``scale_mode="multiply"`` only (exp2_offset folds log2 S into step 2).
+
+    Returns one ``(outs, diag)`` per scale, as :func:`emulate_attention` with a tuple ``v`` and
+    ``scale=scales[i]`` returns, bit for bit (:func:`kernels.api.attention_scales`)."""
+    if kwargs.get("scale_mode", "multiply") != "multiply":
+        raise ValueError(f"scale_mode={kwargs['scale_mode']!r}: several scales share steps 1-2 only with 'multiply'")
+    return _emulate(q, k, tuple(v), tuple(scales), **kwargs)
+
+
+def _emulate(q, k, v: tuple, scales: tuple, **kwargs) -> list:
+    """Lay the call out once and run every chunk of rows (:func:`_rows`); one ``(outs, diag)`` per scale."""
+    B, H, Nq, d = q.shape
+    c = _layout(q, k, v, scales=scales, **kwargs)
     G = B * H
-    outs = tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=q.device) for _ in c.vf)
-    diag = {n: torch.zeros(G, Nq, dtype=torch.int64, device=q.device) for n in DIAGNOSTICS}
+    outs = tuple(tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=q.device) for _ in c.vf) for _ in scales)
+    diags = tuple({n: torch.zeros(G, Nq, dtype=torch.int64, device=q.device) for n in DIAGNOSTICS} for _ in scales)
     rows = max(1, _CHUNK_ELEMS // (c.nblk * c.block_n))
     for g in range(G):
         for r0 in range(0, Nq, rows):
-            _rows(c, g, r0, min(Nq, r0 + rows), outs, diag)
-    outs = tuple(out.view(B, H, Nq, d) for out in outs)
-    return outs if several else outs[0], {n: t.view(B, H, Nq) for n, t in diag.items()}
+            _rows(c, g, r0, min(Nq, r0 + rows), outs, diags)
+    return [(tuple(out.view(B, H, Nq, d) for out in outs_i), {n: t.view(B, H, Nq) for n, t in diag.items()})
+            for outs_i, diag in zip(outs, diags)]

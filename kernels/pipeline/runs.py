@@ -2,8 +2,9 @@
 
 * :func:`run_sweep_shard` stacks the Δ variants of one stored base along the batch dimension, one
   value tensor per sink_v_scale (:func:`value_stack`), computes the float64 reference once per
-  stack and value tensor and runs every (order, scale) combination on the same tensors, P once
-  for all value tensors (:func:`kernels.attention_values`); one tidy row per (seed x configuration).
+  stack and value tensor and runs every (order, scale) combination on the same tensors: one
+  :func:`kernels.attention_scales` call per order, so P is taken once for all value tensors and
+  exp(s - m) once for all scales; one tidy row per (seed x configuration).
 * :func:`run_conformance_shard` calls :func:`kernels.conformance.compare` (Triton kernel against
   the emulator) on every shape, causal flag and combination of the shard's seeds.
 
@@ -135,30 +136,34 @@ def value_stack(base, ksink: int, deltas, svs_list, device):
 
 def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, meta: Mapping, *, causal: bool,
                  ksink: int, block_m: int, block_n: int) -> None:
-    """The reference once per value tensor, then every (order, scale) on the same stacked tensors
-    (one :func:`kernels.attention_values` call each); rows into ``tally``."""
+    """The reference once per value tensor, then every (order, scale) on the same stacked tensors: one
+    :func:`kernels.attention_scales` call per order covers every scale and value tensor (the emulator
+    takes scores and p = exp(s - m) once for all of them); rows into ``tally``, order by order, scale
+    by scale, value tensor by value tensor."""
     import torch
 
-    from .. import attention_values
+    from .. import attention_scales
 
     t0 = time.perf_counter()
     refs = [_reference_chunked(q, k, v, causal=causal) for v in values]
     ref_sqs = [ref.square().reshape(len(deltas), -1).mean(1) for ref in refs]
     tally.reference_s += time.perf_counter() - t0
+    scales = [float(s) for s in spec["scale"]]
     for order in spec["order"]:
-        for scale in map(float, spec["scale"]):
-            t0 = time.perf_counter()
-            results = attention_values(q, k, values, order=order, scale=scale, fmt=spec["fmt"], causal=causal,
-                                       ksink=ksink, block_m=block_m, block_n=block_n, rowsum=spec["rowsum"],
-                                       backend=spec["backend"])
-            if q.device.type == "cuda":
-                torch.cuda.synchronize()
-            tally.kernel_s += time.perf_counter() - t0
-            tally.runs += len(deltas) * len(values)
+        t0 = time.perf_counter()
+        per_scale = attention_scales(q, k, values, scales=scales, order=order, fmt=spec["fmt"], causal=causal,
+                                     ksink=ksink, block_m=block_m, block_n=block_n, rowsum=spec["rowsum"],
+                                     backend=spec["backend"])
+        if q.device.type == "cuda":
+            torch.cuda.synchronize()
+        tally.kernel_s += time.perf_counter() - t0
+        tally.runs += len(scales) * len(deltas) * len(values)  # one run per (scale, Δ, value tensor), as before
+        for scale, results in zip(scales, per_scale):
             combo = {"order": order, "scale": scale, "combo": combo_label(order, scale)}
             for svs, r, ref, ref_sq in zip(svs_list, results, refs, ref_sqs):
                 tally.backends.add(r.backend)
                 tally.rows += _item_rows(r, ref, ref_sq, [(svs, dl) for dl in deltas], {**meta, **combo})
+        del per_scale
 
 
 def _sweep_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
@@ -230,8 +235,9 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
     stacked along the batch dimension, with one value tensor per sink_v_scale (at most
     ``max_batch_items`` (sink_v_scale, Δ) items a stack, :func:`delta_chunks`); the float64
     reference is computed once per stack and value tensor, and every (order, scale) combination
-    runs on the same tensors (:func:`kernels.attention_values`), so the combinations are paired
-    by seed. ``spec`` is the shard's
+    runs on the same tensors (one :func:`kernels.attention_scales` call per order, all scales and
+    value tensors), so the combinations are paired by seed. The timing's ``runs`` counts one run per
+    (order, scale, Δ, value tensor) and ``kernel_s`` the attention calls. ``spec`` is the shard's
     :func:`kernels.pipeline.config.shard_spec`; returns the timing row.
     """
     tally, t_start = _run_seeds(spec, inputs_path, threads, _sweep_seed)
