@@ -13,10 +13,15 @@ module                  concern
                         error as one line naming the key (``schema_message``), the Δ
                         grid (``delta_values``), shards of seeds and what each job computes
                         (``shard_seeds``, ``n_shards``, ``shard_spec``, ``inputs_spec``,
-                        ``expected_rows``, ``spec_json``), GPU jobs (``gpu_jobs``). Torch-free.
+                        ``expected_rows``, ``spec_json``), GPU jobs (``gpu_jobs``), the SLURM
+                        profile's environment (``SLURM_ENV``, ``slurm_env_error``). Torch-free.
 :mod:`.claims_config`   the ``statistics:`` and ``claims:`` sections against the experiments
                         (``check_analysis``: finite numbers, ordered bands, every combination,
                         scale and variant named one an experiment runs); ``config`` dispatches here.
+:mod:`.plan`            the run plan before the first job: runs, shards, estimated CPU time and
+                        the largest job's memory per experiment (``plan_rows``, ``format_plan``),
+                        a grid too big for memory refused (``check_memory``), the per-machine
+                        calibration (``calibrate``, ``load_calibration``).
 :mod:`.inputs`          the Δ-free base tensors of a shard in one safetensors file
                         (``write_inputs``, ``load_inputs``, ``base_tensors``).
 :mod:`.runs`            the shard jobs: ``run_sweep_shard``, ``run_conformance_shard``.

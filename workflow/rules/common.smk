@@ -8,7 +8,9 @@
 #   3. the checks the schemas cannot express (kernels.pipeline.config.check_config; the policies
 #      experiment's policy names, variants and the user's `policies:` section included; every
 #      combination, scale and variant that `statistics:` and `claims:` name is one an experiment
-#      runs, bands ordered: kernels.pipeline.claims_config).
+#      runs, bands ordered: kernels.pipeline.claims_config);
+#   4. in the scheduling process: the largest job of each experiment must fit in this machine's
+#      memory, then the run plan is printed (kernels.pipeline.plan; dry runs too).
 # Any failure raises WorkflowError naming the config key and what is allowed; nothing is written.
 #
 # Shared with every rules file -- EXPERIMENT_CFG (the config sections), SWEEPS, CONFORMANCE,
@@ -30,6 +32,7 @@ from snakemake.utils import min_version, validate
 from kernels import contract
 from kernels.analysis import registry
 from kernels.pipeline import config as pconfig
+from kernels.pipeline import plan
 
 min_version("9.0")
 
@@ -71,6 +74,27 @@ def load_config(cfg, overrides):
 _merged = load_config(config, workflow.config_settings.overwrite_config)
 config.clear()
 config.update(_merged)
+
+
+def show_plan(cfg):
+    """Refuse a grid whose largest job cannot fit in this machine's memory, then print the run plan
+    (runs, shards, estimated CPU time, peak memory per experiment: kernels.pipeline.plan).
+    """
+    mem = plan.machine_memory()
+    try:
+        plan.check_memory(plan.plan_rows(cfg, None), mem)
+    except pconfig.ConfigError as e:
+        raise WorkflowError(
+            f"Invalid configuration (preset {cfg.get('preset')!r}): {e}"
+        ) from None
+    cal = plan.load_calibration()
+    rows = plan.plan_rows(cfg, cal)
+    print(plan.format_plan(rows, cfg["preset"], mem, cal), file=sys.stderr)
+
+
+# Once, in the process that schedules (not in a cluster job's own Snakemake), dry runs included.
+if workflow.is_main_process:
+    show_plan(config)
 
 PRESET = config["preset"]
 EXPERIMENT_CFG = config["experiments"]

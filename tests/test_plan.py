@@ -1,0 +1,130 @@
+"""The run plan (kernels.pipeline.plan): printed before the first job with the runs the tidy tables
+then hold; the memory model against a measured peak; a grid whose largest job cannot fit refused
+before any job, naming the key; the calibration made once per machine and reused."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kernels.pipeline import config as pconfig
+from kernels.pipeline import plan
+from repo_copy import REPO, copy_repo
+
+CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+def test_plan_runs_are_the_rows_the_tidy_tables_hold(smoke_run):
+    """The dry run prints the plan; each experiment's runs equal the rows of the smoke run's table."""
+    proc = subprocess.run(["snakemake", "-n", "--config", "preset=smoke"], cwd=smoke_run, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "pcast-fp8 plan, preset 'smoke'" in out
+    printed = {m.group(1): int(m.group(2).replace(",", ""))
+               for m in re.finditer(r"^\s+(\w+)\s+([\d,]+) runs in", out, re.M)}
+    assert set(printed) == {"collapse", "scales", "threshold", "conformance", "policies"}
+    for name, runs in printed.items():
+        with open(smoke_run / "results" / "tidy" / f"{name}.csv") as fh:
+            assert runs == sum(1 for _ in csv.DictReader(fh)), name
+
+
+def test_a_grid_too_big_for_memory_is_refused_before_any_job(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    copy_repo(repo)
+    shutil.rmtree(repo / "results", ignore_errors=True)
+    override = tmp_path / "huge.yaml"
+    override.write_text("experiments:\n  threshold:\n    shapes:\n"
+                        "      - { n: 1024, d: 64, block_m: 64, block_n: 64 }\n"
+                        "      - { n: 1000000000, d: 64, block_m: 64, block_n: 64 }\n")
+    proc = subprocess.run(["snakemake", "--cores", "1", "--configfile", str(override)], cwd=repo,
+                          capture_output=True, text=True, timeout=300)
+    err = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "config key 'experiments.threshold.shapes[1]'" in err and "GiB" in err and "allowed:" in err, err[-2000:]
+    assert not (repo / "results").exists(), "a job ran before the refusal"
+
+
+def test_check_memory_names_the_largest_experiments_key():
+    cfg = pconfig.resolve_preset(CONFIG)
+    rows = plan.plan_rows(cfg, None)
+    plan.check_memory(rows, plan.machine_memory())  # the default preset fits
+    big = max(rows, key=lambda r: r["peak_bytes"])
+    with pytest.raises(pconfig.ConfigError, match=re.escape(f"config key '{big['key']}'")):
+        plan.check_memory(rows, big["peak_bytes"] - 1)
+
+
+_PEAK = """
+import json, sys
+from kernels.pipeline import config as pc, plan
+from kernels.pipeline.inputs import write_inputs
+from kernels.pipeline.runs import run_sweep_shard
+exp = json.loads(sys.argv[1]); d = sys.argv[2]
+write_inputs(pc.inputs_spec("collapse", exp, 0), d + "/in.safetensors")
+run_sweep_shard(pc.shard_spec("collapse", exp, 0), d + "/in.safetensors", d + "/o.csv", d + "/t.csv")
+import resource
+print(json.dumps([plan.job_memory("collapse", exp)[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]))
+"""
+
+
+def test_memory_model_against_a_measured_peak(tmp_path):
+    """One collapse shard of the default grid at n = 1024, d = 64 (inputs and runs in one fresh
+    process, so its peak RSS covers both): the model within ±25% of the measured peak (the
+    module docstring's three shapes gave 0.99-1.20×)."""
+    exp = pconfig.resolve_preset(CONFIG)["experiments"]["collapse"]
+    exp.update(seeds=1, seeds_per_shard=1)
+    proc = subprocess.run([sys.executable, "-c", _PEAK, json.dumps(exp), str(tmp_path)], capture_output=True,
+                          text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    model, measured = json.loads(proc.stdout.strip().splitlines()[-1])  # the child's own peak (ru_maxrss, KiB)
+    assert 0.75 <= model / measured <= 1.25, (model / 2**20, measured / 2**20)
+
+
+def test_calibration_is_made_once_per_machine_and_reused(tmp_path, monkeypatch):
+    path = tmp_path / "cal.json"
+    calls = []
+
+    def fake():
+        calls.append(1)
+        return {**plan._machine_key(), "c_p": 1e-8, "c_s": 1e-8, "c_v": 1e-8, "c_ref": 2e-8}
+
+    monkeypatch.setattr(plan, "calibrate", fake)
+    first = plan.load_calibration(path)
+    again = plan.load_calibration(path)
+    assert first == again and len(calls) == 1 and json.loads(path.read_text()) == first
+    stale = {**first, "host": first["host"] + "-elsewhere"}
+    path.write_text(json.dumps(stale))
+    assert plan.load_calibration(path) == first and len(calls) == 2  # made elsewhere: measured again
+    path.write_text("{not json")
+    assert plan.load_calibration(path) == first and len(calls) == 3
+
+
+def test_cpu_estimate_follows_the_calibration_and_the_grid():
+    """Each calibrated part counted as the docstring's model says: steps 1-2 once per item and
+    order, 3-4 per scale, 5-6 per run, the reference per item and value tensor."""
+    cfg = pconfig.resolve_preset(CONFIG)
+    exp = cfg["experiments"]["collapse"]
+    n = exp["shapes"][0]["n"]
+    rows_n = pconfig.expected_rows("collapse", exp)
+    orders, scales, nv = len(exp["order"]), len(exp["scale"]), len(exp["sink_v_scale"])
+    items = exp["seeds"] * len(pconfig.delta_values(exp["delta"]))
+    assert items * orders * scales * nv == rows_n
+    zero = {"c_p": 0.0, "c_s": 0.0, "c_v": 0.0, "c_ref": 0.0}
+    for part, count in (("c_p", items * orders), ("c_s", items * orders * scales), ("c_v", rows_n),
+                        ("c_ref", items * nv)):
+        rows = {r["experiment"]: r for r in plan.plan_rows(cfg, {**zero, part: 1e-9})}
+        assert rows["collapse"]["cpu_s"] == pytest.approx(count * n * n * 1e-9), part
+        assert rows["conformance"]["cpu_s"] is None  # the interpreted Triton kernel is not calibrated
+    cal = {**zero, "c_p": 1e-9, "c_v": 3e-9}
+    doubled = pconfig.resolve_preset(CONFIG, {"experiments": {"collapse": {"seeds": 2 * exp["seeds"]}}})
+    assert plan.plan_rows(doubled, cal)[0]["cpu_s"] == pytest.approx(2 * plan.plan_rows(cfg, cal)[0]["cpu_s"])
+    assert all(r["cpu_s"] is None for r in plan.plan_rows(cfg, None))
