@@ -37,3 +37,14 @@ def smoke_run(tmp_path_factory) -> Path:
     assert proc.returncode == 0, (f"the smoke run failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n"
                                   f"{proc.stderr[-6000:]}")
     return repo
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test, as the pipeline's jobs run (the old count restored after)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -28,12 +28,7 @@ SCALES = [1.0, 100.0, 256.0, 448.0, 512.0]
 H, H_KV = 4, 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def inputs(seed, n=100, d=16, *, ksink=4, delta=12.0, svs=(1.0, 0.25), batch=2):

@@ -36,12 +36,7 @@ def inputs(seed, nq, nk, d=16, *, b=2, h=2, n_values=3):
     return q, k, values
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def assert_same_bits(a, b):
