@@ -253,15 +253,8 @@ def attention_values(q: torch.Tensor, k: torch.Tensor, values, **kwargs) -> list
     Returns one :class:`AttentionResult` per value tensor (each with its own diagnostic tensors).
     Raises ValueError naming a bad argument, before any work.
     """
-    if not isinstance(values, (list, tuple)) or not values:
-        raise ValueError(f"values must be a non-empty list or tuple of tensors, got {type(values).__name__}"
-                         + (" (empty)" if isinstance(values, (list, tuple)) else ""))
-    try:
-        bound = inspect.signature(attention).bind(q, k, values[0], **kwargs)
-    except TypeError as e:
-        raise ValueError(f"attention_values: {e}; allowed keywords: those of kernels.attention") from None
-    bound.apply_defaults()
-    return _run(q, k, tuple(values), bound.arguments)
+    args = _bound_args("attention_values", q, k, values, kwargs)
+    return _run(q, k, tuple(values), args)
 
 
 def attention_scales(q: torch.Tensor, k: torch.Tensor, values, *, scales, **kwargs) -> list[list[AttentionResult]]:
@@ -289,15 +282,22 @@ def attention_scales(q: torch.Tensor, k: torch.Tensor, values, *, scales, **kwar
             raise ValueError(f"scales[{i}]={s!r} is not allowed; allowed: a finite number > 0")
     if "scale" in kwargs:
         raise ValueError("attention_scales: scale= is not allowed; allowed: the scales in scales=")
+    args = _bound_args("attention_scales", q, k, values, {**kwargs, "scale": scales[0]})
+    return _run(q, k, tuple(values), args, scales=tuple(scales))
+
+
+def _bound_args(who: str, q, k, values, kwargs: dict) -> dict:
+    """:func:`attention`'s arguments, defaults applied, for a call on several value tensors (``values[0]``
+    stands for ``v``); raises ValueError naming a bad ``values`` or keyword."""
     if not isinstance(values, (list, tuple)) or not values:
         raise ValueError(f"values must be a non-empty list or tuple of tensors, got {type(values).__name__}"
                          + (" (empty)" if isinstance(values, (list, tuple)) else ""))
     try:
-        bound = inspect.signature(attention).bind(q, k, values[0], scale=scales[0], **kwargs)
+        bound = inspect.signature(attention).bind(q, k, values[0], **kwargs)
     except TypeError as e:
-        raise ValueError(f"attention_scales: {e}; allowed keywords: those of kernels.attention") from None
+        raise ValueError(f"{who}: {e}; allowed keywords: those of kernels.attention") from None
     bound.apply_defaults()
-    return _run(q, k, tuple(values), bound.arguments, scales=tuple(scales))
+    return bound.arguments
 
 
 def _check_values(values) -> None:
