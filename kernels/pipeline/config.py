@@ -25,7 +25,7 @@ from ..contract import BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, HEAD_DIMS, POLICY_
 from . import claims_config, policy_config
 
 __all__ = [
-    "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "schema_message", "shard_seeds",
+    "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "schema_message", "listed", "shard_seeds",
     "n_shards", "shard_spec", "inputs_spec", "expected_rows", "spec_json", "gpu_jobs",
     "SLURM_ENV", "slurm_env_error",
 ]
@@ -175,7 +175,7 @@ def _check_shapes(key: str, shapes) -> None:
 
 def _check_ksink(key: str, exp: Mapping) -> None:
     """Every sink inside the sequence and inside KV block 0, for every shape."""
-    ksinks = exp["ksink"] if isinstance(exp["ksink"], list) else [exp["ksink"]]
+    ksinks = listed(exp["ksink"])
     for i, shape in enumerate(exp["shapes"]):
         for k in ksinks:
             if k >= shape["n"]:
@@ -233,8 +233,13 @@ def _shapes(exp: Mapping, keys=("n", "d", "block_m", "block_n")) -> list[dict]:
     return [{k: int(s[k]) for k in keys} for s in exp["shapes"]]
 
 
+def listed(value) -> list:
+    """A config value that may be one value or a list of them (``sigma: 1.0`` or ``sigma: [1.0, 2.0]``), as a list."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def _floats(values) -> list[float]:
-    return [float(v) for v in (values if isinstance(values, list) else [values])]
+    return [float(v) for v in listed(values)]
 
 
 def _shard_group(name: str, exp: Mapping, shard: int) -> list[int]:
@@ -301,7 +306,7 @@ def inputs_spec(name: str, exp: Mapping, shard: int) -> dict:
         return policy_config.policy_inputs_spec(base)
     spec = shard_spec(name, exp, shard)
     nd = sorted({(s["n"], s["d"]) for s in spec["shapes"]})
-    sig = spec["sigma"] if isinstance(spec["sigma"], list) else [spec["sigma"]]
+    sig = listed(spec["sigma"])
     return {"experiment": name, "shard": shard, "seeds": spec["seeds"], "batch": spec["batch"],
             "heads": spec["heads"], "nd": [list(x) for x in nd], "sigma": sig}
 

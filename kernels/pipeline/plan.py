@@ -51,7 +51,7 @@ import time
 from collections.abc import Mapping
 
 from ..contract import CONFORMANCE, EXPERIMENTS, POLICY_EXPERIMENT
-from .config import ConfigError, delta_values, expected_rows, n_shards
+from .config import ConfigError, delta_values, expected_rows, listed, n_shards
 
 __all__ = ["BASE_BYTES", "job_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
            "calibration_path", "load_calibration"]
@@ -61,10 +61,6 @@ BASE_BYTES = 300 * 2**20
 _CAL_FORMAT = "pcast-fp8 calibration v3"
 
 
-def _listed(x) -> list:
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-
-
 def _w(exp: Mapping, shape: Mapping) -> int:
     return int(exp["batch"]) * int(exp["heads"]) * int(shape["n"]) * int(shape["d"]) * 4
 
@@ -72,14 +68,14 @@ def _w(exp: Mapping, shape: Mapping) -> int:
 def job_memory(name: str, exp: Mapping) -> tuple[int, str]:
     """Peak bytes of the experiment's largest job (module docstring's model), and the config key of
     the shape that drives it (``experiments.<name>.shapes[i]``)."""
-    sigmas = len(_listed(exp["sigma"]))
+    sigmas = len(listed(exp["sigma"]))
     stored = int(exp["seeds_per_shard"]) * sigmas * sum(3 * _w(exp, s) for s in exp["shapes"])
     n_deltas = len(delta_values(exp["delta"])) if isinstance(exp["delta"], (list, Mapping)) else 1
-    nv = len(_listed(exp["sink_v_scale"]))
+    nv = len(listed(exp["sink_v_scale"]))
     per_stack = max(1, int(exp.get("max_batch_items", 64)) // max(1, nv))
     L = min(n_deltas, per_stack)
     i = max(range(len(exp["shapes"])), key=lambda j: _w(exp, exp["shapes"][j]))
-    ns = 1 if name == POLICY_EXPERIMENT else len(_listed(exp["scale"]))
+    ns = 1 if name == POLICY_EXPERIMENT else len(listed(exp["scale"]))
     stack = L * _w(exp, exp["shapes"][i]) * (6 + 6 * nv + nv * ns)
     return BASE_BYTES + stored + stack, f"experiments.{name}.shapes[{i}]"
 
@@ -102,16 +98,16 @@ def _cpu_s(name: str, exp: Mapping, cal: Mapping | None) -> float | None:
     rows = expected_rows(name, exp)
     if name == POLICY_EXPERIMENT:
         n_deltas = len(delta_values(exp["delta"]))
-        base = (int(exp["seeds"]) * len(exp["shapes"]) * len(_listed(exp["causal"])) * len(_listed(exp["sigma"]))
+        base = (int(exp["seeds"]) * len(exp["shapes"]) * len(listed(exp["causal"])) * len(listed(exp["sigma"]))
                 * n_deltas)
         calls = len(exp["policies"]) * len(exp["variants"])
         cost = 0.0
         for kind in exp["sink_kinds"]:
-            nv = len(_listed(exp["sink_v_scale"])) if kind == "keys" else 1
+            nv = len(listed(exp["sink_v_scale"])) if kind == "keys" else 1
             cost += base * (calls * (cal["c_p"] + cal["c_s"] + nv * cal["c_v"]) + nv * cal["c_ref"])
         return cost * mean_units
-    orders, scales = len(_listed(exp["order"])), len(_listed(exp["scale"]))
-    nv = len(_listed(exp["sink_v_scale"]))
+    orders, scales = len(listed(exp["order"])), len(listed(exp["scale"]))
+    nv = len(listed(exp["sink_v_scale"]))
     items = rows / (orders * scales * nv)
     cost = items * (orders * cal["c_p"] + orders * scales * cal["c_s"] + nv * cal["c_ref"]) + rows * cal["c_v"]
     return cost * mean_units
