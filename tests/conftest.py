@@ -41,7 +41,9 @@ def smoke_run(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def one_thread():
-    """torch on one thread for the test, as the pipeline's jobs run (the old count restored after)."""
+    """torch on one thread for the test, as the pipeline's jobs run (the old count restored after): the
+    emulator's matmuls are small, and on a shared 2-core machine torch's thread pool spins and can
+    make them 100x slower."""
     import torch
 
     old = torch.get_num_threads()

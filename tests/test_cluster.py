@@ -28,12 +28,8 @@ SLURM_TIMEOUT_S = 900
 
 
 def _fresh_copy(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    copy_repo(repo)
-    for d in ("results", "figures", ".snakemake"):
-        shutil.rmtree(repo / d, ignore_errors=True)
-    return repo
+    """The checkout's tracked files only (copy_repo leaves out the ignored results/, figures/, .snakemake/)."""
+    return copy_repo(tmp_path / "repo")
 
 
 def _env(**values) -> dict:

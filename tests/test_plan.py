@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,10 +37,7 @@ def test_plan_runs_are_the_rows_the_tidy_tables_hold(smoke_run):
 
 
 def test_a_grid_too_big_for_memory_is_refused_before_any_job(tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    copy_repo(repo)
-    shutil.rmtree(repo / "results", ignore_errors=True)
+    repo = copy_repo(tmp_path / "repo")  # without results/ (ignored, so not copied)
     override = tmp_path / "huge.yaml"
     override.write_text("experiments:\n  threshold:\n    shapes:\n"
                         "      - { n: 1024, d: 64, block_m: 64, block_n: 64 }\n"

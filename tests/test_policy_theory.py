@@ -335,14 +335,6 @@ def test_value_errors(call, argname):
 # the emulator of kernels.attention: each law against the kernel contract's semantics
 
 
-@pytest.fixture
-def one_torch_thread():
-    old = torch.get_num_threads()  # small matmuls: a spinning thread pool only slows them down
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def t_crit(U):
     return stats.t.ppf(1 - 1e-4 / 2, U - 1)
 
@@ -362,7 +354,7 @@ def emulator_units(inputs, seeds, heads, what, **kw):
 
 
 @pytest.mark.parametrize("delta,S,order", [(4.0, 1.0, "forward"), (7.0, 1.0, "reverse"), (12.0, 256.0, "reverse")])
-def test_emulator_init_mode_matches_law(delta, S, order, one_torch_thread):
+def test_emulator_init_mode_matches_law(delta, S, order, one_thread):
     seeds, heads, n = (0, 1), 8, 1024
     sink = learned_sink(delta, heads=heads)
     units = emulator_units(lambda s: make_base(s, heads=heads, n=n), seeds, heads, "underflow", order=order,
@@ -378,7 +370,7 @@ def test_emulator_init_mode_matches_law(delta, S, order, one_torch_thread):
 
 @pytest.mark.parametrize("tau,order,delta,kind", [(8.0, "forward", None, "keys"), (1.0, "reverse", None, "keys"),
                                                   (8.0, "reverse", 3.0, "keys"), (8.0, "forward", 2.0, "logit")])
-def test_emulator_lazy_saturation_matches_law(tau, order, delta, kind, one_torch_thread):
+def test_emulator_lazy_saturation_matches_law(tau, order, delta, kind, one_thread):
     seeds, heads, n, S = (0, 1), 8, 1024, 256.0
     kw = dict(order=order, scale=S, rescale_threshold=tau)
     if kind == "logit":
@@ -395,7 +387,7 @@ def test_emulator_lazy_saturation_matches_law(tau, order, delta, kind, one_torch
         assert abs(saturation_fraction(tau / LN2, S, n=n, order=order) - th) > 5 * tol
 
 
-def test_emulator_v_cast_floor_matches_law(one_torch_thread):
+def test_emulator_v_cast_floor_matches_law(one_thread):
     # fmt=None: P unrounded, so the whole error is the V cast; units (seed, head), rel_mse per unit
     # as the pipeline computes it (mse / mean(reference^2)).
     from kernels.reference import reference_attention
@@ -455,7 +447,7 @@ def test_exp2_offset_overshoot_rate_for_448():
 
 
 @pytest.mark.parametrize("delta", [15.5, 16.0])
-def test_emulator_sage2_overshoot_matches_law(delta, one_torch_thread):
+def test_emulator_sage2_overshoot_matches_law(delta, one_thread):
     """SageAttention2's P path (forward, S = 448, exp2_offset) with 4 sink keys at Δ: the row's max
     (a sink key near Δ) saturates when it lies above 17.19 and the tie rounds down. The law (the walk
     with the overshoot rate) against the emulator; teeth: the law without the overshoot is 0, and at

@@ -388,16 +388,6 @@ def test_value_errors(call, argname):
 # over keys), so the mean of the units is an unbiased estimate of method="exact".
 
 
-@pytest.fixture
-def one_torch_thread():
-    # The emulator's matmuls are small; on a shared 2-core machine torch's thread pool spins and
-    # can make them 100x slower, so these tests run single-threaded (restored afterwards).
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def run_emulator(delta, *, order, S, seeds, heads, n=1024):
     units = []
     for seed in seeds:
@@ -423,7 +413,7 @@ def t_crit(U):
 
 
 @pytest.mark.parametrize("delta", [5.0, 6.0, 7.0, 8.0])
-def test_emulator_forward_S1_matches_exact(delta, one_torch_thread):
+def test_emulator_forward_S1_matches_exact(delta, one_thread):
     units = run_emulator(delta, order="forward", S=1.0, seeds=(0, 1, 2, 3), heads=8)  # U = 32, N = 1024
     U = units.size
     measured, se = units.mean(), units.std(ddof=1) / math.sqrt(U)
@@ -432,7 +422,7 @@ def test_emulator_forward_S1_matches_exact(delta, one_torch_thread):
     assert abs(measured - ex) <= t_crit(U) * se, (measured, ex, se)
 
 
-def test_emulator_reverse_S256_zero_at_moderate_delta(one_torch_thread):
+def test_emulator_reverse_S256_zero_at_moderate_delta(one_thread):
     # The exact prediction times the number of sampled non-sink terms is the expected number of
     # underflows E; P(count > 0) <= E (Markov). We check E is below 1e-2 in total, so a wrong
     # non-zero count is what the test catches, not chance. (At Δ = 6 E is no longer small:
@@ -448,7 +438,7 @@ def test_emulator_reverse_S256_zero_at_moderate_delta(one_torch_thread):
 
 
 @pytest.mark.parametrize("delta", [8.0, 10.0, 12.0])
-def test_emulator_reverse_S256_residual_matches_exact(delta, one_torch_thread):
+def test_emulator_reverse_S256_residual_matches_exact(delta, one_thread):
     seeds, heads, n = (0, 1, 2, 3), 8, 1024
     units = run_emulator(delta, order="reverse", S=256.0, seeds=seeds, heads=heads, n=n)
     U = units.size
