@@ -9,10 +9,10 @@ the statistics and plotting jobs of the pipeline do not pay for it.
 from .formats import FORMATS, FP8Format, get_format
 
 __all__ = ["FORMATS", "FP8Format", "get_format", "quantize", "attention", "attention_values", "attention_scales",
-           "AttentionResult"]
+           "attention_calls", "AttentionResult"]
 
-_LAZY = {"attention": "api", "attention_values": "api", "attention_scales": "api", "AttentionResult": "api",
-         "quantize": "rounding"}
+_LAZY = {"attention": "api", "attention_values": "api", "attention_scales": "api", "attention_calls": "api",
+         "AttentionResult": "api", "quantize": "rounding"}
 
 
 def __getattr__(name):

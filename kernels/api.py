@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -12,7 +13,7 @@ from .contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALE
                        is_allowed)
 from .formats import FORMATS, FP8Format, get_format
 
-__all__ = ["attention", "attention_values", "attention_scales", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS",
+__all__ = ["attention", "attention_values", "attention_scales", "attention_calls", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS",
            "resolve_backend", "fp8_gpu_available"]
 
 
@@ -286,6 +287,48 @@ def attention_scales(q: torch.Tensor, k: torch.Tensor, values, *, scales, **kwar
     return _run(q, k, tuple(values), args, scales=tuple(scales))
 
 
+def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -> list[list[AttentionResult]]:
+    """Several :func:`attention_values` calls on the same q, k and values, sharing what their results do not
+    depend on (the multi-run entry point, docs/interfaces.md).
+
+    Call i runs with the keywords ``{**common, **calls[i]}``; ``result[i][j]`` is bit-identical to
+    ``attention_values(q, k, values, **{**common, **calls[i]})[j]`` on every backend. The emulator takes
+    the scores once for every call whose q·kᵀ has the same bits (same q/k cast, sm_scale, causal flag
+    and padded key length), steps 1-2 once for calls that differ only in ``scale`` (multiply mode), and,
+    within a Δ stack, only the sink keys' scores per item (where a probe shows that exact on this
+    machine). Other backends run the calls one by one.
+
+    Args:
+        q, k, values: as :func:`attention_values`. calls: a non-empty list or tuple of dicts of keywords
+            of :func:`attention`. common: keywords every call takes unless it sets them itself.
+
+    Returns one list per call of one :class:`AttentionResult` per value tensor (each with its own
+    tensors). Raises ValueError naming a bad call (``calls[i]``) or argument, before any work."""
+    if not isinstance(calls, (list, tuple)) or not calls:
+        raise ValueError(f"calls={calls!r} is not allowed; allowed: a non-empty list or tuple of dicts of keywords "
+                         "of kernels.attention")
+    prepared = []
+    for i, call in enumerate(calls):
+        if not isinstance(call, Mapping):
+            raise ValueError(f"calls[{i}]={call!r} is not allowed; allowed: a dict of keywords of kernels.attention")
+        args = _bound_args(f"attention_calls: calls[{i}]", q, k, values, {**common, **call})
+        try:
+            prepared.append(_prepare(q, k, tuple(values), args))
+        except ValueError as e:
+            raise ValueError(f"calls[{i}]: {e}") from None
+    results: list = [None] * len(calls)
+    emu = [i for i, (_, ran, _) in enumerate(prepared) if ran == "emulator"]
+    if emu:
+        from .emulator import emulate_calls
+
+        for i, (outs, diag) in zip(emu, emulate_calls(q, k, tuple(values), [prepared[i][0] for i in emu])):
+            results[i] = _emulator_results(outs, diag, "emulator")
+    for i, (kw, ran, block_m) in enumerate(prepared):
+        if ran != "emulator":
+            results[i] = _execute(q, k, tuple(values), kw, ran, block_m)
+    return results
+
+
 def _bound_args(who: str, q, k, values, kwargs: dict) -> dict:
     """:func:`attention`'s arguments, defaults applied, for a call on several value tensors (``values[0]``
     stands for ``v``); raises ValueError naming a bad ``values`` or keyword."""
@@ -311,12 +354,9 @@ def _check_values(values) -> None:
         _check_finite(f"values[{i}]", t)
 
 
-def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
-    """Check, resolve the policy and run one backend on every value tensor (``args``: attention's arguments).
-
-    ``scales`` (:func:`attention_scales`; ``args["scale"]`` is the first): run at each of them and return
-    one list of results per scale, sharing steps 1-2 on the emulator with ``scale_mode="multiply"``, else
-    one run per scale."""
+def _prepare(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
+    """Check ``args`` (attention's arguments) and resolve the policy: the backend keywords, the backend
+    that will run and the Triton kernel's block_m. Raises ValueError naming a bad argument."""
     o = _resolve({n: args[n] for n in _D}, args["policy"])
     causal, ksink, sm_scale, backend, sink_logit = (args[n] for n in ("causal", "ksink", "sm_scale", "backend",
                                                                       "sink_logit"))
@@ -325,19 +365,33 @@ def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
     _check_values(values)
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     sink = None if sink_logit is None else sink_logit.expand(q.shape[:2]).to(torch.float32).contiguous()
-    ran = resolve_backend(backend, q.device)
+    kw = _backend_kwargs(o, causal=causal, ksink=ksink, sm_scale=sm, sink_logit=sink)
+    return kw, resolve_backend(backend, q.device), o["block_m"]
+
+
+def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
+    """Check, resolve the policy and run one backend on every value tensor (``args``: attention's arguments).
+
+    ``scales`` (:func:`attention_scales`; ``args["scale"]`` is the first): run at each of them and return
+    one list of results per scale, sharing steps 1-2 on the emulator with ``scale_mode="multiply"``, else
+    one run per scale."""
+    kw, ran, block_m = _prepare(q, k, values, args)
     if scales is not None:
-        if ran != "emulator" or o["scale_mode"] != "multiply":  # exp2_offset: step 2 depends on S
+        if ran != "emulator" or kw["scale_mode"] != "multiply":  # exp2_offset: step 2 depends on S
             return [_run(q, k, values, {**args, "scale": s}) for s in scales]
         from .emulator import emulate_attention_scales
 
-        kw = _backend_kwargs(o, causal=causal, ksink=ksink, sm_scale=sm, sink_logit=sink)
         del kw["scale"]
         return [_emulator_results(outs, diag, ran) for outs, diag in
                 emulate_attention_scales(q, k, values, scales=tuple(float(s) for s in scales), **kw)]
+    return _execute(q, k, values, kw, ran, block_m)
+
+
+def _execute(q, k, values: tuple, kw: dict, ran: str, block_m: int) -> list[AttentionResult]:
+    """Run backend ``ran`` on every value tensor with the checked backend keywords ``kw``."""
     if ran == "reference":
-        return [_reference_result(q, k, v, causal, ksink, sm, sink) for v in values]
-    kw = _backend_kwargs(o, causal=causal, ksink=ksink, sm_scale=sm, sink_logit=sink)
+        return [_reference_result(q, k, v, kw["causal"], kw["ksink"], kw["sm_scale"], kw["sink_logit"])
+                for v in values]
     if ran == "emulator":
         from .emulator import emulate_attention
 
@@ -345,7 +399,7 @@ def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
         return _emulator_results(outs, diag, ran)
     results = []
     for v in values:
-        out, diag = _run_triton(q, k, v, compiled=ran == "triton-compiled", block_m=o["block_m"], **dict(kw))
+        out, diag = _run_triton(q, k, v, compiled=ran == "triton-compiled", block_m=block_m, **dict(kw))
         results.append(AttentionResult(out=out, backend=ran, **diag))
     return results
 

@@ -26,6 +26,8 @@ exactly the paper's operations, bit for bit.
 Several value tensors (:func:`kernels.attention_values`) share steps 1-4; several scales S
 (:func:`emulate_attention_scales`, ``scale_mode="multiply"`` only) share steps 1-2, each scale casting
 its own copy of the unrounded p (the last one casts p in place), with the operations of a call of its own.
+Several calls (:func:`emulate_calls`, :func:`kernels.attention_calls`) share step 1 where their scores
+have the same bits, and the items of a Δ stack share the scores of their non-sink keys (:class:`_Shared`).
 """
 
 from __future__ import annotations
@@ -40,11 +42,22 @@ from .formats import FP8Format
 from .rounding import quantize_fast
 from .reference import causal_mask, expand_kv
 
-__all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_in_force", "operand_cast"]
+__all__ = ["emulate_attention", "emulate_attention_scales", "emulate_calls", "running_max", "max_in_force",
+           "operand_cast", "SCORE_SLICE", "SHARING"]
 
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
 _CHUNK_ELEMS = 1 << 18
+#: Keys a Δ stack's item recomputes at a time when it shares the rest of its scores (docs/interfaces.md):
+#: narrow matmuls may take another BLAS path than a wide one, so a slice is never narrower.
+SCORE_SLICE = 64
+#: The most bytes of shared scores :func:`emulate_calls` keeps at once (whole score matrices of the
+#: items whose scores later items share); items beyond it compute their scores in full.
+_SHARED_BYTES = 256 * 2**20
+#: What :func:`emulate_calls` shared since the process started (tests and benchmarks read it):
+#: ``full`` / ``sliced`` / ``copied``: chunks of rows whose scores were one full matmul, a matmul of the
+#: leading keys over shared ones, a copy of shared ones; ``reused``: chunks a further call took as they were.
+SHARING = {"full": 0, "sliced": 0, "copied": 0, "reused": 0}
 
 
 def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
@@ -165,17 +178,14 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
                  cummax=rescale_threshold == 0 and not sink_init)
 
 
-def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple) -> None:
+def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torch.Tensor | None = None) -> None:
     """Steps 1-6 for query rows r0:r1 of head g into ``outs[i][j]`` (scale i, value tensor j) and ``diags[i]``:
-    steps 1-2 once, 3-4 once per scale, 5-6 once per scale and value tensor, each as a call of its own."""
+    steps 1-2 once, 3-4 once per scale, 5-6 once per scale and value tensor, each as a call of its own.
+    ``s``: step 1's scores of these rows when another call computed them (:func:`_scores`' bits; overwritten)."""
     nr = r1 - r0
     Np = c.nblk * c.block_n
     # step 1: scores
-    s = torch.matmul(c.qs[g, r0:r1], c.kT[g])
-    if not c.sm_pow2:
-        s.mul_(c.sm_scale)
-    if c.visible is not None:
-        s.masked_fill_(~c.visible[r0:r1], float("-inf"))
+    s = _scores(c, g, r0, r1) if s is None else s  # (given: shared with other calls, _Shared)
     # step 2: running max
     sb = s.view(nr, c.nblk, c.block_n)
     if c.cummax:
@@ -224,6 +234,18 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple) -> None
             l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
         for out, acc in zip(outs_i, accs):
             out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
+
+
+def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torch.Tensor:
+    """Step 1 for query rows r0:r1 of head g: ``q·kᵀ·sm_scale`` with invisible keys at -inf,
+    [rows, Np] float32; ``cols``: only the first ``cols`` keys (:class:`_Shared`)."""
+    kT = c.kT[g] if cols is None else c.kT[g][:, :cols]
+    s = torch.matmul(c.qs[g, r0:r1], kT)
+    if not c.sm_pow2:
+        s.mul_(c.sm_scale)
+    if c.visible is not None:
+        s.masked_fill_(~c.visible[r0:r1, :s.shape[1]], float("-inf"))
+    return s
 
 
 def _saturation(c: _Call, sc: _Scale, x: torch.Tensor, saturated: torch.Tensor) -> bool:
@@ -311,3 +333,141 @@ def _emulate(q, k, v: tuple, scales: tuple, **kwargs) -> list:
             _rows(c, g, r0, min(Nq, r0 + rows), outs, diags)
     return [(tuple(out.view(B, H, Nq, d) for out in outs_i), {n: t.view(B, H, Nq) for n, t in diag.items()})
             for outs_i, diag in zip(outs, diags)]
+
+
+def _probe_slice(rows: int, d: int, np_: int, cols: int, device) -> bool:
+    """Whether, on this machine and at these shapes, a matmul of q rows against the first ``cols`` keys
+    gives the bits of the same columns of the full matmul, and the other columns do not depend on the
+    first ``cols`` keys (:class:`_Shared`). Keys are laid out as :func:`_layout` lays them out."""
+    key = (rows, d, np_, cols, str(device), torch.get_num_threads())
+    if key not in _PROBES:
+        gen = torch.Generator().manual_seed(0)
+        a = torch.randn(rows, d, generator=gen).to(device)
+        k1 = torch.randn(np_, d, generator=gen).to(device)
+        k2 = k1.clone()
+        k2[:cols] = torch.randn(cols, d, generator=gen).to(device)
+        full1, full2 = torch.matmul(a, k1.t()), torch.matmul(a, k2.t())
+        _PROBES[key] = (torch.equal(full1[:, cols:], full2[:, cols:])
+                        and torch.equal(full2[:, :cols], torch.matmul(a, k2.t()[:, :cols])))
+    return _PROBES[key]
+
+
+_PROBES: dict = {}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32)
+
+
+class _Shared:
+    """Step 1 for every call of a score group (same qs, kT, visibility: :func:`emulate_calls`), with the
+    items of a Δ stack sharing their non-sink scores.
+
+    An item ``g`` is the twin of an earlier anchor ``a`` when its scaled queries have the bits of a's
+    and its keys differ from a's only in the first ``cols[g]`` positions (a multiple of SCORE_SLICE,
+    less than the padded length). A twin's scores are the anchor's with the first ``cols`` columns
+    recomputed by one matmul, which gives the same bits as its own full matmul where
+    :func:`_probe_slice` says so at the chunk's shapes; elsewhere the full matmul runs."""
+
+    def __init__(self, c: _Call, rows: int):
+        G, Nq, d = c.qs.shape
+        np_ = c.kT.shape[-1]
+        self.c, self.rows = c, rows
+        self.twin, self.cols = [None] * G, [np_] * G
+        anchors: list[int] = []
+        for g in range(G):
+            for a in anchors:
+                if not torch.equal(_bits(c.qs[g]), _bits(c.qs[a])):
+                    continue
+                diff = (_bits(c.kT[g]) != _bits(c.kT[a])).any(0).nonzero()
+                cols = 0 if diff.numel() == 0 else -(-(int(diff[-1]) + 1) // SCORE_SLICE) * SCORE_SLICE
+                if cols < np_ and all(_probe_slice(r1 - r0, d, np_, cols, c.qs.device)
+                                      for r0, r1 in self._chunks(Nq) if cols):
+                    self.twin[g], self.cols[g] = a, cols
+                    break
+            else:
+                anchors.append(g)
+        keep = sorted({a for a in self.twin if a is not None})
+        per = Nq * np_ * 4
+        for a in keep[max(0, _SHARED_BYTES // per):]:  # beyond the memory bound: compute those in full
+            self.twin = [None if t == a else t for t in self.twin]
+        self.last_use = {a: max(g for g, t in enumerate(self.twin) if t == a) for a in set(self.twin) - {None}}
+        self.kept: dict[int, dict] = {}
+
+    def _chunks(self, nq: int):
+        return [(r0, min(nq, r0 + self.rows)) for r0 in range(0, nq, self.rows)]
+
+    def scores(self, g: int, r0: int, r1: int) -> torch.Tensor:
+        """Step 1's scores of rows r0:r1 of item g, a new tensor the caller may overwrite."""
+        a = self.twin[g]
+        if a is None:
+            s = _scores(self.c, g, r0, r1)
+            SHARING["full"] += 1
+            if g in self.last_use:
+                self.kept.setdefault(g, {})[r0] = s.clone()
+            return s
+        s = self.kept[a][r0].clone()
+        cols = self.cols[g]
+        if cols:
+            s[:, :cols] = _scores(self.c, g, r0, r1, cols)
+            SHARING["sliced"] += 1
+        else:
+            SHARING["copied"] += 1
+        if g == self.last_use[a] and r1 == self.c.qs.shape[1]:
+            del self.kept[a]
+        return s
+
+
+def _unit_key(kw: dict):
+    """Calls with equal keys (less ``scale``) share steps 1-2 when their scale mode is multiply."""
+    return tuple(sorted((n, id(x) if isinstance(x, torch.Tensor) else x) for n, x in kw.items()))
+
+
+def emulate_calls(q, k, v: tuple, calls) -> list:
+    """:func:`emulate_attention` of the value tensors ``v`` (a tuple) under each keyword dict of ``calls``
+    (the keywords of :func:`emulate_attention`), sharing what their results do not depend on
+    (docs/interfaces.md, ``kernels.attention_calls``). Returns one ``(outs, diag)`` per call, as
+    :func:`emulate_attention` with a tuple ``v`` returns, bit for bit."""
+    B, H, Nq, d = q.shape
+    units: dict = {}  # key -> [keywords less scale, [scales], {call index: scale index}]
+    for i, kw in enumerate(calls):
+        kw = dict(kw)
+        sc = float(kw.pop("scale"))
+        key = _unit_key(kw) if kw.get("scale_mode", "multiply") == "multiply" else ("call", i)
+        u = units.setdefault(key, [kw, [], {}])
+        if sc not in u[1]:
+            u[1].append(sc)
+        u[2][i] = u[1].index(sc)
+    groups: dict = {}  # score key -> [(call layout, outs, diags, {call: scale index}), ...]
+    G = B * H
+    for kw, scales, which in units.values():
+        c = _layout(q, k, v, scales=tuple(scales), **kw)
+        outs = tuple(tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=q.device) for _ in c.vf)
+                     for _ in scales)
+        diags = tuple({n: torch.zeros(G, Nq, dtype=torch.int64, device=q.device) for n in DIAGNOSTICS}
+                      for _ in scales)
+        fmt = kw.get("qk_fmt")
+        key = (None if fmt is None else fmt.name, kw.get("qk_scale") if fmt is not None else None, c.sm_scale,
+               bool(kw["causal"]), c.nblk * c.block_n)
+        groups.setdefault(key, []).append((c, outs, diags, which))
+    results: list = [None] * len(calls)
+    for members in groups.values():
+        c0 = members[0][0]
+        rows = max(1, _CHUNK_ELEMS // (c0.nblk * c0.block_n))
+        shared = _Shared(c0, rows)
+        for g in range(G):
+            for r0 in range(0, Nq, rows):
+                r1 = min(Nq, r0 + rows)
+                s = shared.scores(g, r0, r1)
+                for m, (c, outs, diags, _) in enumerate(members):
+                    last = m == len(members) - 1
+                    SHARING["reused"] += m > 0
+                    _rows(c, g, r0, r1, outs, diags, s if last else s.clone())
+        for c, outs, diags, which in members:
+            taken: set = set()
+            for i, j in which.items():  # two equal calls share one scale: each result gets its own tensors
+                own = (lambda t: t.clone()) if j in taken else (lambda t: t)
+                taken.add(j)
+                results[i] = (tuple(own(out).view(B, H, Nq, d) for out in outs[j]),
+                              {n: own(t).view(B, H, Nq) for n, t in diags[j].items()})
+    return results
