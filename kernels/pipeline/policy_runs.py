@@ -5,12 +5,14 @@ the batch dimension (``keys``: ``ksink`` sink keys at Δ, one value tensor per s
 q and k; ``logit``: every Δ as a learned sink logit, :func:`kernels.sinks.learned_sink`, with no
 sink key) and then:
 
-* computes the float64 reference once per stack and value tensor (:func:`kernels.reference.reference_attention`,
-  the learned sink logit included). Operand casts do not enter it: it is the truth of the
+* computes the float64 reference once per stack and value tensor (:func:`kernels.reference.reference_stack`,
+  the learned sink logit included; the non-sink keys' partial sums once for the stack). Operand casts do not enter it: it is the truth of the
   unquantized inputs, so a deployed variant's error includes what its FP8 operands cost;
 * runs every DISTINCT attention call once (:func:`call_key`): policies whose keywords agree, or
   differ only where the contract makes them irrelevant, share one call and get one row each; a
-  call is one :func:`kernels.attention_values` over the stack's value tensors (P once for all);
+  call runs over the stack's value tensors (P once for all), and all calls of a stack run in one
+  :func:`kernels.attention_calls`, which takes the scores once for the calls that share them (and
+  the non-sink keys' scores once for the stack);
 * runs the V-cast floor once per stack and variant (:func:`floor_kwargs`): P unrounded
   (``fmt=None``) with the variant's operand casts. Without a P cast every policy computes the
   same softmax; its order, S, scale mode, τ, sink mode and blocks change only fp32 rounding, so
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 
 from ..contract import DIAGNOSTICS, POLICY_CONFIG_COLUMNS, POLICY_TIDY_COLUMNS
 from .inputs import base_tensors
-from .runs import _reference_chunked, _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from .runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
 
 __all__ = ["run_policies_shard", "call_kwargs", "call_key", "floor_kwargs", "FLOOR_PATH"]
 
@@ -122,28 +124,31 @@ def _stack(tensors, spec: Mapping, seed: int, shape: Mapping, sigma: float, kind
     return q, k, values, sink
 
 
-def _measure(tally: _Tally, st: _Stack, kwargs: Mapping) -> list[dict]:
-    """One :func:`kernels.attention_values` call on the stack: per value tensor, the per-item error
-    against its reference and the summed diagnostics."""
+def _measure(tally: _Tally, st: _Stack, calls: list) -> list[list[dict]]:
+    """One :func:`kernels.attention_calls` of every call on the stack (each a dict of keywords): per call and
+    value tensor, the per-item error against its reference and the summed diagnostics."""
     import torch
 
-    from .. import attention_values
+    from .. import attention_calls
 
     t0 = time.perf_counter()
-    results = attention_values(st.q, st.k, st.values, sink_logit=st.sink_logit, **kwargs)
+    per_call = attention_calls(st.q, st.k, st.values, calls, sink_logit=st.sink_logit)
     if st.q.device.type == "cuda":
         torch.cuda.synchronize()
     tally.kernel_s += time.perf_counter() - t0
     L = len(st.deltas)
-    tally.runs += L * len(st.values)
-    out = []
-    for r, ref in zip(results, st.refs):
-        tally.backends.add(r.backend)
-        err = (r.out.double() - ref).reshape(L, -1)
-        out.append({"backend": r.backend, "mse": err.square().mean(1).cpu().tolist(),
-                    "max_abs_err": err.abs().amax(1).cpu().tolist(),
-                    **{c: getattr(r, c).reshape(L, -1).sum(1).cpu().tolist() for c in DIAGNOSTICS}})
-    return out
+    tally.runs += L * len(st.values) * len(calls)
+    measured = []
+    for results in per_call:
+        out = []
+        for r, ref in zip(results, st.refs):
+            tally.backends.add(r.backend)
+            err = (r.out.double() - ref).reshape(L, -1)
+            out.append({"backend": r.backend, "mse": err.square().mean(1).cpu().tolist(),
+                        "max_abs_err": err.abs().amax(1).cpu().tolist(),
+                        **{c: getattr(r, c).reshape(L, -1).sum(1).cpu().tolist() for c in DIAGNOSTICS}})
+        measured.append(out)
+    return measured
 
 
 def _frac(a: int, b: int) -> float:
@@ -171,38 +176,56 @@ def _policy_fields(name: str, variant: str, kw: Mapping) -> dict:
             "block_n": kw["block_n"]}
 
 
+def _cast_key(kwargs: Mapping) -> tuple:
+    """The q/k operand cast of a call: calls that differ here never share scores."""
+    return (kwargs.get("qk_fmt"), kwargs.get("qk_scale") if kwargs.get("qk_fmt") is not None else None)
+
+
 def _run_stack(tally: _Tally, spec: Mapping, st: _Stack, kind: str, counts: dict) -> None:
-    """Every policy and variant on one stack; each distinct call (floors included) once."""
-    cache: dict[tuple, list] = {}
+    """Every policy and variant on one stack: each distinct call (floors included) once, all of them in
+    one :func:`kernels.attention_calls` (which shares the scores between them)."""
     logit = st.sink_logit is not None
+    keys: dict[tuple, int] = {}  # call key -> index into calls
+    calls: list[dict] = []
 
-    def measured(kwargs):
+    def index(kwargs):
         key = call_key(kwargs, logit=logit)
-        if key not in cache:
-            cache[key] = _measure(tally, st, kwargs)
-        return cache[key]
+        if key not in keys:
+            keys[key] = len(calls)
+            calls.append(dict(kwargs))
+        return keys[key]
 
+    planned = []
     for (variant, casts), (name, policy) in itertools.product(sorted(spec["variants"].items()),
                                                              sorted(spec["policies"].items())):
         kwargs = call_kwargs(policy, casts, kind=kind, ksink=spec["ksink"], causal=st.meta["causal"],
                              backend=spec["backend"])
-        mains, floors = measured(kwargs), measured(floor_kwargs(kwargs))
-        fields = _policy_fields(name, variant, kwargs)
+        planned.append((index(kwargs), index(floor_kwargs(kwargs)), _policy_fields(name, variant, kwargs)))
+    # One attention_calls a q/k cast: only calls with the same cast share scores, and the results of
+    # one batch of calls are held at once (the run plan's memory model counts the largest batch).
+    measured: dict[int, list] = {}
+    for cast in sorted({_cast_key(c) for c in calls}, key=repr):
+        batch = [i for i, c in enumerate(calls) if _cast_key(c) == cast]
+        measured.update(zip(batch, _measure(tally, st, [calls[i] for i in batch])))
+    for main, floor, fields in planned:
+        mains, floors = measured[main], measured[floor]
         tally.rows += [_row(st, j, i, mains[j], floors[j], fields) for j in range(len(st.values))
                        for i in range(len(st.deltas))]
-    counts["calls"] += len(cache)
+    counts["calls"] += len(calls)
 
 
 def _policies_seed(tally: _Tally, spec: Mapping, tensors, seed: int, device, counts: dict) -> None:
     """Every shape, sigma, causal flag, sink kind and stack of Δ of one seed (the keys kind's
     sink_v_scale values share each stack's q and k; the logit kind has one value tensor, v = 0)."""
+    from ..reference import reference_stack
+
     for shape, sigma, causal, kind in itertools.product(spec["shapes"], spec["sigma"], spec["causal"],
                                                         spec["sink_kinds"]):
         svs_list = list(spec["sink_v_scale"]) if kind == "keys" else [0.0]
         for deltas in delta_chunks(spec["delta"], len(svs_list), spec["max_batch_items"]):
             q, k, values, sink = _stack(tensors, spec, seed, shape, sigma, kind, svs_list, deltas, device)
             t0 = time.perf_counter()
-            refs = [_reference_chunked(q, k, v, causal=causal, sink_logit=sink) for v in values]
+            refs = reference_stack(q, k, values, causal=causal, sink_logit=sink)
             tally.reference_s += time.perf_counter() - t0
             meta = {"experiment": spec["experiment"], "seed": seed, "n": shape["n"], "d": shape["d"],
                     "sink_kind": kind, "ksink": spec["ksink"] if kind == "keys" else 0, "sigma": sigma,

@@ -2,9 +2,11 @@
 
 * :func:`run_sweep_shard` stacks the Δ variants of one stored base along the batch dimension, one
   value tensor per sink_v_scale (:func:`value_stack`), computes the float64 reference once per
-  stack and value tensor and runs every (order, scale) combination on the same tensors: one
-  :func:`kernels.attention_scales` call per order, so P is taken once for all value tensors and
-  exp(s - m) once for all scales; one tidy row per (seed x configuration).
+  stack and value tensor (:func:`kernels.reference.reference_stack`: the non-sink keys' float64
+  partial sums once for the stack) and runs every (order, scale) combination on the same tensors: one
+  :func:`kernels.attention_calls` call a stack, so the scores are taken once for every order (their
+  non-sink keys once for the stack), P once for all value tensors and exp(s - m) once for all scales;
+  one tidy row per (seed x configuration).
 * :func:`run_conformance_shard` calls :func:`kernels.conformance.compare` (Triton kernel against
   the emulator) on every shape, causal flag and combination of the shard's seeds.
 
@@ -75,21 +77,6 @@ def _of(shard: int, n_shards: int | None) -> str:
 # ----------------------------------------------------------------------------- sweeps
 
 
-def _reference_chunked(q, k, v, *, causal: bool, sink_logit=None, budget: int = 1 << 20):
-    """float64 reference for a stacked batch, about ``budget`` scores at a time (cache-sized: fastest);
-    ``sink_logit``: None or float32 [L·B, H], a learned sink logit per stacked item."""
-    import torch
-
-    from ..reference import reference_attention
-
-    per_item = q.shape[1] * q.shape[2] * k.shape[2]
-    step = max(1, budget // max(per_item, 1))
-    parts = [reference_attention(q[i:i + step], k[i:i + step], v[i:i + step], causal=causal,
-                                 sink_logit=None if sink_logit is None else sink_logit[i:i + step])
-             for i in range(0, q.shape[0], step)]
-    return torch.cat(parts, 0)
-
-
 def _item_rows(r, ref, ref_sq, items, meta: Mapping) -> list[dict]:
     """Tidy rows of one attention call on a stack of ``len(items)`` (sink_v_scale, Δ) variants."""
     L = len(items)
@@ -136,34 +123,34 @@ def value_stack(base, ksink: int, deltas, svs_list, device):
 
 def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, meta: Mapping, *, causal: bool,
                  ksink: int, block_m: int, block_n: int) -> None:
-    """The reference once per value tensor, then every (order, scale) on the same stacked tensors: one
-    :func:`kernels.attention_scales` call per order covers every scale and value tensor (the emulator
-    takes scores and p = exp(s - m) once for all of them); rows into ``tally``, order by order, scale
-    by scale, value tensor by value tensor."""
+    """The reference once per value tensor, then every (order, scale) on the same stacked tensors in one
+    :func:`kernels.attention_calls` (the emulator takes the scores once for every order and the non-sink
+    scores once for the stack, p = exp(s - m) once per order); rows into ``tally``, order by order,
+    scale by scale, value tensor by value tensor."""
     import torch
 
-    from .. import attention_scales
+    from .. import attention_calls
+    from ..reference import reference_stack
 
     t0 = time.perf_counter()
-    refs = [_reference_chunked(q, k, v, causal=causal) for v in values]
+    refs = reference_stack(q, k, values, causal=causal)
     ref_sqs = [ref.square().reshape(len(deltas), -1).mean(1) for ref in refs]
     tally.reference_s += time.perf_counter() - t0
-    scales = [float(s) for s in spec["scale"]]
-    for order in spec["order"]:
-        t0 = time.perf_counter()
-        per_scale = attention_scales(q, k, values, scales=scales, order=order, fmt=spec["fmt"], causal=causal,
-                                     ksink=ksink, block_m=block_m, block_n=block_n, rowsum=spec["rowsum"],
-                                     backend=spec["backend"])
-        if q.device.type == "cuda":
-            torch.cuda.synchronize()
-        tally.kernel_s += time.perf_counter() - t0
-        tally.runs += len(scales) * len(deltas) * len(values)  # one run per (scale, Δ, value tensor), as before
-        for scale, results in zip(scales, per_scale):
-            combo = {"order": order, "scale": scale, "combo": combo_label(order, scale)}
-            for svs, r, ref, ref_sq in zip(svs_list, results, refs, ref_sqs):
-                tally.backends.add(r.backend)
-                tally.rows += _item_rows(r, ref, ref_sq, [(svs, dl) for dl in deltas], {**meta, **combo})
-        del per_scale
+    combos = [(order, float(scale)) for order in spec["order"] for scale in spec["scale"]]
+    t0 = time.perf_counter()
+    per_combo = attention_calls(q, k, values, [{"order": order, "scale": scale} for order, scale in combos],
+                                fmt=spec["fmt"], causal=causal, ksink=ksink, block_m=block_m, block_n=block_n,
+                                rowsum=spec["rowsum"], backend=spec["backend"])
+    if q.device.type == "cuda":
+        torch.cuda.synchronize()
+    tally.kernel_s += time.perf_counter() - t0
+    tally.runs += len(combos) * len(deltas) * len(values)  # one run per (combination, Δ, value tensor)
+    for (order, scale), results in zip(combos, per_combo):
+        combo = {"order": order, "scale": scale, "combo": combo_label(order, scale)}
+        for svs, r, ref, ref_sq in zip(svs_list, results, refs, ref_sqs):
+            tally.backends.add(r.backend)
+            tally.rows += _item_rows(r, ref, ref_sq, [(svs, dl) for dl in deltas], {**meta, **combo})
+    del per_combo
 
 
 def _sweep_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
