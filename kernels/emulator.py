@@ -134,39 +134,66 @@ class _Call:
 
 
 def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
-            rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale) -> _Call:
+            rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale, memo: dict | None = None) -> _Call:
     """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask.
 
     ``scales``: the scales S (a tuple; several only with ``scale_mode="multiply"``, where steps 1-2 do
-    not depend on S)."""
+    not depend on S). ``memo``: tensors already laid out by other calls on the same q, k, v
+    (:func:`emulate_calls`), keyed by what they depend on, so that calls share them."""
+    memo = {} if memo is None else memo
+
+    def once(key, make):
+        if key not in memo:
+            memo[key] = make()
+        return memo[key]
+
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
     G = B * H
-    k, v = expand_kv(k, H), tuple(expand_kv(vi, H) for vi in v)  # grouped-query attention: H_kv -> H heads
-    if qk_fmt is not None:
-        q, k = operand_cast(q, qk_fmt, qk_scale), operand_cast(k, qk_fmt, qk_scale)
-    if v_fmt is not None:  # each value tensor is cast on its own, as a call of its own would
-        v = tuple(operand_cast(vi, v_fmt, v_scale) for vi in v)
-    qf = q.reshape(G, Nq, d)
-    kf = k.reshape(G, Nk, d)
-    vf = tuple(vi.reshape(G, Nk, d) for vi in v)
     nblk = -(-Nk // block_n)
     pad = nblk * block_n - Nk
-    if pad:
-        kf = torch.nn.functional.pad(kf, (0, 0, 0, pad))
-        vf = tuple(torch.nn.functional.pad(vi, (0, 0, 0, pad)) for vi in vf)
-    visible = None
-    if causal or pad:
-        visible = torch.zeros(Nq, nblk * block_n, dtype=torch.bool, device=q.device)
-        visible[:, :Nk] = causal_mask(Nq, Nk, device=q.device) if causal else True
     # Multiplying q by a power-of-two sm_scale is exact, so (q*sm)·k has the same bits
     # as (q·k)*sm and saves a pass over the scores.
     sm_pow2 = math.frexp(sm_scale)[0] == 0.5
+    qk = (None, None) if qk_fmt is None else (qk_fmt.name, qk_scale)
+    vk = (None, None) if v_fmt is None else (v_fmt.name, v_scale)
+
+    def keys():  # grouped-query attention: H_kv -> H heads; cast; flattened and padded to whole blocks
+        kc = expand_kv(k, H)
+        kc = kc if qk_fmt is None else operand_cast(kc, qk_fmt, qk_scale)
+        kf = kc.reshape(G, Nk, d)
+        return torch.nn.functional.pad(kf, (0, 0, 0, pad)) if pad else kf
+
+    def values():  # each value tensor is cast on its own, as a call of its own would
+        out = []
+        for vi in v:
+            vc = expand_kv(vi, H)
+            vc = vc if v_fmt is None else operand_cast(vc, v_fmt, v_scale)
+            vc = vc.reshape(G, Nk, d)
+            out.append(torch.nn.functional.pad(vc, (0, 0, 0, pad)) if pad else vc)
+        return tuple(out)
+
+    def queries():
+        qc = q if qk_fmt is None else operand_cast(q, qk_fmt, qk_scale)
+        qf = qc.reshape(G, Nq, d)
+        return qf * sm_scale if sm_pow2 else qf
+
+    qs = once(("q", qk, sm_scale), queries)
+    kf = once(("k", qk, pad), keys)
+    vf = once(("v", vk, pad), values)
+    visible = None
+    if causal or pad:
+        def mask():
+            vis = torch.zeros(Nq, nblk * block_n, dtype=torch.bool, device=q.device)
+            vis[:, :Nk] = causal_mask(Nq, Nk, device=q.device) if causal else True
+            return vis
+
+        visible = once(("visible", bool(causal), pad, block_n), mask)
     exp2 = scale_mode == "exp2_offset"
     if exp2 and len(scales) != 1:  # x = exp2(s·L - (m·L - log2 S)): step 2 depends on S
         raise ValueError(f"scale_mode='exp2_offset' takes one scale a call, got {len(scales)}")
     sink_init = sink_logit is not None and sink_mode == "init"
-    return _Call(qs=qf * sm_scale if sm_pow2 else qf, kT=kf.transpose(-1, -2), vf=vf, visible=visible,
+    return _Call(qs=qs, kT=kf.transpose(-1, -2), vf=vf, visible=visible,
                  nblk=nblk, block_n=block_n, ks=min(ksink, Nk), sm_scale=sm_scale, sm_pow2=sm_pow2,
                  reverse=reverse, fmt=fmt, rowsum_rounded=rowsum_rounded,
                  # Eager multiply: p <= 1 (each block's max is folded into m before its p is taken),
@@ -440,8 +467,9 @@ def emulate_calls(q, k, v: tuple, calls) -> list:
         u[2][i] = u[1].index(sc)
     groups: dict = {}  # score key -> [(call layout, outs, diags, {call: scale index}), ...]
     G = B * H
+    memo: dict = {}  # operand casts and layouts shared between the calls (_layout)
     for kw, scales, which in units.values():
-        c = _layout(q, k, v, scales=tuple(scales), **kw)
+        c = _layout(q, k, v, scales=tuple(scales), memo=memo, **kw)
         outs = tuple(tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=q.device) for _ in c.vf)
                      for _ in scales)
         diags = tuple({n: torch.zeros(G, Nq, dtype=torch.int64, device=q.device) for n in DIAGNOSTICS}
