@@ -16,6 +16,7 @@ import yaml
 
 from kernels.pipeline import config as pconfig
 from kernels.pipeline import plan
+from kernels.pipeline.runs import delta_chunks
 from repo_copy import REPO, copy_repo
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -92,7 +93,7 @@ def test_calibration_is_made_once_per_machine_and_reused(tmp_path, monkeypatch):
 
     def fake():
         calls.append(1)
-        return {**plan._machine_key(), "c_p": 1e-8, "c_s": 1e-8, "c_v": 1e-8, "c_ref": 2e-8}
+        return {**plan._machine_key(), "c_q": 1e-8, "c_p": 1e-8, "c_s": 1e-8, "c_v": 1e-8, "c_refa": 2e-8, "c_ref": 2e-8}
 
     monkeypatch.setattr(plan, "calibrate", fake)
     first = plan.load_calibration(path)
@@ -106,21 +107,34 @@ def test_calibration_is_made_once_per_machine_and_reused(tmp_path, monkeypatch):
 
 
 def test_cpu_estimate_follows_the_calibration_and_the_grid():
-    """Each calibrated part counted as the docstring's model says: steps 1-2 once per item and
-    order, 3-4 per scale, 5-6 per run, the reference per item and value tensor."""
+    """Each calibrated part counted as the docstring's model says: full scores and the reference's
+    first item once per stack (per value tensor), steps 1-2 once per item and order, 3-4 per scale,
+    5-6 per run, the reference's further items per item and value tensor."""
     cfg = pconfig.resolve_preset(CONFIG)
     exp = cfg["experiments"]["collapse"]
     n = exp["shapes"][0]["n"]
     rows_n = pconfig.expected_rows("collapse", exp)
     orders, scales, nv = len(exp["order"]), len(exp["scale"]), len(exp["sink_v_scale"])
-    items = exp["seeds"] * len(pconfig.delta_values(exp["delta"]))
+    n_deltas = len(pconfig.delta_values(exp["delta"]))
+    items = exp["seeds"] * n_deltas
     assert items * orders * scales * nv == rows_n
-    zero = {"c_p": 0.0, "c_s": 0.0, "c_v": 0.0, "c_ref": 0.0}
-    for part, count in (("c_p", items * orders), ("c_s", items * orders * scales), ("c_v", rows_n),
-                        ("c_ref", items * nv)):
+    stacks = exp["seeds"] * len(delta_chunks(pconfig.delta_values(exp["delta"]), nv, exp.get("max_batch_items", 64)))
+    assert 0 < stacks < items  # the default grid has more than one Δ a stack
+    zero = {"c_q": 0.0, "c_p": 0.0, "c_s": 0.0, "c_v": 0.0, "c_refa": 0.0, "c_ref": 0.0}
+    for part, count in (("c_q", stacks), ("c_p", items * orders), ("c_s", items * orders * scales), ("c_v", rows_n),
+                        ("c_refa", stacks * nv), ("c_ref", items * nv)):
         rows = {r["experiment"]: r for r in plan.plan_rows(cfg, {**zero, part: 1e-9})}
         assert rows["collapse"]["cpu_s"] == pytest.approx(count * n * n * 1e-9), part
         assert rows["conformance"]["cpu_s"] is None  # the interpreted Triton kernel is not calibrated
+    pol = cfg["experiments"]["policies"]
+    p_items = pol["seeds"] * len(pconfig.delta_values(pol["delta"]))
+    cast = sum(1 for c in pol["variants"].values() if c.get("qk_fmt") is not None)
+    assert 0 < cast < len(pol["variants"])  # the default has a variant with and one without a q/k cast
+    p_stacks = {kind: pol["seeds"] * len(delta_chunks(pconfig.delta_values(pol["delta"]), nv_k, pol.get("max_batch_items", 64)))
+                for kind, nv_k in (("keys", len(pol["sink_v_scale"])), ("logit", 1))}
+    want = sum(cast * p_items + (len(pol["variants"]) - cast) * p_stacks[kind] for kind in pol["sink_kinds"])
+    rows = {r["experiment"]: r for r in plan.plan_rows(cfg, {**zero, "c_q": 1e-9})}
+    assert rows["policies"]["cpu_s"] == pytest.approx(want * pol["shapes"][0]["n"] ** 2 * 1e-9)
     cal = {**zero, "c_p": 1e-9, "c_v": 3e-9}
     doubled = pconfig.resolve_preset(CONFIG, {"experiments": {"collapse": {"seeds": 2 * exp["seeds"]}}})
     assert plan.plan_rows(doubled, cal)[0]["cpu_s"] == pytest.approx(2 * plan.plan_rows(cfg, cal)[0]["cpu_s"])

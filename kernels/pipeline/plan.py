@@ -5,41 +5,46 @@ Torch-free except :func:`calibrate` (which workflow/rules/common.smk calls once 
 caches). The estimates are models, written out here so that a reader can check them:
 
 Memory of the largest job of a sweep-like experiment (collapse, scales, threshold, policies,
-conformance), with ``W = batch·heads·n·d·4`` bytes (one float32 tensor of a shape):
+conformance), with ``W = batch·heads·n·d·4`` bytes (one float32 tensor of a shape) and
+``U = batch·heads·n²`` (the scores of one item):
 
 * the shard's stored inputs, all loaded at once: ``seeds_per_shard · Σ_(shape, sigma) 3·W``;
 * the largest stack of Δ items (:func:`kernels.pipeline.runs.delta_chunks`: ``L`` Δ values, each
   with one value tensor per ``sink_v_scale``, ``nv`` of them): q and k stacked (2), per value
   tensor the sink-applied parts (3), the stacked v (1) and the float64 reference (2), the float64
-  error of one output (4), and the outputs of every scale of an order at once (``ns`` scales,
-  :func:`kernels.attention_scales`): ``L·W·(6 + 6·nv + nv·ns)`` (the policies experiment: ns = 1);
+  error of one output (4), and the outputs of every call of one :func:`kernels.attention_calls`
+  at once (``nc`` calls: orders × scales of a sweep; a policies job's largest batch of calls with
+  one q/k cast, its policies and the V-cast floor): ``L·W·(6 + 6·nv + nv·nc)``;
+* the scores an anchor item shares with its stack (float32, ``4·U``) and the float64 reference's
+  scores, exponentials and probabilities of one item (``3·8·U``): ``28·U``;
 * the interpreter and its libraries: :data:`BASE_BYTES` (a shard at n = 128 peaked at 263 MB).
 
-Against the peak RSS of a collapse shard (default grid: 3 sink_v_scale, 33 Δ, so L = 21) in a
-fresh process, the model gave 1.14× the measured 263 MB at n = 128, d = 16; 0.99× of 598 MB at
-n = 2048, d = 64; 1.20× of 1,202 MB at n = 4096, d = 128. Against the ``benchmark:`` max RSS of
-shard 0 of each experiment in a default run: 1.02× (collapse, 451 MB), 0.98× (scales, 348 MB),
-0.90× (threshold, 599 MB), 0.79× (policies, 593 MB), 0.92× (conformance, 327 MB). The same
-1-seed collapse job at n = 1024 peaked at 673 MB once inside the full test suite (0.68×) and
-within ±25% when run alone, so tests/test_plan.py allows 0.6-1.5×: the model is for refusing
-grids that are far too big, not for tight limits.
+Against the ``benchmark:`` max RSS of shard 0 of each experiment in a default run (see the README's
+runtime table for the run): the model is for refusing grids that are far too big, not for tight
+limits; tests/test_plan.py allows 0.6-1.5× of a measured peak.
 The ``inputs`` job holds the same stored inputs before writing them. The realmodel experiment's
 jobs are bounded by the schema (at most 512 tokens, 6 layers) and not modelled.
 
-CPU time of the emulator, per stacked item and score (Nq·Nk·batch·heads), in three parts that
-:func:`calibrate` measures on this machine on one thread, as jobs run, at the default shape
-(n = 1024, d = 64): ``c_p``, steps 1-2 (scores, running max, exp), once per item and order;
-``c_s``, steps 3-4 (the cast and row sum), once per item, order and scale; ``c_v``, steps 5-6 (P·V),
-once per run (item, order, scale, value tensor); and ``c_ref``, the float64 reference, once per
-item and value tensor. Per score, not per multiply-add: the elementwise steps dominate and BLAS
-makes the matmuls cheap, so d changes the cost far less than n does. A sweep of ``rows`` runs has
-``I = rows / (orders·scales·nv)`` items. A policies call (one per policy, variant and stack; the
-V-cast floors are shared between variants, 1.02 runs a row in the default preset) is
+CPU time of the emulator and the reference per score (``U`` above), in parts that :func:`calibrate`
+measures on this machine on one thread, as jobs run, on a Δ stack at the default shape (n = 1024,
+d = 64), as the jobs build them (:func:`kernels.attention_calls`, :func:`kernels.reference.reference_stack`):
+
+* ``c_q``: step 1 in full (q·kᵀ), once per stack for every call with the same q/k cast (an item
+  that shares its non-sink scores pays its 64-key slice inside ``c_p``), and once per item for a
+  call whose per-tensor q/k cast differs between items (the policies' deployed variant);
+* ``c_p``: steps 1-2 of an item that shares its scores (the slice, the copy, running max, exp),
+  once per item and order (a sweep) or distinct call (policies);
+* ``c_s``: steps 3-4 (the cast and row sum), once per item, order and scale;
+* ``c_v``: steps 5-6 (P·V), once per run (item, order, scale, value tensor);
+* ``c_refa``: the reference of a stack's first item and the non-sink partial sums, once per stack
+  and value tensor; ``c_ref``: each further item's sink terms, once per item and value tensor.
+
+Per score, not per multiply-add: the elementwise steps dominate and BLAS makes the matmuls cheap,
+so d changes the cost far less than n does. A sweep of ``rows`` runs has ``I = rows / (orders·
+scales·nv)`` items in ``I / nΔ · chunks`` stacks. A policies stack runs ``policies·variants`` calls
+(the V-cast floors are shared between policies, 1.02 runs a row in the default preset), each
 ``c_p + c_s + nv·c_v`` per item. The conformance check runs the Triton kernel, interpreted on a
 CPU, which is not calibrated; the statistics, figures and tables are not estimated either.
-Against shard 0 of each default-preset experiment run right after a calibration on one idle
-2-core machine, the estimate was 1.09× the measured wall time (collapse, 23.9 s), 1.04× (scales,
-10.7 s), 1.08× (threshold, 44.1 s) and 0.93× (policies, 83.9 s).
 """
 
 from __future__ import annotations
@@ -58,11 +63,18 @@ __all__ = ["BASE_BYTES", "job_memory", "machine_memory", "plan_rows", "format_pl
 
 #: The interpreter, torch and numpy before any tensor: a sweep shard's max RSS less its tensors.
 BASE_BYTES = 300 * 2**20
-_CAL_FORMAT = "pcast-fp8 calibration v3"
+_CAL_FORMAT = "pcast-fp8 calibration v4"
 
 
 def _w(exp: Mapping, shape: Mapping) -> int:
     return int(exp["batch"]) * int(exp["heads"]) * int(shape["n"]) * int(shape["d"]) * 4
+
+
+def _calls(name: str, exp: Mapping) -> int:
+    """Calls of one attention_calls of the experiment's jobs (the outputs held at once)."""
+    if name == POLICY_EXPERIMENT:
+        return len(exp["policies"]) + 1  # one q/k cast's policies and their V-cast floor
+    return len(listed(exp.get("order", ["forward"]))) * len(listed(exp["scale"]))
 
 
 def job_memory(name: str, exp: Mapping) -> tuple[int, str]:
@@ -75,9 +87,10 @@ def job_memory(name: str, exp: Mapping) -> tuple[int, str]:
     per_stack = max(1, int(exp.get("max_batch_items", 64)) // max(1, nv))
     L = min(n_deltas, per_stack)
     i = max(range(len(exp["shapes"])), key=lambda j: _w(exp, exp["shapes"][j]))
-    ns = 1 if name == POLICY_EXPERIMENT else len(listed(exp["scale"]))
-    stack = L * _w(exp, exp["shapes"][i]) * (6 + 6 * nv + nv * ns)
-    return BASE_BYTES + stored + stack, f"experiments.{name}.shapes[{i}]"
+    shape = exp["shapes"][i]
+    stack = L * _w(exp, shape) * (6 + 6 * nv + nv * _calls(name, exp))
+    scores = 28 * int(exp["batch"]) * int(exp["heads"]) * int(shape["n"]) ** 2
+    return BASE_BYTES + stored + stack + scores, f"experiments.{name}.shapes[{i}]"
 
 
 def machine_memory() -> int:
@@ -90,6 +103,13 @@ def _units(exp: Mapping) -> list[int]:
     return [int(exp["batch"]) * int(exp["heads"]) * int(s["n"]) ** 2 for s in exp["shapes"]]
 
 
+def _stacks(exp: Mapping, nv: int) -> float:
+    """Stacks per item: Δ chunks (:func:`kernels.pipeline.runs.delta_chunks`) over Δ values."""
+    n_deltas = len(delta_values(exp["delta"]))
+    per = max(1, int(exp.get("max_batch_items", 64)) // max(1, nv))
+    return -(-n_deltas // per) / n_deltas
+
+
 def _cpu_s(name: str, exp: Mapping, cal: Mapping | None) -> float | None:
     """Estimated CPU seconds of the experiment's kernel and reference work (None: not estimated)."""
     if cal is None or name == CONFORMANCE:
@@ -98,18 +118,24 @@ def _cpu_s(name: str, exp: Mapping, cal: Mapping | None) -> float | None:
     rows = expected_rows(name, exp)
     if name == POLICY_EXPERIMENT:
         n_deltas = len(delta_values(exp["delta"]))
-        base = (int(exp["seeds"]) * len(exp["shapes"]) * len(listed(exp["causal"])) * len(listed(exp["sigma"]))
-                * n_deltas)
+        items = (int(exp["seeds"]) * len(exp["shapes"]) * len(listed(exp["causal"])) * len(listed(exp["sigma"]))
+                 * n_deltas)
         calls = len(exp["policies"]) * len(exp["variants"])
         cost = 0.0
         for kind in exp["sink_kinds"]:
             nv = len(listed(exp["sink_v_scale"])) if kind == "keys" else 1
-            cost += base * (calls * (cal["c_p"] + cal["c_s"] + nv * cal["c_v"]) + nv * cal["c_ref"])
+            stacks = items * _stacks(exp, nv)
+            cast = sum(1 for c in exp["variants"].values() if c.get("qk_fmt") is not None)
+            scores = (cast * items + (len(exp["variants"]) - cast) * stacks) * cal["c_q"]
+            cost += (scores + items * calls * (cal["c_p"] + cal["c_s"] + nv * cal["c_v"])
+                     + stacks * nv * cal["c_refa"] + items * nv * cal["c_ref"])
         return cost * mean_units
     orders, scales = len(listed(exp["order"])), len(listed(exp["scale"]))
     nv = len(listed(exp["sink_v_scale"]))
     items = rows / (orders * scales * nv)
-    cost = items * (orders * cal["c_p"] + orders * scales * cal["c_s"] + nv * cal["c_ref"]) + rows * cal["c_v"]
+    stacks = items * _stacks(exp, nv)
+    cost = (stacks * (cal["c_q"] + nv * cal["c_refa"])
+            + items * (orders * cal["c_p"] + orders * scales * cal["c_s"] + nv * cal["c_ref"]) + rows * cal["c_v"])
     return cost * mean_units
 
 
@@ -174,40 +200,55 @@ def calibration_path() -> str:
     return os.path.join(root, "pcast-fp8", "calibration.json")
 
 
-def calibrate(*, n: int = 1024, d: int = 64, items: int = 4, repeats: int = 3) -> dict:
-    """Seconds per score (Nq·Nk) of steps 1-2 (``c_p``), 3-4 (``c_s``) and 5-6 (``c_v``) of one
-    emulator item, and of the float64 reference (``c_ref``), on one thread, the best of ``repeats``
-    (module docstring). Three :func:`kernels.attention_scales` calls of ``items`` stacked items
-    separate the parts: one scale and one value tensor (p + s + v), three value tensors
-    (p + s + 3v), three scales (p + 3s + 3v). About a second, plus importing torch."""
+def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
+    """Seconds per score (n²) of each part of the module docstring's model, on one thread, the best of
+    ``repeats``, measured on Δ stacks of 2 and 6 items built as the jobs build them: ``c_q`` is the
+    emulator's q·kᵀ matmuls of one item, chunk by chunk; one call (one order, scale and value tensor)
+    at 2 and 6 items gives the per-item work (the difference over 4 items); at 6 items, three value tensors add ``2·c_v`` per item and three scales of one
+    order ``2·(c_s + c_v)``; the reference at 2 and 6 items separates ``c_refa`` from ``c_ref``.
+    About two seconds, plus importing torch."""
     import torch
 
-    from .. import attention_scales
-    from ..reference import reference_attention
+    from .. import attention_calls
+    from ..reference import reference_stack
+    from ..sinks import make_base
+    from .runs import value_stack
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        g = torch.Generator().manual_seed(0)
-        q, k, v = (torch.randn(items, 1, n, d, generator=g) for _ in range(3))
-        calls = {"one": ([v], [256.0]), "values": ([v, v, v], [256.0]), "scales": ([v], [1.0, 16.0, 256.0])}
-        best = dict.fromkeys([*calls, "ref"], float("inf"))
+        base = make_base(0, n=n, d=d)
+        stacks = {L: value_stack(base, 4, [4.0 + i for i in range(L)], [1.0], torch.device("cpu")) for L in (2, 6)}
+        one = [{"scale": 256.0}]
+        runs = {"one2": (2, 1, one), "one6": (6, 1, one), "values6": (6, 3, one),
+                "scales6": (6, 1, [{"scale": s} for s in (1.0, 16.0, 256.0)])}
+        best = dict.fromkeys([*runs, "ref2", "ref6", "scores"], float("inf"))
+        q1, kT = stacks[2][0][0, 0], stacks[2][1][0, 0].t()
+        rows = max(1, (1 << 18) // n)  # the emulator's chunk of rows (kernels.emulator._CHUNK_ELEMS)
         for _ in range(repeats):
-            for key, (values, scales) in calls.items():
-                t0 = time.perf_counter()
-                attention_scales(q, k, values, scales=scales, order="forward", ksink=4, backend="emulator")
-                best[key] = min(best[key], time.perf_counter() - t0)
             t0 = time.perf_counter()
-            reference_attention(q, k, v)
-            best["ref"] = min(best["ref"], time.perf_counter() - t0)
+            for r0 in range(0, n, rows):
+                torch.matmul(q1[r0:r0 + rows], kT)
+            best["scores"] = min(best["scores"], time.perf_counter() - t0)
+            for key, (L, nv, calls) in runs.items():
+                q, k, (v,) = stacks[L]
+                t0 = time.perf_counter()
+                attention_calls(q, k, [v] * nv, calls, order="forward", ksink=4, backend="emulator")
+                best[key] = min(best[key], time.perf_counter() - t0)
+            for L in (2, 6):
+                q, k, values = stacks[L]
+                t0 = time.perf_counter()
+                reference_stack(q, k, values)
+                best[f"ref{L}"] = min(best[f"ref{L}"], time.perf_counter() - t0)
     finally:
         torch.set_num_threads(threads)
-    units = items * n * n
-    c_v = max((best["values"] - best["one"]) / 2, 0.0) / units
-    c_s = max((best["scales"] - best["one"]) / 2 / units - c_v, 0.0)
-    c_p = max(best["one"] / units - c_s - c_v, 0.0)
-    return {**_machine_key(), "c_p": c_p, "c_s": c_s, "c_v": c_v, "c_ref": best["ref"] / units, "n": n, "d": d,
-            "items": items}
+    u = n * n
+    item = max(best["one6"] - best["one2"], 0.0) / 4 / u  # c_p + c_s + c_v
+    c_v = max(best["values6"] - best["one6"], 0.0) / 2 / 6 / u
+    c_s = max(max(best["scales6"] - best["one6"], 0.0) / 2 / 6 / u - c_v, 0.0)
+    c_ref = max(best["ref6"] - best["ref2"], 0.0) / 4 / u
+    return {**_machine_key(), "c_q": best["scores"] / u, "c_p": max(item - c_s - c_v, 0.0),
+            "c_s": c_s, "c_v": c_v, "c_refa": max(best["ref2"] / u - 2 * c_ref, 0.0), "c_ref": c_ref, "n": n, "d": d}
 
 
 def load_calibration(path: str | os.PathLike | None = None) -> dict:
