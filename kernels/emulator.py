@@ -56,8 +56,9 @@ SCORE_SLICE = 64
 _SHARED_BYTES = 256 * 2**20
 #: What :func:`emulate_calls` shared since the process started (tests and benchmarks read it):
 #: ``full`` / ``sliced`` / ``copied``: chunks of rows whose scores were one full matmul, a matmul of the
-#: leading keys over shared ones, a copy of shared ones; ``reused``: chunks a further call took as they were.
-SHARING = {"full": 0, "sliced": 0, "copied": 0, "reused": 0}
+#: leading keys over shared ones, a copy of shared ones; ``reused``: chunks a further call took as they were;
+#: ``cloned``: chunks of a call whose steps 1-5 were an earlier item's (:func:`_clone_rows`).
+SHARING = {"full": 0, "sliced": 0, "copied": 0, "reused": 0, "cloned": 0}
 
 
 def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
@@ -205,10 +206,12 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
                  cummax=rescale_threshold == 0 and not sink_init)
 
 
-def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torch.Tensor | None = None) -> None:
+def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torch.Tensor | None = None,
+          keep: list | None = None) -> None:
     """Steps 1-6 for query rows r0:r1 of head g into ``outs[i][j]`` (scale i, value tensor j) and ``diags[i]``:
     steps 1-2 once, 3-4 once per scale, 5-6 once per scale and value tensor, each as a call of its own.
-    ``s``: step 1's scores of these rows when another call computed them (:func:`_scores`' bits; overwritten)."""
+    ``s``: step 1's scores of these rows when another call computed them (:func:`_scores`' bits; overwritten).
+    ``keep``: a list that receives, per scale, what step 6 starts from (:func:`_clone_rows`)."""
     nr = r1 - r0
     Np = c.nblk * c.block_n
     # step 1: scores
@@ -251,6 +254,7 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         m_final = m_safe[:, 0] if c.reverse else m_safe[:, -1]
         w = _weights(c, m, m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
         l = (lblk * w).sum(-1)
+        l_loop = l  # the row sum of the keys, before a sink logit joins it
         if c.sink_init:  # the sink's own value l0, carried to the end by every block's alpha
             l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
         # step 5: accumulate
@@ -259,6 +263,22 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         # step 6: normalise
         if c.sink is not None and not c.sink_init:
             l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
+        for out, acc in zip(outs_i, accs):
+            out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
+        if keep is not None:
+            keep.append((accs, l_loop, m_final))
+
+
+def _clone_rows(c: _Call, g: int, a: int, r0: int, r1: int, outs: tuple, diags: tuple, kept: list) -> None:
+    """Rows r0:r1 of item g whose scores and values have the bits of item a's and whose sink logit, if
+    any, joins only the final row sum (no ``sink_init``): steps 1-5 are a's, so a's accumulators, row
+    sum and final max (``kept``, from :func:`_rows`) are reused and only the normalisation is g's own,
+    with the operations :func:`_rows` applies there."""
+    for sc, outs_i, diag, (accs, l, m_final) in zip(c.scales, outs, diags, kept):
+        for name, t in diag.items():
+            t[g, r0:r1] = t[a, r0:r1]
+        if c.sink is not None:
+            l = l + _sink_value(c, c.sink[g], m_final)
         for out, acc in zip(outs_i, accs):
             out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
 
@@ -424,6 +444,16 @@ class _Shared:
     def _chunks(self, nq: int):
         return [(r0, min(nq, r0 + self.rows)) for r0 in range(0, nq, self.rows)]
 
+    def copies(self, g: int) -> int | None:
+        """The anchor whose scores item g has bit for bit (its keys and queries equal), else None."""
+        return self.twin[g] if self.twin[g] is not None and self.cols[g] == 0 else None
+
+    def skip(self, g: int, r1: int) -> None:
+        """Rows up to r1 of item g need no scores (every call reuses its anchor's results)."""
+        a = self.twin[g]
+        if a is not None and g == self.last_use[a] and r1 == self.c.qs.shape[1]:
+            self.kept.pop(a, None)
+
     def scores(self, g: int, r0: int, r1: int) -> torch.Tensor:
         """Step 1's scores of rows r0:r1 of item g, a new tensor the caller may overwrite."""
         a = self.twin[g]
@@ -483,14 +513,29 @@ def emulate_calls(q, k, v: tuple, calls) -> list:
         c0 = members[0][0]
         rows = max(1, _CHUNK_ELEMS // (c0.nblk * c0.block_n))
         shared = _Shared(c0, rows)
+        # An item whose scores and values copy its anchor's bits repeats the anchor's steps 1-5 in every
+        # call without a sink that seeds the max (a stack of learned sink logits on one base): reuse them.
+        clones = [[a if a is not None and not c.sink_init and all(
+            torch.equal(_bits(vf[g]), _bits(vf[a])) for vf in c.vf) else None
+            for g, a in enumerate(map(shared.copies, range(G)))] for c, *_ in members]
+        anchors = [{a for a in cl if a is not None} for cl in clones]
+        kept: list[dict] = [{} for _ in members]  # per call: (anchor, r0) -> per scale (accs, l, m_final)
         for g in range(G):
             for r0 in range(0, Nq, rows):
                 r1 = min(Nq, r0 + rows)
-                s = shared.scores(g, r0, r1)
+                need = [m for m in range(len(members)) if clones[m][g] is None]
+                if not need:
+                    shared.skip(g, r1)
+                s = shared.scores(g, r0, r1) if need else None
                 for m, (c, outs, diags, _) in enumerate(members):
-                    last = m == len(members) - 1
-                    SHARING["reused"] += m > 0
-                    _rows(c, g, r0, r1, outs, diags, s if last else s.clone())
+                    a = clones[m][g]
+                    if a is not None:
+                        SHARING["cloned"] += 1
+                        _clone_rows(c, g, a, r0, r1, outs, diags, kept[m][(a, r0)])
+                        continue
+                    SHARING["reused"] += m != need[0]
+                    keep = kept[m].setdefault((g, r0), []) if g in anchors[m] else None
+                    _rows(c, g, r0, r1, outs, diags, s if m == need[-1] else s.clone(), keep)
         for c, outs, diags, which in members:
             taken: set = set()
             for i, j in which.items():  # two equal calls share one scale: each result gets its own tensors

@@ -261,13 +261,39 @@ def test_sharing_counters_on_a_delta_stack():
     assert g["reused"] > 0  # the other calls took the group's scores as they were
 
 
-def test_identical_items_are_copied():
-    """Items equal bit for bit (Δ repeated) take the anchor's scores as they are."""
+def test_identical_items_are_cloned():
+    """Items equal bit for bit (Δ repeated, same values) repeat the anchor's steps 1-5: every call
+    reuses the anchor's accumulators and row sums (no scores at all for those items)."""
     q, k, values = stack(seed=9, deltas=[8.0, 8.0, 0.0, 8.0])
     before = snapshot()
     assert_like_run_by_run(q, k, values, ORDER_SCALE[:3], ksink=4, **EMU)
     g = grown(before)
-    assert g["copied"] == 2 and g["sliced"] == 1 and g["full"] == 1
+    assert g["copied"] == 0 and g["sliced"] == 1 and g["full"] == 1 and g["cloned"] >= 2
+
+
+def test_identical_items_under_a_seeding_sink_are_copied():
+    """With a sink logit that seeds the max (sink_mode="init"), an item's steps 2-5 depend on its own
+    logit, so equal items take the anchor's scores as they are and run steps 2-6 themselves."""
+    q, k, values = stack(seed=9, deltas=[8.0, 8.0, 0.0, 8.0])
+    sink = torch.tensor([[3.0], [5.0], [3.0], [7.0]])
+    calls = [dict(c, sink_mode="init") for c in ORDER_SCALE[:3]]
+    before = snapshot()
+    assert_like_run_by_run(q, k, values, calls, ksink=4, sink_logit=sink, **EMU)
+    g = grown(before)
+    assert g["copied"] == 2 and g["sliced"] == 1 and g["full"] == 1 and g["cloned"] == 0
+
+
+def test_learned_sink_stack_is_cloned():
+    """A stack of learned sink logits on one base (the policies experiment's logit kind: no sink key,
+    every item the same q, k, v): with sink_mode="final" each item after the first reuses steps 1-5,
+    bit-identical to run-by-run, and only the normalisation takes its own logit."""
+    q, k, values = stack(seed=13, deltas=[0.0, 0.0, 0.0, 0.0], ksink=0)
+    sink = torch.tensor([[0.0], [4.0], [8.0], [16.0]])
+    calls = [dict(c, sink_mode="final") for c in ORDER_SCALE] + [{"policy": "fa3"}, {"policy": "vllm-unified"}]
+    before = snapshot()
+    assert_like_run_by_run(q, k, values, calls, ksink=0, sink_logit=sink, **EMU)
+    g = grown(before)
+    assert g["cloned"] > 0 and g["copied"] > 0  # vllm-unified seeds the max with the sink: copied, not cloned
 
 
 def test_probe_says_no(monkeypatch):
