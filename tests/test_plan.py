@@ -132,8 +132,21 @@ def test_cpu_estimate_follows_the_calibration_and_the_grid():
     assert 0 < cast < len(pol["variants"])  # the default has a variant with and one without a q/k cast
     p_stacks = {kind: pol["seeds"] * len(delta_chunks(pconfig.delta_values(pol["delta"]), nv_k, pol.get("max_batch_items", 64)))
                 for kind, nv_k in (("keys", len(pol["sink_v_scale"])), ("logit", 1))}
-    want = sum(cast * p_items + (len(pol["variants"]) - cast) * p_stacks[kind] for kind in pol["sink_kinds"])
+    assert pol["sink_kinds"] == ["keys", "logit"]
+    # keys: a per-item q/k cast per item, else once a stack; logit (one q, k for the stack): once a stack
+    want = cast * p_items + (len(pol["variants"]) - cast) * p_stacks["keys"] + len(pol["variants"]) * p_stacks["logit"]
     rows = {r["experiment"]: r for r in plan.plan_rows(cfg, {**zero, "c_q": 1e-9})}
+    assert rows["policies"]["cpu_s"] == pytest.approx(want * pol["shapes"][0]["n"] ** 2 * 1e-9)
+    # steps 3-4 once per item and call, but in the logit kind only the stack's first item for a call whose
+    # sink does not seed the max (vllm-unified's does: sink_mode "init")
+    from kernels.pipeline.policy_config import resolve_policies
+
+    resolved = resolve_policies(pol, cfg.get("policies"))
+    seeding = sum(1 for kw in resolved.values() if kw["sink_mode"] == "init")
+    assert 0 < seeding < len(resolved)
+    n_pol, nvar = len(pol["policies"]), len(pol["variants"])
+    want = (p_items * n_pol * nvar + (seeding * p_items + (n_pol - seeding) * p_stacks["logit"]) * nvar)
+    rows = {r["experiment"]: r for r in plan.plan_rows(cfg, {**zero, "c_s": 1e-9})}
     assert rows["policies"]["cpu_s"] == pytest.approx(want * pol["shapes"][0]["n"] ** 2 * 1e-9)
     cal = {**zero, "c_p": 1e-9, "c_v": 3e-9}
     doubled = pconfig.resolve_preset(CONFIG, {"experiments": {"collapse": {"seeds": 2 * exp["seeds"]}}})

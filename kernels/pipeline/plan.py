@@ -43,7 +43,9 @@ Per score, not per multiply-add: the elementwise steps dominate and BLAS makes t
 so d changes the cost far less than n does. A sweep of ``rows`` runs has ``I = rows / (orders·
 scales·nv)`` items in ``I / nΔ · chunks`` stacks. A policies stack runs ``policies·variants`` calls
 (the V-cast floors are shared between policies, 1.02 runs a row in the default preset), each
-``c_p + c_s + nv·c_v`` per item. The conformance check runs the Triton kernel, interpreted on a
+``c_p + c_s + nv·c_v`` per item; in a stack of learned sink logits (one q, k, v for every item)
+only the first item pays that in a call whose sink does not seed the max (``sink_mode="final"``:
+the others reuse its steps 1-5), and the scores are one item's. The conformance check runs the Triton kernel, interpreted on a
 CPU, which is not calibrated; the statistics, figures and tables are not estimated either.
 """
 
@@ -110,7 +112,14 @@ def _stacks(exp: Mapping, nv: int) -> float:
     return -(-n_deltas // per) / n_deltas
 
 
-def _cpu_s(name: str, exp: Mapping, cal: Mapping | None) -> float | None:
+def _resolved(exp: Mapping, user: Mapping | None) -> dict:
+    """The policies experiment's policies, resolved to their keywords (config checks made them valid)."""
+    from .policy_config import resolve_policies
+
+    return resolve_policies(exp, user)
+
+
+def _cpu_s(name: str, exp: Mapping, cal: Mapping | None, user: Mapping | None = None) -> float | None:
     """Estimated CPU seconds of the experiment's kernel and reference work (None: not estimated)."""
     if cal is None or name == CONFORMANCE:
         return None
@@ -120,14 +129,20 @@ def _cpu_s(name: str, exp: Mapping, cal: Mapping | None) -> float | None:
         n_deltas = len(delta_values(exp["delta"]))
         items = (int(exp["seeds"]) * len(exp["shapes"]) * len(listed(exp["causal"])) * len(listed(exp["sigma"]))
                  * n_deltas)
-        calls = len(exp["policies"]) * len(exp["variants"])
+        variants = len(exp["variants"])
+        seeding = sum(1 for kw in _resolved(exp, user).values() if kw.get("sink_mode") == "init")
         cost = 0.0
         for kind in exp["sink_kinds"]:
             nv = len(listed(exp["sink_v_scale"])) if kind == "keys" else 1
             stacks = items * _stacks(exp, nv)
             cast = sum(1 for c in exp["variants"].values() if c.get("qk_fmt") is not None)
-            scores = (cast * items + (len(exp["variants"]) - cast) * stacks) * cal["c_q"]
-            cost += (scores + items * calls * (cal["c_p"] + cal["c_s"] + nv * cal["c_v"])
+            if kind == "keys":  # every item its own sink keys: a per-item q/k cast differs, and so does P
+                scores = cast * items + (variants - cast) * stacks
+                runs = items * len(exp["policies"]) * variants
+            else:  # one q, k, v for the stack: one item's work per call, unless the sink seeds the max
+                scores = variants * stacks
+                runs = (seeding * items + (len(exp["policies"]) - seeding) * stacks) * variants
+            cost += (scores * cal["c_q"] + runs * (cal["c_p"] + cal["c_s"] + nv * cal["c_v"])
                      + stacks * nv * cal["c_refa"] + items * nv * cal["c_ref"])
         return cost * mean_units
     orders, scales = len(listed(exp["order"])), len(listed(exp["scale"]))
@@ -147,7 +162,7 @@ def plan_rows(config: Mapping, cal: Mapping | None) -> list[dict]:
         exp = config["experiments"][name]
         mem, key = job_memory(name, exp)
         rows.append({"experiment": name, "shards": n_shards(exp), "runs": expected_rows(name, exp),
-                     "cpu_s": _cpu_s(name, exp, cal), "peak_bytes": mem, "key": key})
+                     "cpu_s": _cpu_s(name, exp, cal, config.get("policies")), "peak_bytes": mem, "key": key})
     return rows
 
 
