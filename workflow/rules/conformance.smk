@@ -16,6 +16,7 @@ rule conformance_shard:
     wildcard_constraints:
         experiment=CONFORMANCE,
         shard=r"\d{3}",
+    priority: 1
     conda:
         "../envs/pcast-fp8.yaml"
     threads: 1

@@ -13,6 +13,7 @@ rule inputs:
     wildcard_constraints:
         experiment="|".join(ALL_EXPERIMENTS),
         shard=r"\d{3}",
+    priority: 1
     conda:
         "../envs/pcast-fp8.yaml"
     threads: 1

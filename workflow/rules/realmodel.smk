@@ -13,6 +13,7 @@ rule realmodel_capture:
         "results/logs/realmodel/realmodel_capture.log",
     benchmark:
         "results/benchmarks/realmodel/realmodel_capture.tsv"
+    priority: 3
     conda:
         "../envs/pcast-fp8.yaml"
     params:
@@ -32,6 +33,7 @@ rule realmodel_heads:
         "results/benchmarks/realmodel/realmodel_heads/layer{layer}.tsv"
     wildcard_constraints:
         layer=r"\d+",
+    priority: 2
     conda:
         "../envs/pcast-fp8.yaml"
     threads: 1
@@ -53,6 +55,7 @@ rule realmodel_outputs:
         "results/logs/realmodel/realmodel_outputs.log",
     benchmark:
         "results/benchmarks/realmodel/realmodel_outputs.tsv"
+    priority: 3
     conda:
         "../envs/pcast-fp8.yaml"
     threads: 1

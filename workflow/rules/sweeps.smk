@@ -3,6 +3,9 @@
 # conformance check's included (rule tidy_table, for every experiment; policies.csv has its own
 # columns, kernels.contract.POLICY_TIDY_COLUMNS), with the shard timings kept apart in
 # results/timing/ (kernels.pipeline.tables).
+# Priorities (here, inputs, conformance, realmodel): the long jobs first -- the real model's capture and
+# whole-model outputs (3), its layer jobs (2), inputs and shards (1) -- so that the short statistics,
+# figure and table jobs (0) fill both cores at the end instead of one long job running alone.
 
 
 rule sweep_shard:
@@ -18,6 +21,7 @@ rule sweep_shard:
     wildcard_constraints:
         experiment="|".join(SHARD_EXPERIMENTS),
         shard=r"\d{3}",
+    priority: 1
     conda:
         "../envs/pcast-fp8.yaml"
     threads: 1
