@@ -10,12 +10,33 @@ run on one machine, interleaved, so the ratio is robust to a noisy machine:
 * baseline "square": a large square float32 matmul (torch's peak on this machine).
 
 The headline figure is emulator / matmul-pair throughput.
+
+``pcast-bench --sweep`` measures instead the multi-run engine :func:`kernels.attention_calls` on a
+collapse-shaped sweep, in runs per second, against its arithmetic floor (issue 11):
+
+* inputs built as the sweep shards build them: ``kernels.sinks.make_base(0, n=N, d=D)``, then
+  ``kernels.pipeline.runs.value_stack`` at ksink 4 over a Δ grid 0, 1, ..., ``--deltas``-1 (one
+  value tensor, sink_v_scale 1);
+* engine: ONE ``attention_calls(q, k, values, calls, ksink=4, backend="emulator")`` with the four
+  combinations order forward/reverse × scale 1/256, i.e. 4 × ``--deltas`` runs; "with reference"
+  adds the float64 ``kernels.reference.reference_stack`` of the stack, once, as the shards do;
+* floor: one float32 P·V matmul per run at the same shapes ([N, N] @ [N, D]), in the emulator's chunks
+  of rows (``kernels.emulator._CHUNK_ELEMS`` // padded N): the least matmul work a run must do;
+* engine, floor and reference interleaved in one process, median of ``--reps``, at each thread count
+  of ``--threads`` (default 1,2); ``--scaling`` adds the engine on a Δ grid 4× larger in the same
+  interleave and reports the ratio of runs/s (4× grid / 1× grid; the issue wants it within ±15% of 1).
+
+The headline figure is engine / floor runs/s (the fraction of the floor reached). ``--json PATH``
+writes the numbers (atomically).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import tempfile
 import time
 
 import torch
@@ -59,26 +80,236 @@ def measure(batch=8, n=1024, d=64, reps=7, seed=0, scale=256.0, order="forward")
             "shape": (batch, 1, n, d)}
 
 
+#: The sweep's sink count and its (order, scale) combinations: one attention_calls call runs all of them.
+SWEEP_KSINK = 4
+SWEEP_CALLS = tuple({"order": o, "scale": s} for o in ("forward", "reverse") for s in (1.0, 256.0))
+#: --sweep's defaults (the default mode keeps its own: --reps 7, --threads torch's choice).
+SWEEP_DEFAULTS = {"n": 1024, "d": 64, "deltas": 16, "reps": 5, "threads": "1,2"}
+_BLOCK_N = 64  # kernels.attention's default block_n: the emulator pads keys to a multiple of it
+
+
+def sweep_inputs(n, d, n_deltas, seed=0):
+    """q, k, values (one value tensor) of a Δ stack as the sweep shards build them, and the Δ grid."""
+    from ..pipeline.runs import value_stack
+    from ..sinks import make_base
+
+    deltas = [float(i) for i in range(n_deltas)]
+    base = make_base(seed, n=n, d=d)
+    q, k, values = value_stack(base, SWEEP_KSINK, deltas, [1.0], torch.device("cpu"))
+    return q, k, values, deltas
+
+
+def floor_rows(n):
+    """Query rows per P·V matmul of the floor: the emulator's chunk of rows at n keys."""
+    from ..emulator import _CHUNK_ELEMS
+
+    return max(1, _CHUNK_ELEMS // (-(-n // _BLOCK_N) * _BLOCK_N))
+
+
+class _Sweep:
+    """One Δ stack and the three timed parts of a sweep on it: engine, floor, reference."""
+
+    def __init__(self, n, d, n_deltas, seed=0):
+        self.q, self.k, self.values, self.deltas = sweep_inputs(n, d, n_deltas, seed)
+        self.n, self.d = n, d
+        self.runs = len(SWEEP_CALLS) * len(self.deltas) * len(self.values)
+        g = torch.Generator().manual_seed(seed + 1)
+        self.p = torch.softmax(torch.randn(n, n, generator=g), dim=-1)  # a stand-in P: the floor's cost is shape only
+        self.vs = [self.values[0][i, 0].contiguous() for i in range(len(self.deltas))]  # [N, D] per Δ item
+        self.out = torch.empty(n, d)
+        self.rows = floor_rows(n)
+
+    def engine(self):
+        from .. import attention_calls
+
+        res = attention_calls(self.q, self.k, self.values, [dict(c) for c in SWEEP_CALLS], ksink=SWEEP_KSINK,
+                              backend="emulator")
+        # runs counted from what came back: one per (call, value tensor, Δ item)
+        return sum(r.out.shape[0] for per_call in res for r in per_call)
+
+    def reference(self):
+        from ..reference import reference_stack
+
+        reference_stack(self.q, self.k, self.values)
+
+    def floor(self):
+        p, out, rows, n = self.p, self.out, self.rows, self.n
+        for r in range(self.runs):
+            v = self.vs[r % len(self.vs)]
+            for r0 in range(0, n, rows):
+                r1 = min(n, r0 + rows)
+                torch.matmul(p[r0:r1], v, out=out[r0:r1])
+
+
+def _timed(f):
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+def _measure_at(main, big, reps):
+    """Interleaved timings of ``main`` (and the engine on ``big``, a 4× Δ grid, when given) at torch's
+    current thread count."""
+    from ..emulator import SHARING
+
+    before = dict(SHARING)
+    counted = main.engine()  # warm-up (BLAS, the emulator's slice probes) and the run count
+    sharing = {k_: SHARING[k_] - before[k_] for k_ in SHARING}
+    if counted != main.runs:
+        raise RuntimeError(f"attention_calls ran {counted} runs, expected {main.runs}")
+    main.floor()
+    main.reference()
+    if big is not None:
+        big.engine()
+    times = {"engine": [], "floor": [], "reference": []} | ({"engine_4x": []} if big is not None else {})
+    for _ in range(reps):  # interleaved: drifts in machine load hit every part alike
+        times["engine"].append(_timed(main.engine))
+        times["floor"].append(_timed(main.floor))
+        times["reference"].append(_timed(main.reference))
+        if big is not None:
+            times["engine_4x"].append(_timed(big.engine))
+    med = {k_: statistics.median(v_) for k_, v_ in times.items()}
+    with_ref = statistics.median(e + r for e, r in zip(times["engine"], times["reference"]))
+    row = {"threads": torch.get_num_threads(),
+           "engine_runs_per_s": main.runs / med["engine"],
+           "floor_runs_per_s": main.runs / med["floor"],
+           "fraction_of_floor": med["floor"] / med["engine"],
+           "with_reference_runs_per_s": main.runs / with_ref,
+           "seconds": times, "sharing": sharing}
+    if big is not None:
+        row["scaling"] = {"deltas": len(big.deltas), "runs": big.runs,
+                          "engine_runs_per_s": big.runs / med["engine_4x"],
+                          "ratio": (big.runs / med["engine_4x"]) / row["engine_runs_per_s"]}
+    return row
+
+
+def measure_sweep(n=1024, d=64, deltas=16, reps=5, threads=(1, 2), scaling=False, seed=0):
+    """``pcast-bench --sweep``'s numbers (module docstring): one dict per thread count under ``results``.
+    torch's thread count is restored after."""
+    main = _Sweep(n, d, deltas, seed)
+    big = _Sweep(n, d, 4 * deltas, seed) if scaling else None
+    old = torch.get_num_threads()
+    results = []
+    try:
+        for t in threads:
+            torch.set_num_threads(t)
+            results.append(_measure_at(main, big, reps))
+    finally:
+        torch.set_num_threads(old)
+    return {"n": n, "d": d, "ksink": SWEEP_KSINK, "deltas": len(main.deltas), "calls": [dict(c) for c in SWEEP_CALLS],
+            "runs": main.runs, "reps": reps, "statistic": "median", "floor_rows": main.rows,
+            "scaling": bool(scaling), "results": results}
+
+
+def _write_json(path, data):
+    """``data`` as JSON at ``path``: a temporary file in the same folder, then os.replace."""
+    path = os.path.abspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".pcast-bench-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _print_sweep(r):
+    print(f"attention_calls sweep: N={r['n']} d={r['d']} ksink={r['ksink']}, {r['deltas']} Δ x "
+          f"{len(r['calls'])} (order, scale) = {r['runs']} runs per call; median of {r['reps']} interleaved reps")
+    print(f"floor: one float32 P·V matmul per run ([{r['n']}, {r['n']}] @ [{r['n']}, {r['d']}] in chunks of "
+          f"{r['floor_rows']} rows)")
+    head = f"{'threads':>7}  {'engine runs/s':>13}  {'floor runs/s':>12}  {'engine/floor':>12}  {'with reference':>14}"
+    if r["scaling"]:
+        s0 = r["results"][0]["scaling"]
+        head += f"  {str(s0['deltas']) + ' Δ runs/s':>14}  {'4x/1x':>6}"
+    print(head)
+    for row in r["results"]:
+        line = (f"{row['threads']:>7}  {row['engine_runs_per_s']:>13.1f}  {row['floor_runs_per_s']:>12.1f}  "
+                f"{row['fraction_of_floor']:>12.3f}  {row['with_reference_runs_per_s']:>14.1f}")
+        if r["scaling"]:
+            sc = row["scaling"]
+            line += f"  {sc['engine_runs_per_s']:>14.1f}  {sc['ratio']:>6.2f}"
+        print(line)
+
+
+def _threads_list(ap, text):
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        vals = [int(p) for p in parts]
+    except ValueError:
+        vals = None
+    if not vals or any(v < 1 for v in vals):
+        ap.error(f"--threads={text!r}: must be positive integers separated by commas, e.g. 1,2")
+    return vals
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--sweep", action="store_true",
+                    help="measure kernels.attention_calls on a collapse-shaped Δ sweep in runs/s against its "
+                         "P·V floor (see the module docstring)")
+    ap.add_argument("--batch", type=int, default=None, help="default mode only (default 8)")
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--d", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    ap.add_argument("--reps", type=int, default=None, help="default 7; 5 with --sweep")
+    ap.add_argument("--threads", default=None,
+                    help="torch intra-op threads (default: torch's choice); with --sweep a comma list (default 1,2)")
+    ap.add_argument("--deltas", type=int, default=None, help="--sweep: Δ values in the grid (default 16)")
+    ap.add_argument("--scaling", action="store_true", help="--sweep: also the engine on a Δ grid 4x larger")
+    ap.add_argument("--json", default=None, metavar="PATH", help="--sweep: write the numbers as JSON to PATH")
     args = ap.parse_args(argv)
+    if args.sweep:
+        return _main_sweep(ap, args)
+    for name in ("deltas", "json"):
+        if getattr(args, name) is not None:
+            ap.error(f"--{name} needs --sweep")
+    if args.scaling:
+        ap.error("--scaling needs --sweep")
+    reps = 7 if args.reps is None else args.reps
+    if reps < 1:
+        ap.error(f"--reps={reps}: must be >= 1")
     if args.threads is not None:
-        if args.threads < 1:
-            ap.error(f"--threads={args.threads}: must be >= 1")
-        torch.set_num_threads(args.threads)
-    r = measure(batch=args.batch, n=args.n, d=args.d, reps=args.reps)
+        threads = _threads_list(ap, args.threads)
+        if len(threads) != 1:
+            ap.error(f"--threads={args.threads!r}: one thread count without --sweep")
+        torch.set_num_threads(threads[0])
+    r = measure(batch=8 if args.batch is None else args.batch, n=args.n, d=args.d, reps=reps)
     gf = r["gflops"]
-    print(f"shape {r['shape']}, {r['threads']} torch threads, median of {args.reps} interleaved runs")
+    print(f"shape {r['shape']}, {r['threads']} torch threads, median of {reps} interleaved runs")
     print(f"  emulator attention      {gf['emulator']:8.1f} GFLOP/s")
     print(f"  torch matmul pair       {gf['matmul_pair']:8.1f} GFLOP/s  (QK^T and PV at the same shapes)")
     print(f"  torch square matmul     {gf['square']:8.1f} GFLOP/s  (2048^3)")
     print(f"emulator / matmul pair = {r['ratio_vs_matmul_pair']:.2f}")
     print(f"emulator / square      = {r['ratio_vs_square']:.2f}")
+    return 0
+
+
+def _main_sweep(ap, args):
+    """``--sweep``: every argument checked (argparse error naming the option) before any work."""
+    from ..contract import HEAD_DIMS
+
+    if args.batch is not None:
+        ap.error("--batch is not used by --sweep (the batch is the Δ grid: --deltas)")
+    if args.n < 16:
+        ap.error(f"--n={args.n}: must be >= 16")
+    if args.d not in HEAD_DIMS:  # kernels.sinks.make_base draws d a power of two in 16..256
+        ap.error(f"--d={args.d}: must be one of {', '.join(map(str, HEAD_DIMS))} (a power of two, a multiple of "
+                 "16 up to 256, as kernels.sinks.make_base draws)")
+    deltas = SWEEP_DEFAULTS["deltas"] if args.deltas is None else args.deltas
+    if deltas < 1:
+        ap.error(f"--deltas={deltas}: must be >= 1")
+    reps = SWEEP_DEFAULTS["reps"] if args.reps is None else args.reps
+    if reps < 1:
+        ap.error(f"--reps={reps}: must be >= 1")
+    threads = _threads_list(ap, SWEEP_DEFAULTS["threads"] if args.threads is None else args.threads)
+    if args.json is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        ap.error(f"--json={args.json!r}: its folder does not exist")
+    r = measure_sweep(n=args.n, d=args.d, deltas=deltas, reps=reps, threads=threads, scaling=args.scaling)
+    _print_sweep(r)
+    if args.json is not None:
+        _write_json(args.json, r)
     return 0
 
 
