@@ -152,3 +152,34 @@ def test_cpu_estimate_follows_the_calibration_and_the_grid():
     doubled = pconfig.resolve_preset(CONFIG, {"experiments": {"collapse": {"seeds": 2 * exp["seeds"]}}})
     assert plan.plan_rows(doubled, cal)[0]["cpu_s"] == pytest.approx(2 * plan.plan_rows(cfg, cal)[0]["cpu_s"])
     assert all(r["cpu_s"] is None for r in plan.plan_rows(cfg, None))
+
+
+def test_job_memory_is_bounded_by_config_settings_not_by_the_grid():
+    """Issue 11, item 4: a job's peak memory depends on max_batch_items and seeds_per_shard, not on how
+    long the Δ grid is or how many seeds the experiment has (more of either means more jobs or more
+    stacks, each of bounded size)."""
+    cfg = pconfig.resolve_preset(CONFIG)
+    for name in ("collapse", "threshold", "policies"):
+        exp = cfg["experiments"][name]
+        base = plan.job_memory(name, exp)[0]
+        grid = {"start": 0.0, "stop": 64.0, "step": 0.125}  # 513 Δ values, far more than a stack holds
+        assert len(pconfig.delta_values(grid)) > 4 * exp.get("max_batch_items", 64)
+        long = plan.job_memory(name, {**exp, "delta": grid})[0]
+        more = plan.job_memory(name, {**exp, "delta": grid, "seeds": 4 * exp["seeds"]})[0]
+        assert long == more  # seeds add jobs, not memory per job
+        halved = plan.job_memory(name, {**exp, "delta": grid, "max_batch_items": exp.get("max_batch_items", 64) // 2})[0]
+        assert halved < long  # the setting bounds it
+        assert long < 3 * base, name  # a longer grid fills the stack once; it does not grow with the grid
+
+
+def test_matmul_parts_scale_with_d_and_elementwise_parts_do_not():
+    cfg = pconfig.resolve_preset(CONFIG)
+    exp = cfg["experiments"]["collapse"]
+    wide = {**exp, "shapes": [{**exp["shapes"][0], "d": 2 * exp["shapes"][0]["d"]}]}
+    zero = {"c_q": 0.0, "c_p": 0.0, "c_s": 0.0, "c_v": 0.0, "c_refa": 0.0, "c_ref": 0.0, "d": exp["shapes"][0]["d"]}
+    for part in zero:
+        if part == "d":
+            continue
+        cal = {**zero, part: 1e-9}
+        ratio = plan._cpu_s("collapse", wide, cal) / plan._cpu_s("collapse", exp, cal)
+        assert ratio == pytest.approx(2.0 if part in plan.MATMUL_PARTS else 1.0), part

@@ -39,8 +39,9 @@ d = 64), as the jobs build them (:func:`kernels.attention_calls`, :func:`kernels
 * ``c_refa``: the reference of a stack's first item and the non-sink partial sums, once per stack
   and value tensor; ``c_ref``: each further item's sink terms, once per item and value tensor.
 
-Per score, not per multiply-add: the elementwise steps dominate and BLAS makes the matmuls cheap,
-so d changes the cost far less than n does. A sweep of ``rows`` runs has ``I = rows / (orders·
+Per score: the elementwise parts (``c_p``, ``c_s``) do not depend on d; the matmul parts (``c_q``,
+``c_v``, ``c_refa``, ``c_ref``) are scaled by d over the calibration's d (64). Without that scaling
+a paper-preset slice (n = 4096, d = 128) measured 1.7-1.9× the estimate. A sweep of ``rows`` runs has ``I = rows / (orders·
 scales·nv)`` items in ``I / nΔ · chunks`` stacks. A policies stack runs ``policies·variants`` calls
 (the V-cast floors are shared between policies, 1.02 runs a row in the default preset), each
 ``c_p + c_s + nv·c_v`` per item; in a stack of learned sink logits (one q, k, v for every item)
@@ -119,11 +120,26 @@ def _resolved(exp: Mapping, user: Mapping | None) -> dict:
     return resolve_policies(exp, user)
 
 
+#: The parts of the model that are matmuls (q·kᵀ, P·V, the reference's): their cost per score grows with d.
+MATMUL_PARTS = ("c_q", "c_v", "c_refa", "c_ref")
+
+
 def _cpu_s(name: str, exp: Mapping, cal: Mapping | None, user: Mapping | None = None) -> float | None:
-    """Estimated CPU seconds of the experiment's kernel and reference work (None: not estimated)."""
+    """Estimated CPU seconds of the experiment's kernel and reference work (None: not estimated): the
+    model for each shape, its matmul parts scaled by d over the calibration's d, averaged over shapes
+    (each shape runs the same grid)."""
     if cal is None or name == CONFORMANCE:
         return None
-    mean_units = sum(_units(exp)) / len(exp["shapes"])
+    total = 0.0
+    for shape, units in zip(exp["shapes"], _units(exp)):
+        f = int(shape["d"]) / int(cal.get("d", 64))
+        scaled = {k: v * f if k in MATMUL_PARTS else v for k, v in cal.items() if k.startswith("c_")}
+        total += _cpu_per_score(name, exp, scaled, user) * units
+    return total / len(exp["shapes"])
+
+
+def _cpu_per_score(name: str, exp: Mapping, cal: Mapping, user: Mapping | None) -> float:
+    """The model's seconds per score of one shape (module docstring), all shapes' runs counted."""
     rows = expected_rows(name, exp)
     if name == POLICY_EXPERIMENT:
         n_deltas = len(delta_values(exp["delta"]))
@@ -144,14 +160,14 @@ def _cpu_s(name: str, exp: Mapping, cal: Mapping | None, user: Mapping | None = 
                 runs = (seeding * items + (len(exp["policies"]) - seeding) * stacks) * variants
             cost += (scores * cal["c_q"] + runs * (cal["c_p"] + cal["c_s"] + nv * cal["c_v"])
                      + stacks * nv * cal["c_refa"] + items * nv * cal["c_ref"])
-        return cost * mean_units
+        return cost
     orders, scales = len(listed(exp["order"])), len(listed(exp["scale"]))
     nv = len(listed(exp["sink_v_scale"]))
     items = rows / (orders * scales * nv)
     stacks = items * _stacks(exp, nv)
     cost = (stacks * (cal["c_q"] + nv * cal["c_refa"])
             + items * (orders * cal["c_p"] + orders * scales * cal["c_s"] + nv * cal["c_ref"]) + rows * cal["c_v"])
-    return cost * mean_units
+    return cost
 
 
 def plan_rows(config: Mapping, cal: Mapping | None) -> list[dict]:
