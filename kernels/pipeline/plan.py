@@ -39,6 +39,9 @@ d = 64), as the jobs build them (:func:`kernels.attention_calls`, :func:`kernels
 * ``c_refa``: the reference of a stack's first item and the non-sink partial sums, once per stack
   and value tensor; ``c_ref``: each further item's sink terms, once per item and value tensor.
 
+Plus two fixed costs in seconds, not per score, which tiny shapes are made of: ``o_item`` per item
+and order or call (counted where ``c_p`` is), ``o_ref`` per item and value tensor of the reference
+(where ``c_ref`` is); :func:`calibrate` measures them on a stack at n = 32, d = 16.
 Per score: the elementwise parts (``c_p``, ``c_s``) do not depend on d; the matmul parts (``c_q``,
 ``c_v``, ``c_refa``, ``c_ref``) are scaled by d over the calibration's d (64). Without that scaling
 a paper-preset slice (n = 4096, d = 128) measured 1.7-1.9× the estimate. A sweep of ``rows`` runs has ``I = rows / (orders·
@@ -66,7 +69,7 @@ __all__ = ["BASE_BYTES", "job_memory", "machine_memory", "plan_rows", "format_pl
 
 #: The interpreter, torch and numpy before any tensor: a sweep shard's max RSS less its tensors.
 BASE_BYTES = 300 * 2**20
-_CAL_FORMAT = "pcast-fp8 calibration v4"
+_CAL_FORMAT = "pcast-fp8 calibration v5"
 
 
 def _w(exp: Mapping, shape: Mapping) -> int:
@@ -135,6 +138,10 @@ def _cpu_s(name: str, exp: Mapping, cal: Mapping | None, user: Mapping | None = 
         f = int(shape["d"]) / int(cal.get("d", 64))
         scaled = {k: v * f if k in MATMUL_PARTS else v for k, v in cal.items() if k.startswith("c_")}
         total += _cpu_per_score(name, exp, scaled, user) * units
+        # the fixed cost per item of a call and of the reference (what tiny shapes are made of)
+        fixed = {"c_q": 0.0, "c_s": 0.0, "c_v": 0.0, "c_refa": 0.0,
+                 "c_p": cal.get("o_item", 0.0) / units, "c_ref": cal.get("o_ref", 0.0) / units}
+        total += _cpu_per_score(name, exp, fixed, user) * units
     return total / len(exp["shapes"])
 
 
@@ -271,6 +278,20 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
                 t0 = time.perf_counter()
                 reference_stack(q, k, values)
                 best[f"ref{L}"] = min(best[f"ref{L}"], time.perf_counter() - t0)
+        # the fixed cost of an item (Python and torch's per-operation overhead), on a tiny stack
+        tiny = {L: value_stack(make_base(0, n=32, d=16), 4, [4.0 + i for i in range(L)], [1.0],
+                               torch.device("cpu")) for L in (2, 6)}
+        small = dict.fromkeys(["o2", "o6", "r2", "r6"], float("inf"))
+        for _ in range(repeats):
+            for L in (2, 6):
+                q, k, values = tiny[L]
+                t0 = time.perf_counter()
+                attention_calls(q, k, values, [{"scale": 256.0}], order="forward", ksink=4, block_n=16,
+                                backend="emulator")
+                small[f"o{L}"] = min(small[f"o{L}"], time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                reference_stack(q, k, values)
+                small[f"r{L}"] = min(small[f"r{L}"], time.perf_counter() - t0)
     finally:
         torch.set_num_threads(threads)
     u = n * n
@@ -279,7 +300,8 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
     c_s = max(max(best["scales6"] - best["one6"], 0.0) / 2 / 6 / u - c_v, 0.0)
     c_ref = max(best["ref6"] - best["ref2"], 0.0) / 4 / u
     return {**_machine_key(), "c_q": best["scores"] / u, "c_p": max(item - c_s - c_v, 0.0),
-            "c_s": c_s, "c_v": c_v, "c_refa": max(best["ref2"] / u - 2 * c_ref, 0.0), "c_ref": c_ref, "n": n, "d": d}
+            "c_s": c_s, "c_v": c_v, "c_refa": max(best["ref2"] / u - 2 * c_ref, 0.0), "c_ref": c_ref, "n": n, "d": d,
+            "o_item": max(small["o6"] - small["o2"], 0.0) / 4, "o_ref": max(small["r6"] - small["r2"], 0.0) / 4}
 
 
 def load_calibration(path: str | os.PathLike | None = None) -> dict:
