@@ -11,8 +11,8 @@ from .formats import FORMATS, FP8Format, get_format
 __all__ = ["FORMATS", "FP8Format", "get_format", "quantize", "attention", "attention_values", "attention_scales",
            "attention_calls", "AttentionResult"]
 
-_LAZY = {"attention": "api", "attention_values": "api", "attention_scales": "api", "attention_calls": "api",
-         "AttentionResult": "api", "quantize": "rounding"}
+_LAZY = {"attention": "api", "attention_values": "api_multi", "attention_scales": "api_multi",
+         "attention_calls": "api_multi", "AttentionResult": "api", "quantize": "rounding"}
 
 
 def __getattr__(name):

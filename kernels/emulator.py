@@ -26,8 +26,8 @@ exactly the paper's operations, bit for bit.
 Several value tensors (:func:`kernels.attention_values`) share steps 1-4; several scales S
 (:func:`emulate_attention_scales`, ``scale_mode="multiply"`` only) share steps 1-2, each scale casting
 its own copy of the unrounded p (the last one casts p in place), with the operations of a call of its own.
-Several calls (:func:`emulate_calls`, :func:`kernels.attention_calls`) share step 1 where their scores
-have the same bits, and the items of a Δ stack share the scores of their non-sink keys (:class:`_Shared`).
+Several calls (:func:`kernels.emulator_calls.emulate_calls`, :func:`kernels.attention_calls`) share step 1
+where their scores have the same bits, and the items of a Δ stack the scores of their non-sink keys.
 """
 
 from __future__ import annotations
@@ -42,23 +42,11 @@ from .formats import FP8Format
 from .rounding import quantize_fast
 from .reference import causal_mask, expand_kv
 
-__all__ = ["emulate_attention", "emulate_attention_scales", "emulate_calls", "running_max", "max_in_force",
-           "operand_cast", "SCORE_SLICE", "SHARING"]
+__all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_in_force", "operand_cast"]
 
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
 _CHUNK_ELEMS = 1 << 18
-#: Keys a Δ stack's item recomputes at a time when it shares the rest of its scores (docs/interfaces.md):
-#: narrow matmuls may take another BLAS path than a wide one, so a slice is never narrower.
-SCORE_SLICE = 64
-#: The most bytes of shared scores :func:`emulate_calls` keeps at once (whole score matrices of the
-#: items whose scores later items share); items beyond it compute their scores in full.
-_SHARED_BYTES = 256 * 2**20
-#: What :func:`emulate_calls` shared since the process started (tests and benchmarks read it):
-#: ``full`` / ``sliced`` / ``copied``: chunks of rows whose scores were one full matmul, a matmul of the
-#: leading keys over shared ones, a copy of shared ones; ``reused``: chunks a further call took as they were;
-#: ``cloned``: chunks of a call whose steps 1-5 were an earlier item's (:func:`_clone_rows`).
-SHARING = {"full": 0, "sliced": 0, "copied": 0, "reused": 0, "cloned": 0}
 
 
 def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
@@ -134,13 +122,29 @@ class _Call:
     cummax: bool  # eager max without a seed: the running max is a cumulative max
 
 
+def _operand(t, heads: int, n: int, pad: int, fmt, how):
+    """K or one V laid out: grouped-query heads expanded (H_kv -> H), cast by ``fmt`` (None: not cast; each
+    tensor on its own, as a call of its own would), flattened to [G, n, d] and zero-padded by ``pad`` keys."""
+    t = expand_kv(t, heads)
+    t = t if fmt is None else operand_cast(t, fmt, how)
+    t = t.reshape(-1, n, t.shape[-1])
+    return torch.nn.functional.pad(t, (0, 0, 0, pad)) if pad else t
+
+
+def _visible(nq: int, nk: int, np_: int, causal: bool, device) -> torch.Tensor:
+    """[nq, np_] visible keys: the causal mask (or all) over the nk real keys, none of the padding."""
+    vis = torch.zeros(nq, np_, dtype=torch.bool, device=device)
+    vis[:, :nk] = causal_mask(nq, nk, device=device) if causal else True
+    return vis
+
+
 def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
             rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale, memo: dict | None = None) -> _Call:
     """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask.
 
     ``scales``: the scales S (a tuple; several only with ``scale_mode="multiply"``, where steps 1-2 do
     not depend on S). ``memo``: tensors already laid out by other calls on the same q, k, v
-    (:func:`emulate_calls`), keyed by what they depend on, so that calls share them."""
+    (``emulator_calls.emulate_calls``), keyed by what they depend on, so that calls share them."""
     memo = {} if memo is None else memo
 
     def once(key, make):
@@ -159,37 +163,17 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
     qk = (None, None) if qk_fmt is None else (qk_fmt.name, qk_scale)
     vk = (None, None) if v_fmt is None else (v_fmt.name, v_scale)
 
-    def keys():  # grouped-query attention: H_kv -> H heads; cast; flattened and padded to whole blocks
-        kc = expand_kv(k, H)
-        kc = kc if qk_fmt is None else operand_cast(kc, qk_fmt, qk_scale)
-        kf = kc.reshape(G, Nk, d)
-        return torch.nn.functional.pad(kf, (0, 0, 0, pad)) if pad else kf
-
-    def values():  # each value tensor is cast on its own, as a call of its own would
-        out = []
-        for vi in v:
-            vc = expand_kv(vi, H)
-            vc = vc if v_fmt is None else operand_cast(vc, v_fmt, v_scale)
-            vc = vc.reshape(G, Nk, d)
-            out.append(torch.nn.functional.pad(vc, (0, 0, 0, pad)) if pad else vc)
-        return tuple(out)
-
     def queries():
-        qc = q if qk_fmt is None else operand_cast(q, qk_fmt, qk_scale)
-        qf = qc.reshape(G, Nq, d)
+        qf = (q if qk_fmt is None else operand_cast(q, qk_fmt, qk_scale)).reshape(G, Nq, d)
         return qf * sm_scale if sm_pow2 else qf
 
     qs = once(("q", qk, sm_scale), queries)
-    kf = once(("k", qk, pad), keys)
-    vf = once(("v", vk, pad), values)
+    kf = once(("k", qk, pad), lambda: _operand(k, H, Nk, pad, qk_fmt, qk_scale))
+    vf = once(("v", vk, pad), lambda: tuple(_operand(vi, H, Nk, pad, v_fmt, v_scale) for vi in v))
     visible = None
     if causal or pad:
-        def mask():
-            vis = torch.zeros(Nq, nblk * block_n, dtype=torch.bool, device=q.device)
-            vis[:, :Nk] = causal_mask(Nq, Nk, device=q.device) if causal else True
-            return vis
-
-        visible = once(("visible", bool(causal), pad, block_n), mask)
+        visible = once(("visible", bool(causal), pad, block_n),
+                       lambda: _visible(Nq, Nk, nblk * block_n, causal, q.device))
     exp2 = scale_mode == "exp2_offset"
     if exp2 and len(scales) != 1:  # x = exp2(s·L - (m·L - log2 S)): step 2 depends on S
         raise ValueError(f"scale_mode='exp2_offset' takes one scale a call, got {len(scales)}")
@@ -211,11 +195,11 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
     """Steps 1-6 for query rows r0:r1 of head g into ``outs[i][j]`` (scale i, value tensor j) and ``diags[i]``:
     steps 1-2 once, 3-4 once per scale, 5-6 once per scale and value tensor, each as a call of its own.
     ``s``: step 1's scores of these rows when another call computed them (:func:`_scores`' bits; overwritten).
-    ``keep``: a list that receives, per scale, what step 6 starts from (:func:`_clone_rows`)."""
+    ``keep``: a list that receives, per scale, what step 6 starts from (``emulator_calls._clone_rows``)."""
     nr = r1 - r0
     Np = c.nblk * c.block_n
     # step 1: scores
-    s = _scores(c, g, r0, r1) if s is None else s  # (given: shared with other calls, _Shared)
+    s = _scores(c, g, r0, r1) if s is None else s  # (given: shared with other calls, emulator_calls)
     # step 2: running max
     sb = s.view(nr, c.nblk, c.block_n)
     if c.cummax:
@@ -254,38 +238,23 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         m_final = m_safe[:, 0] if c.reverse else m_safe[:, -1]
         w = _weights(c, m, m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
         l = (lblk * w).sum(-1)
-        l_loop = l  # the row sum of the keys, before a sink logit joins it
         if c.sink_init:  # the sink's own value l0, carried to the end by every block's alpha
             l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
         # step 5: accumulate
         pq.view(nr, c.nblk, c.block_n).mul_(w[..., None])  # the same weights, then one matmul for all of P_q V
         accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
+        if keep is not None:  # (no sink_init there: l is the keys' row sum, before a sink logit joins it)
+            keep.append((accs, l, m_final))
         # step 6: normalise
         if c.sink is not None and not c.sink_init:
             l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
-        for out, acc in zip(outs_i, accs):
-            out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
-        if keep is not None:
-            keep.append((accs, l_loop, m_final))
-
-
-def _clone_rows(c: _Call, g: int, a: int, r0: int, r1: int, outs: tuple, diags: tuple, kept: list) -> None:
-    """Rows r0:r1 of item g whose scores and values have the bits of item a's and whose sink logit, if
-    any, joins only the final row sum (no ``sink_init``): steps 1-5 are a's, so a's accumulators, row
-    sum and final max (``kept``, from :func:`_rows`) are reused and only the normalisation is g's own,
-    with the operations :func:`_rows` applies there."""
-    for sc, outs_i, diag, (accs, l, m_final) in zip(c.scales, outs, diags, kept):
-        for name, t in diag.items():
-            t[g, r0:r1] = t[a, r0:r1]
-        if c.sink is not None:
-            l = l + _sink_value(c, c.sink[g], m_final)
         for out, acc in zip(outs_i, accs):
             out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
 
 
 def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torch.Tensor:
     """Step 1 for query rows r0:r1 of head g: ``q·kᵀ·sm_scale`` with invisible keys at -inf,
-    [rows, Np] float32; ``cols``: only the first ``cols`` keys (:class:`_Shared`)."""
+    [rows, Np] float32; ``cols``: only the first ``cols`` keys (``emulator_calls._Shared``)."""
     kT = c.kT[g] if cols is None else c.kT[g][:, :cols]
     s = torch.matmul(c.qs[g, r0:r1], kT)
     if not c.sm_pow2:
@@ -346,7 +315,7 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
     Shapes: q [B, H, Nq, d], k and v [B, H_kv, Nk, d] (H_kv dividing H), all float32 on one device; ``sink_logit`` float32
     [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``. ``v`` may also
     be a tuple of such tensors (value sets sharing q and k): ``out`` is then a tuple, one per value
-    tensor, each bit-identical to a call with that tensor alone (:func:`kernels.api.attention_values`).
+    tensor, each bit-identical to a call with that tensor alone (:func:`kernels.attention_values`).
     """
     several = isinstance(v, tuple)
     ((outs, diag),) = _emulate(q, k, v if several else (v,), (scale,), reverse=reverse, fmt=fmt, causal=causal,
@@ -361,7 +330,7 @@ def emulate_attention_scales(q, k, v: tuple, *, scales, **kwargs) -> list:
     once for all of them: ``scale_mode="multiply"`` only (exp2_offset folds log2 S into step 2).
 
     Returns one ``(outs, diag)`` per scale, as :func:`emulate_attention` with a tuple ``v`` and
-    ``scale=scales[i]`` returns, bit for bit (:func:`kernels.api.attention_scales`)."""
+    ``scale=scales[i]`` returns, bit for bit (:func:`kernels.attention_scales`)."""
     if kwargs.get("scale_mode", "multiply") != "multiply":
         raise ValueError(f"scale_mode={kwargs['scale_mode']!r}: several scales share steps 1-2 only with 'multiply'")
     return _emulate(q, k, tuple(v), tuple(scales), **kwargs)
@@ -381,166 +350,3 @@ def _emulate(q, k, v: tuple, scales: tuple, **kwargs) -> list:
     return [(tuple(out.view(B, H, Nq, d) for out in outs_i), {n: t.view(B, H, Nq) for n, t in diag.items()})
             for outs_i, diag in zip(outs, diags)]
 
-
-def _probe_slice(rows: int, d: int, np_: int, cols: int, device) -> bool:
-    """Whether, on this machine and at these shapes, a matmul of q rows against the first ``cols`` keys
-    gives the bits of the same columns of the full matmul, and the other columns do not depend on the
-    first ``cols`` keys (:class:`_Shared`). Keys are laid out as :func:`_layout` lays them out."""
-    key = (rows, d, np_, cols, str(device), torch.get_num_threads())
-    if key not in _PROBES:
-        gen = torch.Generator().manual_seed(0)
-        a = torch.randn(rows, d, generator=gen).to(device)
-        k1 = torch.randn(np_, d, generator=gen).to(device)
-        k2 = k1.clone()
-        k2[:cols] = torch.randn(cols, d, generator=gen).to(device)
-        full1, full2 = torch.matmul(a, k1.t()), torch.matmul(a, k2.t())
-        _PROBES[key] = (torch.equal(full1[:, cols:], full2[:, cols:])
-                        and torch.equal(full2[:, :cols], torch.matmul(a, k2.t()[:, :cols])))
-    return _PROBES[key]
-
-
-_PROBES: dict = {}
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int32)
-
-
-class _Shared:
-    """Step 1 for every call of a score group (same qs, kT, visibility: :func:`emulate_calls`), with the
-    items of a Δ stack sharing their non-sink scores.
-
-    An item ``g`` is the twin of an earlier anchor ``a`` when its scaled queries have the bits of a's
-    and its keys differ from a's only in the first ``cols[g]`` positions (a multiple of SCORE_SLICE,
-    less than the padded length). A twin's scores are the anchor's with the first ``cols`` columns
-    recomputed by one matmul, which gives the same bits as its own full matmul where
-    :func:`_probe_slice` says so at the chunk's shapes; elsewhere the full matmul runs."""
-
-    def __init__(self, c: _Call, rows: int):
-        G, Nq, d = c.qs.shape
-        np_ = c.kT.shape[-1]
-        self.c, self.rows = c, rows
-        self.twin, self.cols = [None] * G, [np_] * G
-        anchors: list[int] = []
-        for g in range(G):
-            for a in anchors:
-                if not torch.equal(_bits(c.qs[g]), _bits(c.qs[a])):
-                    continue
-                diff = (_bits(c.kT[g]) != _bits(c.kT[a])).any(0).nonzero()
-                cols = 0 if diff.numel() == 0 else -(-(int(diff[-1]) + 1) // SCORE_SLICE) * SCORE_SLICE
-                if cols < np_ and all(_probe_slice(r1 - r0, d, np_, cols, c.qs.device)
-                                      for r0, r1 in self._chunks(Nq) if cols):
-                    self.twin[g], self.cols[g] = a, cols
-                    break
-            else:
-                anchors.append(g)
-        keep = sorted({a for a in self.twin if a is not None})
-        per = Nq * np_ * 4
-        for a in keep[max(0, _SHARED_BYTES // per):]:  # beyond the memory bound: compute those in full
-            self.twin = [None if t == a else t for t in self.twin]
-        self.last_use = {a: max(g for g, t in enumerate(self.twin) if t == a) for a in set(self.twin) - {None}}
-        self.kept: dict[int, dict] = {}
-
-    def _chunks(self, nq: int):
-        return [(r0, min(nq, r0 + self.rows)) for r0 in range(0, nq, self.rows)]
-
-    def copies(self, g: int) -> int | None:
-        """The anchor whose scores item g has bit for bit (its keys and queries equal), else None."""
-        return self.twin[g] if self.twin[g] is not None and self.cols[g] == 0 else None
-
-    def skip(self, g: int, r1: int) -> None:
-        """Rows up to r1 of item g need no scores (every call reuses its anchor's results)."""
-        a = self.twin[g]
-        if a is not None and g == self.last_use[a] and r1 == self.c.qs.shape[1]:
-            self.kept.pop(a, None)
-
-    def scores(self, g: int, r0: int, r1: int) -> torch.Tensor:
-        """Step 1's scores of rows r0:r1 of item g, a new tensor the caller may overwrite."""
-        a = self.twin[g]
-        if a is None:
-            s = _scores(self.c, g, r0, r1)
-            SHARING["full"] += 1
-            if g in self.last_use:
-                self.kept.setdefault(g, {})[r0] = s.clone()
-            return s
-        s = self.kept[a][r0].clone()
-        cols = self.cols[g]
-        if cols:
-            s[:, :cols] = _scores(self.c, g, r0, r1, cols)
-            SHARING["sliced"] += 1
-        else:
-            SHARING["copied"] += 1
-        if g == self.last_use[a] and r1 == self.c.qs.shape[1]:
-            del self.kept[a]
-        return s
-
-
-def _unit_key(kw: dict):
-    """Calls with equal keys (less ``scale``) share steps 1-2 when their scale mode is multiply."""
-    return tuple(sorted((n, id(x) if isinstance(x, torch.Tensor) else x) for n, x in kw.items()))
-
-
-def emulate_calls(q, k, v: tuple, calls) -> list:
-    """:func:`emulate_attention` of the value tensors ``v`` (a tuple) under each keyword dict of ``calls``
-    (the keywords of :func:`emulate_attention`), sharing what their results do not depend on
-    (docs/interfaces.md, ``kernels.attention_calls``). Returns one ``(outs, diag)`` per call, as
-    :func:`emulate_attention` with a tuple ``v`` returns, bit for bit."""
-    B, H, Nq, d = q.shape
-    units: dict = {}  # key -> [keywords less scale, [scales], {call index: scale index}]
-    for i, kw in enumerate(calls):
-        kw = dict(kw)
-        sc = float(kw.pop("scale"))
-        key = _unit_key(kw) if kw.get("scale_mode", "multiply") == "multiply" else ("call", i)
-        u = units.setdefault(key, [kw, [], {}])
-        if sc not in u[1]:
-            u[1].append(sc)
-        u[2][i] = u[1].index(sc)
-    groups: dict = {}  # score key -> [(call layout, outs, diags, {call: scale index}), ...]
-    G = B * H
-    memo: dict = {}  # operand casts and layouts shared between the calls (_layout)
-    for kw, scales, which in units.values():
-        c = _layout(q, k, v, scales=tuple(scales), memo=memo, **kw)
-        outs = tuple(tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=q.device) for _ in c.vf)
-                     for _ in scales)
-        diags = tuple({n: torch.zeros(G, Nq, dtype=torch.int64, device=q.device) for n in DIAGNOSTICS}
-                      for _ in scales)
-        fmt = kw.get("qk_fmt")
-        key = (None if fmt is None else fmt.name, kw.get("qk_scale") if fmt is not None else None, c.sm_scale,
-               bool(kw["causal"]), c.nblk * c.block_n)
-        groups.setdefault(key, []).append((c, outs, diags, which))
-    results: list = [None] * len(calls)
-    for members in groups.values():
-        c0 = members[0][0]
-        rows = max(1, _CHUNK_ELEMS // (c0.nblk * c0.block_n))
-        shared = _Shared(c0, rows)
-        # An item whose scores and values copy its anchor's bits repeats the anchor's steps 1-5 in every
-        # call without a sink that seeds the max (a stack of learned sink logits on one base): reuse them.
-        clones = [[a if a is not None and not c.sink_init and all(
-            torch.equal(_bits(vf[g]), _bits(vf[a])) for vf in c.vf) else None
-            for g, a in enumerate(map(shared.copies, range(G)))] for c, *_ in members]
-        anchors = [{a for a in cl if a is not None} for cl in clones]
-        kept: list[dict] = [{} for _ in members]  # per call: (anchor, r0) -> per scale (accs, l, m_final)
-        for g in range(G):
-            for r0 in range(0, Nq, rows):
-                r1 = min(Nq, r0 + rows)
-                need = [m for m in range(len(members)) if clones[m][g] is None]
-                if not need:
-                    shared.skip(g, r1)
-                s = shared.scores(g, r0, r1) if need else None
-                for m, (c, outs, diags, _) in enumerate(members):
-                    a = clones[m][g]
-                    if a is not None:
-                        SHARING["cloned"] += 1
-                        _clone_rows(c, g, a, r0, r1, outs, diags, kept[m][(a, r0)])
-                        continue
-                    SHARING["reused"] += m != need[0]
-                    keep = kept[m].setdefault((g, r0), []) if g in anchors[m] else None
-                    _rows(c, g, r0, r1, outs, diags, s if m == need[-1] else s.clone(), keep)
-        for c, outs, diags, which in members:
-            taken: set = set()
-            for i, j in which.items():  # two equal calls share one scale: each result gets its own tensors
-                own = (lambda t: t.clone()) if j in taken else (lambda t: t)
-                taken.add(j)
-                results[i] = (tuple(own(out).view(B, H, Nq, d) for out in outs[j]),
-                              {n: own(t).view(B, H, Nq) for n, t in diags[j].items()})
-    return results

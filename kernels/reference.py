@@ -80,6 +80,28 @@ def _exp_diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isneginf(a), torch.zeros_like(w), w)
 
 
+def _match(g: int, anchors, qf, kf, vf) -> tuple[int, int] | None:
+    """The first anchor whose queries equal item g's and whose keys and values equal g's from some key
+    ``c`` < Nk on, with that ``c`` (at least 1), else None."""
+    for a in anchors:
+        if torch.equal(_bits(qf[g]), _bits(qf[a])):
+            c = max([_leading(kf[g], kf[a])] + [_leading(v[g], v[a]) for v in vf])
+            if c < kf.shape[1]:
+                return a, max(c, 1)
+    return None
+
+
+def _tail_sums(q, k, values, sm_scale: float, vis):
+    """An anchor's float64 partial sums over keys ``k`` [n, d] (the keys it shares): their max per row
+    ``m_t``, ``Z_t = Σ exp(s - m_t)`` and ``A_t = Σ exp(s - m_t)·v`` per value tensor (``vis``: visible keys)."""
+    s_t = torch.matmul(q.double(), k.double().t()) * sm_scale
+    if vis is not None:
+        s_t = s_t.masked_fill(~vis, float("-inf"))
+    m_t = s_t.amax(-1, keepdim=True)
+    e_t = torch.exp(s_t - torch.where(torch.isneginf(m_t), torch.zeros_like(m_t), m_t))
+    return m_t, e_t.sum(-1, keepdim=True), [torch.matmul(e_t, v.double()) for v in values]
+
+
 def reference_stack(q: torch.Tensor, k: torch.Tensor, values, *, causal: bool = False, sm_scale: float | None = None,
                     sink_logit: torch.Tensor | None = None) -> list[torch.Tensor]:
     """:func:`reference_attention` of q and k against each value tensor of ``values``, for a stack whose
@@ -110,13 +132,7 @@ def reference_stack(q: torch.Tensor, k: torch.Tensor, values, *, causal: bool = 
     outs = [torch.empty(G, Nq, v.shape[-1], dtype=torch.float64, device=q.device) for v in vf]
     anchors: dict[int, dict] = {}  # anchor item -> its keys from c on: {c: (m_t, Z_t, [A_t per value])}
     for g in range(G):
-        match = None
-        for a in anchors:
-            if torch.equal(_bits(qf[g]), _bits(qf[a])):
-                c = max([_leading(kf[g], kf[a])] + [_leading(v[g], v[a]) for v in vf])
-                if c < Nk:
-                    match = (a, max(c, 1))
-                    break
+        match = _match(g, anchors, qf, kf, vf)
         if match is None:
             anchors[g] = {}
             sg = None if sig is None else sig[g:g + 1]
@@ -126,12 +142,8 @@ def reference_stack(q: torch.Tensor, k: torch.Tensor, values, *, causal: bool = 
             continue
         a, c = match
         if c not in anchors[a]:
-            s_t = torch.matmul(qf[a].double(), kf[a, c:].double().t()) * sm_scale
-            if vis is not None:
-                s_t = s_t.masked_fill(~vis[:, c:], float("-inf"))
-            m_t = s_t.amax(-1, keepdim=True)
-            e_t = torch.exp(s_t - torch.where(torch.isneginf(m_t), torch.zeros_like(m_t), m_t))
-            anchors[a][c] = (m_t, e_t.sum(-1, keepdim=True), [torch.matmul(e_t, v[a, c:].double()) for v in vf])
+            anchors[a][c] = _tail_sums(qf[a], kf[a, c:], [v[a, c:] for v in vf], sm_scale,
+                                       None if vis is None else vis[:, c:])
         m_t, z_t, a_t = anchors[a][c]
         s_h = torch.matmul(qf[g].double(), kf[g, :c].double().t()) * sm_scale
         if vis is not None:

@@ -7,10 +7,10 @@ bit-identical (output and all five diagnostics) to
 run-by-run calls. The emulator's shared path differs from them in three ways, each of which a slip
 would show as a bit difference: the scores are taken once per score group and handed to every call
 (a call overwrites its copy), the items of a Δ stack take an anchor item's scores and recompute only
-the leading (sink) columns (:class:`kernels.emulator._Shared`, guarded by ``_probe_slice``), and
+the leading (sink) columns (:class:`kernels.emulator_calls._Shared`, guarded by ``_probe_slice``), and
 calls that differ only in ``scale`` share steps 1-2.
 
-``kernels.emulator.SHARING`` counts what was shared; the tests read its differences to check that
+``kernels.emulator_calls.SHARING`` counts what was shared; the tests read its differences to check that
 sharing really happens (and does not, when the probe says no).
 
 Every call names ``backend="emulator"``: on a machine with an FP8 GPU "auto" would run Triton, which
@@ -24,6 +24,7 @@ import torch
 
 import kernels
 import kernels.emulator as emulator
+import kernels.emulator_calls as engine
 from kernels.contract import DIAGNOSTICS
 from kernels.pipeline.runs import value_stack
 from kernels.sinks import learned_sink, make_base
@@ -50,11 +51,11 @@ def logit_stack(seed=0, *, n=200, d=64, deltas=DELTAS, heads=1):
 
 
 def snapshot():
-    return dict(emulator.SHARING)
+    return dict(engine.SHARING)
 
 
 def grown(before):
-    return {n: emulator.SHARING[n] - before[n] for n in before}
+    return {n: engine.SHARING[n] - before[n] for n in before}
 
 
 def assert_same_bits(a, b, what=""):
@@ -299,8 +300,8 @@ def test_learned_sink_stack_is_cloned():
 def test_probe_says_no(monkeypatch):
     """With the probe refusing every slice, no item is sliced (each is a full matmul) and the results
     are still bit-identical."""
-    monkeypatch.setattr(emulator, "_PROBES", {})
-    monkeypatch.setattr(emulator, "_probe_slice", lambda *a, **kw: False)
+    monkeypatch.setattr(engine, "_PROBES", {})
+    monkeypatch.setattr(engine, "_probe_slice", lambda *a, **kw: False)
     q, k, values = stack(seed=10)
     before = snapshot()
     assert_like_run_by_run(q, k, values, ORDER_SCALE, ksink=4, block_n=64, **EMU)
@@ -311,7 +312,7 @@ def test_probe_says_no(monkeypatch):
 
 def test_memory_bound_falls_back_to_full(monkeypatch):
     """Past the bound on kept scores (here: none may be kept), every item is a full matmul."""
-    monkeypatch.setattr(emulator, "_SHARED_BYTES", 1)
+    monkeypatch.setattr(engine, "_SHARED_BYTES", 1)
     q, k, values = stack(seed=11)
     before = snapshot()
     assert_like_run_by_run(q, k, values, ORDER_SCALE[::3], ksink=4, **EMU)

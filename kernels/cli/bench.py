@@ -150,7 +150,7 @@ def _timed(f):
 def _measure_at(main, big, reps):
     """Interleaved timings of ``main`` (and the engine on ``big``, a 4× Δ grid, when given) at torch's
     current thread count."""
-    from ..emulator import SHARING
+    from ..emulator_calls import SHARING
 
     before = dict(SHARING)
     counted = main.engine()  # warm-up (BLAS, the emulator's slice probes) and the run count

@@ -278,20 +278,7 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
                 t0 = time.perf_counter()
                 reference_stack(q, k, values)
                 best[f"ref{L}"] = min(best[f"ref{L}"], time.perf_counter() - t0)
-        # the fixed cost of an item (Python and torch's per-operation overhead), on a tiny stack
-        tiny = {L: value_stack(make_base(0, n=32, d=16), 4, [4.0 + i for i in range(L)], [1.0],
-                               torch.device("cpu")) for L in (2, 6)}
-        small = dict.fromkeys(["o2", "o6", "r2", "r6"], float("inf"))
-        for _ in range(repeats):
-            for L in (2, 6):
-                q, k, values = tiny[L]
-                t0 = time.perf_counter()
-                attention_calls(q, k, values, [{"scale": 256.0}], order="forward", ksink=4, block_n=16,
-                                backend="emulator")
-                small[f"o{L}"] = min(small[f"o{L}"], time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                reference_stack(q, k, values)
-                small[f"r{L}"] = min(small[f"r{L}"], time.perf_counter() - t0)
+        small = _fixed_costs(repeats)
     finally:
         torch.set_num_threads(threads)
     u = n * n
@@ -302,6 +289,31 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
     return {**_machine_key(), "c_q": best["scores"] / u, "c_p": max(item - c_s - c_v, 0.0),
             "c_s": c_s, "c_v": c_v, "c_refa": max(best["ref2"] / u - 2 * c_ref, 0.0), "c_ref": c_ref, "n": n, "d": d,
             "o_item": max(small["o6"] - small["o2"], 0.0) / 4, "o_ref": max(small["r6"] - small["r2"], 0.0) / 4}
+
+
+def _fixed_costs(repeats: int) -> dict:
+    """Best times of one call and of the reference on tiny Δ stacks of 2 and 6 items (n = 32, d = 16):
+    Python's and torch's per-operation overhead, what tiny shapes are made of."""
+    import torch
+
+    from .. import attention_calls
+    from ..reference import reference_stack
+    from ..sinks import make_base
+    from .runs import value_stack
+
+    tiny = {L: value_stack(make_base(0, n=32, d=16), 4, [4.0 + i for i in range(L)], [1.0], torch.device("cpu"))
+            for L in (2, 6)}
+    small = dict.fromkeys(["o2", "o6", "r2", "r6"], float("inf"))
+    for _ in range(repeats):
+        for L in (2, 6):
+            q, k, values = tiny[L]
+            t0 = time.perf_counter()
+            attention_calls(q, k, values, [{"scale": 256.0}], order="forward", ksink=4, block_n=16, backend="emulator")
+            small[f"o{L}"] = min(small[f"o{L}"], time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            reference_stack(q, k, values)
+            small[f"r{L}"] = min(small[f"r{L}"], time.perf_counter() - t0)
+    return small
 
 
 def load_calibration(path: str | os.PathLike | None = None) -> dict:

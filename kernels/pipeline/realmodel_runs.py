@@ -174,7 +174,7 @@ def _head_info(q, k, ks, perm, sm: float) -> dict:
 def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policies: Mapping, *,
               backend: str) -> list[dict]:
     """Every head of one layer under every run; rows of :data:`HEAD_COLUMNS`."""
-    from ..api import attention_calls
+    from ..api_multi import attention_calls
     from ..reference import reference_attention
 
     q, k, v = (tensors[f"layer{layer}/{t}"] for t in "qkv")
