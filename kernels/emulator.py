@@ -336,13 +336,20 @@ def emulate_attention_scales(q, k, v: tuple, *, scales, **kwargs) -> list:
     return _emulate(q, k, tuple(v), tuple(scales), **kwargs)
 
 
+def _buffers(c: _Call, G: int, Nq: int, d: int, device) -> tuple:
+    """A call's results before its rows are run: ``outs[i][j]`` float32 [G, Nq, d] (scale i, value tensor
+    j) and ``diags[i]`` (every diagnostic, int64 [G, Nq], zeros)."""
+    outs = tuple(tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=device) for _ in c.vf) for _ in c.scales)
+    diags = tuple({n: torch.zeros(G, Nq, dtype=torch.int64, device=device) for n in DIAGNOSTICS} for _ in c.scales)
+    return outs, diags
+
+
 def _emulate(q, k, v: tuple, scales: tuple, **kwargs) -> list:
     """Lay the call out once and run every chunk of rows (:func:`_rows`); one ``(outs, diag)`` per scale."""
     B, H, Nq, d = q.shape
     c = _layout(q, k, v, scales=scales, **kwargs)
     G = B * H
-    outs = tuple(tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=q.device) for _ in c.vf) for _ in scales)
-    diags = tuple({n: torch.zeros(G, Nq, dtype=torch.int64, device=q.device) for n in DIAGNOSTICS} for _ in scales)
+    outs, diags = _buffers(c, G, Nq, d, q.device)
     rows = max(1, _CHUNK_ELEMS // (c.nblk * c.block_n))
     for g in range(G):
         for r0 in range(0, Nq, rows):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from . import emulator as _em
-from .contract import DIAGNOSTICS
+from .reference import _bits
 
 __all__ = ["emulate_calls", "SCORE_SLICE", "SHARING"]
 
@@ -68,10 +68,6 @@ def _probe_slice(rows: int, d: int, np_: int, cols: int, device) -> bool:
 
 
 _PROBES: dict = {}
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int32)
 
 
 class _Shared:
@@ -172,10 +168,7 @@ def _groups(q, k, v: tuple, calls) -> dict:
     memo: dict = {}  # operand casts and layouts shared between the calls (_layout)
     for kw, scales, which in _units(calls).values():
         c = _em._layout(q, k, v, scales=tuple(scales), memo=memo, **kw)
-        outs = tuple(tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=q.device) for _ in c.vf)
-                     for _ in scales)
-        diags = tuple({n: torch.zeros(G, Nq, dtype=torch.int64, device=q.device) for n in DIAGNOSTICS}
-                      for _ in scales)
+        outs, diags = _em._buffers(c, G, Nq, d, q.device)
         fmt = kw.get("qk_fmt")
         key = (None if fmt is None else fmt.name, kw.get("qk_scale") if fmt is not None else None, c.sm_scale,
                bool(kw["causal"]), c.nblk * c.block_n)
@@ -210,9 +203,14 @@ def _run_group(members: list, G: int, Nq: int) -> None:
     shared = _Shared(c0, rows)
     # An item whose scores and values copy its anchor's bits repeats the anchor's steps 1-5 in every
     # call without a sink that seeds the max (a stack of learned sink logits on one base): reuse them.
-    clones = [[a if a is not None and not c.sink_init and all(
-        torch.equal(_bits(vf[g]), _bits(vf[a])) for vf in c.vf) else None
-        for g, a in enumerate(map(shared.copies, range(G)))] for c, *_ in members]
+    copies = list(map(shared.copies, range(G)))
+    same_v: dict = {}  # id of a call's value tensors (shared through _layout's memo) -> items equal to their anchor's
+    for c, *_ in members:
+        if id(c.vf) not in same_v:
+            same_v[id(c.vf)] = [a is not None and all(torch.equal(_bits(vf[g]), _bits(vf[a])) for vf in c.vf)
+                                for g, a in enumerate(copies)]
+    clones = [[a if same and not c.sink_init else None for a, same in zip(copies, same_v[id(c.vf)])]
+              for c, *_ in members]
     anchors = [{a for a in cl if a is not None} for cl in clones]
     kept: list[dict] = [{} for _ in members]  # per call: (anchor, r0) -> per scale (accs, l, m_final)
     for g in range(G):

@@ -86,9 +86,7 @@ def main(argv=None) -> int:
     estimates = {}
     for name in args.experiments:
         cfg, exp = slice_config(name, args.seeds, args.preset)
-        estimates[name] = plan._cpu_s(name, exp, cal, cfg.get("policies"))
-        whole = plan._cpu_s(name, cfg["experiments"][name], cal, cfg.get("policies"))
-        estimates[name] = (estimates[name], whole)
+        estimates[name] = tuple(plan._cpu_s(name, e, cal, cfg.get("policies")) for e in (exp, cfg["experiments"][name]))
     t0 = time.perf_counter()
     pending, running = list(args.experiments), []
     while pending or running:
