@@ -10,6 +10,7 @@ import torch
 from .contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
                        is_allowed)
 from .formats import FORMATS, FP8Format, get_format
+from .microscaling import MX_FORMATS, get_mx_format, is_mx
 
 __all__ = ["attention", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS",
            "resolve_backend", "fp8_gpu_available"]
@@ -30,6 +31,9 @@ class AttentionResult:
         saturated: int64 [B, H, Nq]: unmasked entries with x above the format's max finite value.
         terms: int64 [B, H, Nq]: unmasked non-sink keys with unrounded value > 0.
         terms_sink: int64 [B, H, Nq]: unmasked sink keys with unrounded value > 0.
+        underflow_scale: int64 [B, H, Nq]: the non-sink underflows whose group scale flushed to 0
+            (microscaled ``fmt`` only; 0 otherwise).
+        groups_flushed: int64 [B, H, Nq]: groups with a key's x > 0 whose scale flushed to 0 (idem).
         backend: what actually ran: "triton-compiled", "triton-interpreted", "emulator" or "reference".
     """
 
@@ -40,6 +44,13 @@ class AttentionResult:
     terms: torch.Tensor
     terms_sink: torch.Tensor
     backend: str
+    underflow_scale: torch.Tensor | None = None
+    groups_flushed: torch.Tensor | None = None
+
+    def __post_init__(self):  # results built before issue 13's diagnostics: zeros
+        for name in ("underflow_scale", "groups_flushed"):
+            if getattr(self, name) is None:
+                setattr(self, name, torch.zeros_like(self.underflow))
 
 
 class _Default:
@@ -88,6 +99,22 @@ def _is_format(f) -> bool:
     return f is None or isinstance(f, FP8Format) or (isinstance(f, str) and f in FORMATS)
 
 
+def _check_mx(fmt, scale, scale_mode, block_n) -> None:
+    """A microscaled P format's constraints (docs/interfaces.md, "P in FP4 with microscaling")."""
+    if scale_mode == "per_row" and not (is_mx(fmt) and get_mx_format(fmt).name == "nvfp4"):
+        raise ValueError(f"scale_mode='per_row' is not allowed with fmt={fmt!r}; allowed: fmt='nvfp4'")
+    if scale_mode == "per_row" and scale != 1:
+        raise ValueError(f"scale={scale!r} is not allowed with scale_mode='per_row' (S_r is per row); allowed: 1.0")
+    if is_mx(fmt):
+        if scale_mode == "exp2_offset":
+            raise ValueError(f"scale_mode='exp2_offset' is not allowed with fmt={get_mx_format(fmt).name!r}; "
+                             "allowed: 'multiply', 'per_row'")
+        g = get_mx_format(fmt).group
+        if isinstance(block_n, int) and block_n % g:
+            raise ValueError(f"block_n={block_n!r} is not allowed with fmt={get_mx_format(fmt).name!r}; allowed: a "
+                             f"multiple of its group, {g} (groups lie inside KV blocks)")
+
+
 def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_scale, rowsum, backend,
            sink_logit=None, **options):
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -115,8 +142,8 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
         raise ValueError(f"rowsum={rowsum!r} is not allowed; allowed: {', '.join(ROWSUMS)}")
     if not _positive(scale):
         raise ValueError(f"scale={scale!r} is not allowed; allowed: a finite number > 0")
-    if not _is_format(fmt):
-        raise ValueError(f"fmt={fmt!r} is not allowed; allowed: None, {', '.join(FORMATS)}")
+    if not (_is_format(fmt) or is_mx(fmt)):
+        raise ValueError(f"fmt={fmt!r} is not allowed; allowed: None, {', '.join((*FORMATS, *MX_FORMATS))}")
     if not isinstance(causal, bool):
         raise ValueError(f"causal={causal!r} is not allowed; allowed: True or False")
     if isinstance(ksink, bool) or not isinstance(ksink, int) or ksink < 0:
@@ -129,6 +156,7 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not allowed; allowed: {', '.join(BACKENDS)}")
     _check_policy_options(q, sink_logit=sink_logit, **options)
+    _check_mx(fmt, scale, options["scale_mode"], block_n)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_finite(name, t)
 
@@ -309,10 +337,13 @@ def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:
     def fmt_or_none(f):
         return None if f is None else get_format(f)
 
+    def p_format(f):  # P's format may also be microscaled (qk_fmt and v_fmt are FP8)
+        return get_mx_format(f) if is_mx(f) else fmt_or_none(f)
+
     def operand_scale(s):
         return s if s in OPERAND_SCALES else float(s)
 
-    return dict(reverse=o["order"] == "reverse", scale=float(o["scale"]), fmt=fmt_or_none(o["fmt"]), causal=causal,
+    return dict(reverse=o["order"] == "reverse", scale=float(o["scale"]), fmt=p_format(o["fmt"]), causal=causal,
                 ksink=ksink, block_n=o["block_n"], sm_scale=sm_scale, rowsum_rounded=o["rowsum"] == "rounded",
                 scale_mode=o["scale_mode"], rescale_threshold=float(o["rescale_threshold"]), sink_logit=sink_logit,
                 sink_mode=o["sink_mode"], qk_fmt=fmt_or_none(o["qk_fmt"]), qk_scale=operand_scale(o["qk_scale"]),

@@ -42,7 +42,9 @@ def step_marker(n: int) -> str:
 # ----------------------------------------------------------------------------- policy options
 # The options of kernels.attention beyond the paper's order and S (docs/interfaces.md, "P policies").
 
-SCALE_MODES = ("multiply", "exp2_offset")  # x = exp(s - m)·S, or x = exp2(s·LOG2E - (m·LOG2E - log2 S))
+# x = exp(s - m)·S, or x = exp2(s·LOG2E - (m·LOG2E - log2 S)), or x = p·S_r with a per-row S_r per block
+# (nvfp4 only; SageAttention3's first-level scale, docs/interfaces.md "P in FP4 with microscaling")
+SCALE_MODES = ("multiply", "exp2_offset", "per_row")
 SINK_MODES = ("init", "final")  # a learned sink logit seeds (m, l), or joins l after the last block
 OPERAND_SCALES = ("tensor",)  # qk_scale / v_scale words: amax per (batch, head) / max_finite; or a float
 
@@ -61,8 +63,9 @@ def log2_scale(scale: float) -> float:
 
 
 # Per-row int64 diagnostics of AttentionResult, in this order everywhere (also the Triton
-# kernel's Diag planes).
-DIAGNOSTICS = ("underflow", "underflow_sink", "saturated", "terms", "terms_sink")
+# kernel's Diag planes). The last two are the microscaled formats' (0 for FP8): non-sink keys lost
+# because their group's scale flushed to 0, and the groups whose scale flushed.
+DIAGNOSTICS = ("underflow", "underflow_sink", "saturated", "terms", "terms_sink", "underflow_scale", "groups_flushed")
 
 ORDERS = ("forward", "reverse")  # KV block order
 ROWSUMS = ("unrounded", "rounded")  # what l sums: p, or p_q / S

@@ -39,6 +39,7 @@ import torch
 
 from .contract import DIAGNOSTICS, LOG2E, float32, log2_scale
 from .formats import FP8Format
+from .microscaling import PER_ROW_TARGET, MXFormat, quantize_mx_fast
 from .rounding import quantize_fast
 from .reference import causal_mask, expand_kv
 
@@ -112,7 +113,9 @@ class _Call:
     sm_pow2: bool  # sm_scale is a power of two, so it was folded into qs exactly
     reverse: bool
     scales: tuple  # (_Scale, ...): one per scale S; steps 3-6 run once for each (one only for exp2)
-    fmt: FP8Format | None
+    fmt: FP8Format | MXFormat | None
+    mx: bool  # fmt is microscaled (kernels.microscaling): groups inside each block, a scale per group
+    per_row: bool  # scale_mode="per_row": x = p·S_r, S_r = PER_ROW_TARGET / (the block's row max of p)
     rowsum_rounded: bool
     exp2: bool  # scale_mode="exp2_offset"
     log2_s: float  # log2_scale(S), the exp2 offset (exp2_offset: step 2 depends on S, so one S a call)
@@ -180,10 +183,11 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
     sink_init = sink_logit is not None and sink_mode == "init"
     return _Call(qs=qs, kT=kf.transpose(-1, -2), vf=vf, visible=visible,
                  nblk=nblk, block_n=block_n, ks=min(ksink, Nk), sm_scale=sm_scale, sm_pow2=sm_pow2,
-                 reverse=reverse, fmt=fmt, rowsum_rounded=rowsum_rounded,
+                 reverse=reverse, fmt=fmt, mx=isinstance(fmt, MXFormat), per_row=scale_mode == "per_row",
+                 rowsum_rounded=rowsum_rounded,
                  # Eager multiply: p <= 1 (each block's max is folded into m before its p is taken),
                  # so p*S <= S. A stale max (tau > 0) or exp2's rounded offset can exceed S.
-                 scales=tuple(_Scale(scale=s, check_saturation=fmt is not None and (
+                 scales=tuple(_Scale(scale=s, check_saturation=fmt is not None and not isinstance(fmt, MXFormat) and (
                      s > fmt.max_finite or exp2 or rescale_threshold > 0)) for s in scales),
                  exp2=exp2, log2_s=log2_scale(scales[0]), tau=rescale_threshold,
                  sink=None if sink_logit is None else sink_logit.reshape(G).to(torch.float32), sink_init=sink_init,
@@ -223,9 +227,14 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         # step 3: cast
         # x = p*S (exp2_offset: step 2's x, one scale only): in place over u for the last scale, else
         # into the spare buffer, so that u stays unrounded for the next scale
-        x = u if c.exp2 else u.mul_(sc.scale) if i == last else torch.mul(u, sc.scale, out=spare)
-        saturate = _saturation(c, sc, x, diag["saturated"][g, r0:r1])
-        pq = x if c.fmt is None else quantize_fast(x, c.fmt, saturate=saturate, out=x)
+        # (per_row: S_r of each row and block, x = p·S_r)
+        s_r = _per_row_scale(u, nr, c) if c.per_row else None
+        x = _first_level(c, u, sc.scale, s_r, spare if i < last else None)
+        if c.mx:  # microscaled: groups of keys inside each block, a scale per group (kernels.microscaling)
+            pq = _cast_mx(c, x, sgn, diag, g, r0, r1)
+        else:
+            saturate = _saturation(c, sc, x, diag["saturated"][g, r0:r1])
+            pq = x if c.fmt is None else quantize_fast(x, c.fmt, saturate=saturate, out=x)
         # diagnostics: p_q > 0 implies u > 0, so underflows are #(u > 0) - #(p_q > 0).
         torch.sign(pq, out=sgn)
         _counts(c, diag, g, r0, r1, pos_s, pos_ns, sgn)
@@ -234,14 +243,15 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         # the product of the kernel's per-block alphas.
         if c.rowsum_rounded:  # (else lblk holds the unrounded u's block sums, the same for every scale)
             lblk = pq.view(nr, c.nblk, c.block_n).sum(-1)
-            lblk = lblk if c.exp2 else lblk / sc.scale
+            lblk = lblk if c.exp2 else lblk / (s_r if c.per_row else sc.scale)
         m_final = m_safe[:, 0] if c.reverse else m_safe[:, -1]
         w = _weights(c, m, m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
         l = (lblk * w).sum(-1)
         if c.sink_init:  # the sink's own value l0, carried to the end by every block's alpha
             l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
         # step 5: accumulate
-        pq.view(nr, c.nblk, c.block_n).mul_(w[..., None])  # the same weights, then one matmul for all of P_q V
+        # the same weights (per_row: over S_r, the kernel's division of p_q·V), then one matmul for all of P_q V
+        pq.view(nr, c.nblk, c.block_n).mul_((w / s_r if c.per_row else w)[..., None])
         accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
         if keep is not None:  # (no sink_init there: l is the keys' row sum, before a sink logit joins it)
             keep.append((accs, l, m_final))
@@ -250,6 +260,36 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
             l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
         for out, acc in zip(outs_i, accs):
             out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
+
+
+def _per_row_scale(u: torch.Tensor, nr: int, c: _Call) -> torch.Tensor:
+    """``scale_mode="per_row"``: ``S_r = float32(PER_ROW_TARGET / r)`` per row and block, r the block's row
+    max of p (``S_r = 1`` where r = 0), [rows, nblk]."""
+    r = u.view(nr, c.nblk, c.block_n).amax(-1)
+    return torch.where(r > 0, torch.full_like(r, PER_ROW_TARGET) / r, torch.ones_like(r))
+
+
+def _first_level(c: _Call, u: torch.Tensor, scale: float, s_r, spare) -> torch.Tensor:
+    """Step 3's x: u itself (exp2_offset), else p·S or p·S_r, in place over u, or into ``spare`` when
+    another scale still needs the unrounded u."""
+    if c.exp2:
+        return u
+    if s_r is not None:
+        ub = u.view(s_r.shape[0], c.nblk, c.block_n)
+        out = ub if spare is None else spare.view(ub.shape)
+        return torch.mul(ub, s_r[..., None], out=out).view(u.shape)
+    return u.mul_(scale) if spare is None else torch.mul(u, scale, out=spare)
+
+
+def _cast_mx(c: _Call, x: torch.Tensor, sgn: torch.Tensor, diag: dict, g: int, r0: int, r1: int) -> torch.Tensor:
+    """Step 3 for a microscaled format, in place over x [rows, Np]; ``sgn`` still holds sign(u). Adds the
+    saturated keys, the groups whose scale flushed and the non-sink keys > 0 in them to ``diag``."""
+    pq, flushed = quantize_mx_fast(x, c.fmt, sat=diag["saturated"][g, r0:r1])
+    if bool(flushed.any()):
+        keys = flushed.to(torch.float32).repeat_interleave(c.fmt.group, dim=-1)
+        diag["groups_flushed"][g, r0:r1] = flushed.sum(-1)
+        diag["underflow_scale"][g, r0:r1] = (keys[:, c.ks:] * sgn[:, c.ks:]).sum(-1).to(torch.int64)
+    return pq
 
 
 def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torch.Tensor:

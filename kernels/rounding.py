@@ -43,11 +43,17 @@ def quantize(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn") -> torch.Tensor:
     Args:
         x: float32 tensor of any shape, on any device.
         fmt: a format name from :data:`kernels.formats.FORMATS` or an
-            :class:`~kernels.formats.FP8Format`.
+            :class:`~kernels.formats.FP8Format`; or a microscaled FP4 format
+            (``"nvfp4"``, ``"mxfp4"``, :mod:`kernels.microscaling`), quantized in groups
+            along the last axis, whose length must be a multiple of the group.
 
     Returns:
         float32 tensor of the same shape whose values are on the grid.
     """
+    from .microscaling import MXFormat, MX_FORMATS, quantize_mx  # (microscaling imports this module)
+
+    if isinstance(fmt, MXFormat) or (isinstance(fmt, str) and fmt in MX_FORMATS):
+        return quantize_mx(x, fmt)[0]  # groups along the last axis, first-level scale 1
     f = get_format(fmt)
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}")
