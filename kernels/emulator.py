@@ -39,7 +39,9 @@ import torch
 
 from .contract import DIAGNOSTICS, LOG2E, float32, log2_scale
 from .formats import FP8Format
-from .microscaling import PER_ROW_TARGET, MXFormat, quantize_mx_fast
+from .emulator_mx import cast_mx as _cast_mx, first_level as _first_level, group_positives as _group_positives
+from .emulator_mx import per_row_scale as _per_row_scale
+from .microscaling import MXFormat
 from .rounding import quantize_fast
 from .reference import causal_mask, expand_kv
 
@@ -221,6 +223,7 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
     sgn = torch.sign(u)
     pos_s = sgn[:, :c.ks].sum(-1)
     pos_ns = sgn[:, c.ks:].sum(-1)
+    pos_g = _group_positives(c, sgn) if c.mx else None  # non-sink keys with u > 0 per group (underflow_scale)
     last = len(c.scales) - 1
     spare = torch.empty_like(u) if last else None  # every scale but the last casts a copy of u
     for i, (sc, outs_i, diag) in enumerate(zip(c.scales, outs, diags)):
@@ -231,7 +234,7 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         s_r = _per_row_scale(u, nr, c) if c.per_row else None
         x = _first_level(c, u, sc.scale, s_r, spare if i < last else None)
         if c.mx:  # microscaled: groups of keys inside each block, a scale per group (kernels.microscaling)
-            pq = _cast_mx(c, x, sgn, diag, g, r0, r1)
+            pq = _cast_mx(c, x, pos_g, diag, g, r0, r1)
         else:
             saturate = _saturation(c, sc, x, diag["saturated"][g, r0:r1])
             pq = x if c.fmt is None else quantize_fast(x, c.fmt, saturate=saturate, out=x)
@@ -260,36 +263,6 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
             l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
         for out, acc in zip(outs_i, accs):
             out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
-
-
-def _per_row_scale(u: torch.Tensor, nr: int, c: _Call) -> torch.Tensor:
-    """``scale_mode="per_row"``: ``S_r = float32(PER_ROW_TARGET / r)`` per row and block, r the block's row
-    max of p (``S_r = 1`` where r = 0), [rows, nblk]."""
-    r = u.view(nr, c.nblk, c.block_n).amax(-1)
-    return torch.where(r > 0, torch.full_like(r, PER_ROW_TARGET) / r, torch.ones_like(r))
-
-
-def _first_level(c: _Call, u: torch.Tensor, scale: float, s_r, spare) -> torch.Tensor:
-    """Step 3's x: u itself (exp2_offset), else p·S or p·S_r, in place over u, or into ``spare`` when
-    another scale still needs the unrounded u."""
-    if c.exp2:
-        return u
-    if s_r is not None:
-        ub = u.view(s_r.shape[0], c.nblk, c.block_n)
-        out = ub if spare is None else spare.view(ub.shape)
-        return torch.mul(ub, s_r[..., None], out=out).view(u.shape)
-    return u.mul_(scale) if spare is None else torch.mul(u, scale, out=spare)
-
-
-def _cast_mx(c: _Call, x: torch.Tensor, sgn: torch.Tensor, diag: dict, g: int, r0: int, r1: int) -> torch.Tensor:
-    """Step 3 for a microscaled format, in place over x [rows, Np]; ``sgn`` still holds sign(u). Adds the
-    saturated keys, the groups whose scale flushed and the non-sink keys > 0 in them to ``diag``."""
-    pq, flushed = quantize_mx_fast(x, c.fmt, sat=diag["saturated"][g, r0:r1])
-    if bool(flushed.any()):
-        keys = flushed.to(torch.float32).repeat_interleave(c.fmt.group, dim=-1)
-        diag["groups_flushed"][g, r0:r1] = flushed.sum(-1)
-        diag["underflow_scale"][g, r0:r1] = (keys[:, c.ks:] * sgn[:, c.ks:]).sum(-1).to(torch.int64)
-    return pq
 
 
 def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torch.Tensor:
