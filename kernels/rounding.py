@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from .formats import FP8Format, get_format
+from .formats import FORMATS, FP8Format, get_format
 
 __all__ = ["quantize", "quantize_native", "quantize_fast"]
 
@@ -54,6 +54,8 @@ def quantize(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn") -> torch.Tensor:
 
     if isinstance(fmt, MXFormat) or (isinstance(fmt, str) and fmt in MX_FORMATS):
         return quantize_mx(x, fmt)[0]  # groups along the last axis, first-level scale 1
+    if not isinstance(fmt, FP8Format) and not (isinstance(fmt, str) and fmt in FORMATS):
+        raise ValueError(f"fmt={fmt!r} is not a known format; allowed: {', '.join((*FORMATS, *MX_FORMATS))}")
     f = get_format(fmt)
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}")
