@@ -208,10 +208,9 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
     s = _scores(c, g, r0, r1) if s is None else s  # (given: shared with other calls, emulator_calls)
     # step 2: running max
     sb = s.view(nr, c.nblk, c.block_n)
-    if c.cummax:
-        m = running_max(sb.amax(dim=-1), c.reverse)  # the max in force when each block is processed
-    else:
-        m = max_in_force(sb.amax(dim=-1), c.reverse, c.tau, c.sink[g].expand(nr) if c.sink_init else None)
+    bm = sb.amax(dim=-1)  # the max in force when each block is processed: a cumulative max, or step 2's rule
+    m = running_max(bm, c.reverse) if c.cummax else max_in_force(bm, c.reverse, c.tau, c.sink[g].expand(nr)
+                                                                 if c.sink_init else None)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     # in place: s is not needed again. u is p (multiply) or x (exp2_offset), the unrounded value.
     u = _unrounded(c, sb, m_safe).view(nr, Np)
@@ -226,24 +225,18 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
     pos_g = _group_positives(c, sgn) if c.mx else None  # non-sink keys with u > 0 per group (underflow_scale)
     last = len(c.scales) - 1
     spare = torch.empty_like(u) if last else None  # every scale but the last casts a copy of u
+    s_r = _per_row_scale(u, nr, c) if c.per_row else None  # per_row's S_r of each row and block
     for i, (sc, outs_i, diag) in enumerate(zip(c.scales, outs, diags)):
         # step 3: cast
-        # x = p*S (exp2_offset: step 2's x, one scale only): in place over u for the last scale, else
-        # into the spare buffer, so that u stays unrounded for the next scale
-        # (per_row: S_r of each row and block, x = p·S_r)
-        s_r = _per_row_scale(u, nr, c) if c.per_row else None
+        # x = p·S, p·S_r (per_row) or step 2's x (exp2_offset, one scale only): in place over u for the last
+        # scale, else into the spare buffer, so that u stays unrounded for the next scale
         x = _first_level(c, u, sc.scale, s_r, spare if i < last else None)
-        if c.mx:  # microscaled: groups of keys inside each block, a scale per group (kernels.microscaling)
-            pq = _cast_mx(c, x, pos_g, diag, g, r0, r1)
-        else:
-            saturate = _saturation(c, sc, x, diag["saturated"][g, r0:r1])
-            pq = x if c.fmt is None else quantize_fast(x, c.fmt, saturate=saturate, out=x)
+        pq = _cast(c, sc, x, pos_g, diag, g, r0, r1)
         # diagnostics: p_q > 0 implies u > 0, so underflows are #(u > 0) - #(p_q > 0).
         torch.sign(pq, out=sgn)
         _counts(c, diag, g, r0, r1, pos_s, pos_ns, sgn)
         # step 4: row sum
-        # Instead of rescaling by alpha once per block, weight block j by exp(m_j - m_final),
-        # the product of the kernel's per-block alphas.
+        # Instead of rescaling by alpha once per block, weight block j by exp(m_j - m_final), the alphas' product.
         if c.rowsum_rounded:  # (else lblk holds the unrounded u's block sums, the same for every scale)
             lblk = pq.view(nr, c.nblk, c.block_n).sum(-1)
             lblk = lblk if c.exp2 else lblk / (s_r if c.per_row else sc.scale)
@@ -275,6 +268,15 @@ def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torc
     if c.visible is not None:
         s.masked_fill_(~c.visible[r0:r1, :s.shape[1]], float("-inf"))
     return s
+
+
+def _cast(c: _Call, sc: _Scale, x: torch.Tensor, pos_g, diag: dict, g: int, r0: int, r1: int) -> torch.Tensor:
+    """Step 3's rounding of x in place (no rounding when fmt is None): FP8, or a microscaled format's groups
+    of keys inside each block with a scale per group (:mod:`kernels.emulator_mx`); saturation counted."""
+    if c.mx:
+        return _cast_mx(c, x, pos_g, diag, g, r0, r1)
+    saturate = _saturation(c, sc, x, diag["saturated"][g, r0:r1])
+    return x if c.fmt is None else quantize_fast(x, c.fmt, saturate=saturate, out=x)
 
 
 def _saturation(c: _Call, sc: _Scale, x: torch.Tensor, saturated: torch.Tensor) -> bool:
