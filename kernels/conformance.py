@@ -16,6 +16,10 @@ such elements account for it:
   max_finite (only lazy rescaling, or S >= max_finite, puts x there);
 * under ``exp2_offset``, ``terms`` and ``underflow`` may also differ by the elements whose x lies
   below 2^-126, which the compiled kernel's ``ex2.approx.ftz.f32`` flushes to zero;
+* microscaled P (nvfp4, mxfp4): ``|Δ underflow_scale|`` may not exceed the non-sink keys > 0 of the
+  groups whose scale may flush on one side only, and ``|Δ groups_flushed|`` those groups; an element is
+  fragile (underflow, saturation, output) where its E2M1 rounding or its group's scale (amax at an E4M3
+  or power-of-two boundary) may differ within the error bound;
 * per row, ``|Δ out|`` may not exceed ``tol·max|out|`` plus the largest change
   the fragile elements can make: one grid step each, times ``|v|``, over ``l·S``.
 
@@ -48,7 +52,7 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
     The keywords are those of the call (:func:`kernels.attention`'s), plus ``tol`` (relative output
     tolerance on rows without fragile elements) and ``exp_rel_err`` (see :func:`exp_rel_err_for`: it
     must cover both sides' exp / exp2). Returns a dict: ``max_abs_diff``, ``max_rel_diff`` (relative to
-    max|out|), ``diag_equal`` (all five diagnostics identical), ``mismatched_rows``, ``fragile_elements``,
+    max|out|), ``diag_equal`` (all seven diagnostics identical), ``mismatched_rows``, ``fragile_elements``,
     ``walk_fragile_rows`` (rows whose lazy running-max walk may differ), ``explained`` (True when every
     difference is accounted for), ``why`` (text). ``fragile`` may pass :func:`fragile_elements` of the
     same call, computed once for several comparisons.
@@ -117,6 +121,13 @@ def _check_diagnostics(diffs, fr, ksink, nk):
         ok = False
         why.append(f"saturated differs in {int((diffs['saturated'].abs() > fsat).sum())} rows by more than the "
                    "elements within the error bound of max_finite")
+    ff = fr.get("fragile_flush", torch.zeros_like(fu))  # keys of groups whose scale may flush on one side only
+    if bool((diffs["underflow_scale"].abs() > (ff & ~sink_cols).sum(-1)).any()):
+        ok = False
+        why.append("underflow_scale differs by more than the keys of groups at the scale's flush threshold")
+    if bool((diffs["groups_flushed"].abs() > fr.get("fragile_groups", torch.zeros_like(fsat))).any()):
+        ok = False
+        why.append("groups_flushed differs by more than the groups at the scale's flush threshold")
     if bool((diffs["underflow"].abs() > fu_ns + ft_ns).any()) or bool(
             (diffs["underflow_sink"].abs() > fu_s + ft_s).any()):
         ok = False

@@ -20,6 +20,15 @@ error (``2·LOG2E·err`` plus 4u relative) of τ, two correct implementations ma
 Such rows are *walk-fragile*: every visible element of the row is treated as fragile, with bounds
 that hold for any walk (every walk keeps ``M_j - τ/LOG2E <= m_j <= M_j``, ``M_j`` the eager max, so
 ``x`` lies within a factor ``2^τ`` above its eager value).
+
+Microscaled FP4 P (``fmt="nvfp4"`` / ``"mxfp4"``, :func:`_mx_boundaries`): each side's float32 x lies in
+``[x·e^-tol, x·e^tol]``, so each group's amax lies in the interval of the group's maxima, and (the scale
+rule being monotone in amax) its scale is one of the scales of that interval's float32 ends, two adjacent
+values at most (tol is ulps, the scale grids' spacing 1/8 relative or more). An element is fragile when its
+``p_q = E2M1(x / s)·s`` is not the same over that x interval and those scales: an E2M1 rounding boundary,
+or a group's amax at an E4M3 (nvfp4) or power-of-two (mxfp4) boundary of its scale, the flush threshold
+included. With ``scale_mode="per_row"`` x = ``2688·p / r`` (r the block's row max of p): both p and r carry
+the error, so tol doubles.
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ import torch
 from .contract import LOG2E, float32, log2_scale
 from .emulator import operand_cast, running_max
 from .formats import FP8Format, get_format
+from .microscaling import E2M1, PER_ROW_TARGET, MXFormat, get_mx_format, group_scale, is_mx
+from .rounding import quantize
 from .reference import causal_mask, expand_kv
 
 __all__ = ["fragile_elements", "exp_rel_err_for", "cast_operand", "EXP_REL_ERR_CPU", "EX2_APPROX_REL_ERR"]
@@ -61,6 +72,8 @@ def exp_rel_err_for(backend: str, *, scale=1.0, fmt="e4m3fn", scale_mode="multip
         return EXP_REL_ERR_CPU
     if scale_mode == "exp2_offset" or fmt is None:
         return max(EX2_APPROX_REL_ERR, EXP_REL_ERR_CPU)
+    if is_mx(fmt):  # any p > 0 in float32 has |y| <= 104 (exp(-104) < 2^-149); the scales reach far below
+        return max(EX2_APPROX_REL_ERR + 2 * _U * (104 + rescale_threshold * math.log(2) + 1), EXP_REL_ERR_CPU)
     f = get_format(fmt)
     y_max = max(math.log(2 * scale / f.min_subnormal), 0.0) + rescale_threshold * math.log(2) + 1
     return max(EX2_APPROX_REL_ERR + 2 * _U * y_max, EXP_REL_ERR_CPU)
@@ -152,7 +165,10 @@ def fragile_elements(q, k, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
     the final max, the sink included), ``lx`` (the row sum in x units that output bounds divide by),
     ``walk_fragile`` (rows whose lazy running-max walk may differ: all their visible elements fragile).
     """
-    f: FP8Format | None = None if fmt is None else get_format(fmt)
+    if is_mx(fmt):
+        f: FP8Format | MXFormat | None = get_mx_format(fmt)
+    else:
+        f = None if fmt is None else get_format(fmt)
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     q, k = cast_operand(q, qk_fmt, qk_scale), cast_operand(k, qk_fmt, qk_scale)
     s, err_s = _scores64(q, k, causal=causal, sm_scale=sm)
@@ -184,6 +200,9 @@ def fragile_elements(q, k, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
         z = torch.zeros_like(x, dtype=torch.bool)
         return {"fragile": z, "fragile_underflow": z, "fragile_saturation": z, "fragile_terms": z,
                 "step": torch.zeros_like(x), "x": x, "l": l, "lx": lx, "walk_fragile": torch.zeros_like(walk_fragile)}
+    if isinstance(f, MXFormat):
+        return _mx_fragile(s, mcol, x, l, lx, f, log_tol, walk_fragile, per_row=scale_mode == "per_row",
+                           block_n=block_n)
     out = {**_near_boundaries(x, f, log_tol, exp2), "x": x, "l": l, "lx": lx, "walk_fragile": walk_fragile}
     if bool(walk_fragile.any()):
         xv = lambda t, mm: _xof(t, mm, scale=scale, exp2=exp2, log2s=log2s)  # noqa: E731
@@ -252,3 +271,65 @@ def _widen_walk_fragile(out, s, ecol, sink_init, sigma, log_tol, f: FP8Format, t
     if sigma is not None:
         lx_min = lx_min + xv(sigma, m_top)
     out["lx"] = torch.where(out["walk_fragile"], torch.minimum(out["lx"], lx_min), out["lx"])
+
+
+def _mx_fragile(s, mcol, x, l, lx, f: MXFormat, log_tol, walk_fragile, *, per_row, block_n):
+    """:func:`fragile_elements` for microscaled P: x (static S) or ``2688·p / r`` (per_row), its boundaries
+    (:func:`_mx_boundaries`) and, per_row, the step in p units (over S_r) with the row sum in p units."""
+    if bool(walk_fragile.any()):
+        raise ValueError("rescale_threshold: a lazy walk that may differ is not modelled with a microscaled fmt")
+    nk = s.shape[-1]
+    blocks = -(-nk // block_n)
+    if per_row:  # x = p·S_r, S_r = 2688 / r: the errors of p and of r, and two float32 roundings
+        p = torch.nn.functional.pad(torch.exp(s - mcol), (0, blocks * block_n - nk))
+        r = p.view(*p.shape[:-1], blocks, block_n).amax(-1, keepdim=True)
+        s_r = torch.where(r > 0, PER_ROW_TARGET / r, torch.ones_like(r)).expand(*r.shape[:-1], block_n)
+        s_r = s_r.reshape(p.shape)[..., :nk]
+        x = p[..., :nk] * s_r
+        log_tol = 2 * log_tol + 2 * _U
+    out = {**_mx_boundaries(x, f, log_tol, block_n), "x": x, "l": l, "lx": lx, "walk_fragile": walk_fragile}
+    if per_row:
+        out["step"] = out["step"] / s_r  # p_q·V enters acc over S_r; l is in p units (S = 1)
+        out["lx"] = l
+    return out
+
+
+def _f32_bracket(t):
+    """float32 values just below and just above float64 ``t`` >= 0 (one ulp out after rounding to nearest)."""
+    t32 = t.float()
+    return torch.nextafter(t32, torch.zeros_like(t32)), torch.nextafter(t32, torch.full_like(t32, math.inf))
+
+
+def _mx_boundaries(x, f: MXFormat, log_tol, block_n):
+    """Per element of x [..., Nk] (float64, >= 0), with each side's x in ``[x·e^-tol, x·e^tol]``: the range of
+    p_q over every scale the group may get and every x; fragile where it is not one value. Also the
+    underflow (p_q = 0 on one side only), saturation (``x / s > 6`` on one side only) and flush (the group's
+    scale 0 on one side only: ``fragile_flush`` keys, ``fragile_groups`` per row) cases."""
+    nk = x.shape[-1]
+    blocks = -(-nk // block_n)
+    xp = torch.nn.functional.pad(x, (0, blocks * block_n - nk))  # padding keys: x = 0, in the last block's groups
+    x_lo, x_hi = xp * torch.exp(-log_tol), xp * torch.exp(log_tol)
+    groups = lambda t: t.reshape(*t.shape[:-1], -1, f.group)  # noqa: E731
+    cands = [group_scale(_f32_bracket(groups(x_lo).amax(-1))[0], f).double(),
+             group_scale(_f32_bracket(groups(x_hi).amax(-1))[1], f).double()]
+    pq_min = pq_max = None
+    sat_any = sat_all = None
+    for sc in cands:
+        sg = sc[..., None]
+        ok = sg > 0
+        safe = torch.where(ok, sg, torch.ones_like(sg))
+        y_lo = _f32_bracket(groups(x_lo) / safe * (1 - 2 * _U))[0]  # the float32 division: one more rounding
+        y_hi = _f32_bracket(groups(x_hi) / safe * (1 + 2 * _U))[1]
+        lo = torch.where(ok, quantize(y_lo, E2M1).double() * sg, torch.zeros_like(sg))
+        hi = torch.where(ok, quantize(y_hi, E2M1).double() * sg, torch.zeros_like(sg))
+        s_lo, s_hi = ok & (y_lo > f.max_finite), ok & (y_hi > f.max_finite)
+        pq_min = lo if pq_min is None else torch.minimum(pq_min, lo)
+        pq_max = hi if pq_max is None else torch.maximum(pq_max, hi)
+        sat_any = s_hi if sat_any is None else sat_any | s_hi
+        sat_all = s_lo if sat_all is None else sat_all & s_lo
+    flush = ((cands[0] == 0) != (cands[1] == 0))[..., None] & (groups(xp) > 0)
+    keys = lambda t: t.reshape(*t.shape[:-2], -1)[..., :nk]  # noqa: E731
+    fragile = keys(pq_max != pq_min) & (x > 0)
+    return {"fragile": fragile, "fragile_underflow": fragile & keys(pq_min == 0), "fragile_terms": torch.zeros_like(fragile),
+            "fragile_saturation": keys(sat_any & ~sat_all) & (x > 0), "fragile_flush": keys(flush),
+            "fragile_groups": flush.any(-1).sum(-1), "step": keys(pq_max - pq_min)}

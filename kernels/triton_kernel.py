@@ -6,7 +6,8 @@ attention kernel with the P-cast contract (:func:`_attn_fwd`, whose KV loop is
 :func:`_attn_fwd_inner`; each contract step is marked ``# step N: name``, as in the
 emulator and the test oracle; the P-policy options of docs/interfaces.md, "P policies of
 deployed kernels", enter at those markers as constexprs and runtime arguments, their helpers in
-:mod:`kernels.triton_policy`). Then the launchers (:func:`triton_attention`,
+:mod:`kernels.triton_policy`; microscaled FP4 P, nvfp4 / mxfp4 and ``scale_mode="per_row"`` (issue 13),
+enters at steps 3-5 through :mod:`kernels.triton_fp4`). Then the launchers (:func:`triton_attention`,
 :func:`triton_quantize`, :func:`triton_builtin_cast`): CUDA tensors launch the kernels
 compiled; CPU tensors launch them through Triton's interpreter (see :func:`_interpreting`),
 so no one has to set ``TRITON_INTERPRET`` by hand.
@@ -31,6 +32,8 @@ import triton.language as tl
 from .contract import DIAGNOSTICS, log2_scale
 from .formats import FP8Format, get_format
 from .reference import expand_kv
+from .microscaling import MXFormat
+from .triton_fp4 import MX_CODE, cast_p, per_row_div
 from .triton_policy import SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, sink_final
 
 __all__ = ["triton_attention", "triton_quantize", "triton_builtin_cast", "fp8_round"]
@@ -119,7 +122,8 @@ def _load_operand(ptrs, mask, scale_ptr,
 
 @triton.jit
 def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulator, row sum, row max
-                    n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink,  # diagnostics
+                    n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink,  # diagnostics, then issue 13's:
+                    n_underflow_scale, n_groups_flushed,  # non-sink keys in flushed groups, flushed groups
                     q,  # [BLOCK_M, HEAD_D] query rows (already cast when QK_QUANT)
                     k_base, v_base, stride_kn, stride_vn,  # K and V of this (batch, head), their row strides
                     offs_m, offs_d,  # query positions, head-dimension offsets
@@ -139,9 +143,10 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
                     QK_MAX_FINITE: tl.constexpr,  # K cast format: saturation value
                     V_QUANT: tl.constexpr, V_MAN_BITS: tl.constexpr, V_EMIN: tl.constexpr,  # V cast: on, format
                     V_MAX_FINITE: tl.constexpr,  # V cast format: saturation value
+                    MX: tl.constexpr, GROUP: tl.constexpr,  # P microscaled: 0 no, 1 nvfp4, 2 mxfp4; keys per group
+                    PER_ROW: tl.constexpr,  # scale_mode="per_row": x = p·S_r per row and block (nvfp4)
                     ):
-    """Walk every KV block for BLOCK_M query rows: contract steps 1-5 and the diagnostics.
-    Returns the updated state (acc, l_i, m_i and the five diagnostic counts) in argument order."""
+    """Steps 1-5 and the diagnostics over every KV block for BLOCK_M rows; returns the state in argument order."""
     n_blocks = tl.cdiv(N_K, BLOCK_N)
     for i in range(0, n_blocks):
         blk = n_blocks - 1 - i if REVERSE else i
@@ -162,27 +167,26 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
         p, alpha = exp_block(s, m_i, m_safe, log2s, EXP2_OFFSET)  # p: exp(s - m), or x under EXP2_OFFSET
         # step 3: cast
-        x = p if EXP2_OFFSET else p * p_scale
-        pq = fp8_round(x, MAN_BITS, EMIN, MAX_FINITE) if QUANT else x
+        x, pq, d_blk, n_saturated, n_underflow_scale, n_groups_flushed = cast_p(  # d_blk: S, or S_r per row
+            p, p_scale, offs_n, KSINK, n_saturated, n_underflow_scale, n_groups_flushed, QUANT, MAN_BITS, EMIN,
+            MAX_FINITE, EXP2_OFFSET, MX, GROUP, PER_ROW)
         # step 4: row sum
-        if ROWSUM_ROUNDED:
-            l_blk = tl.sum(pq, 1) if EXP2_OFFSET else tl.sum(pq, 1) / p_scale
-        else:
-            l_blk = tl.sum(p, 1)
-        l_i = l_i * alpha + l_blk
+        l_rnd = tl.sum(pq, 1) if EXP2_OFFSET else tl.sum(pq, 1) / d_blk  # rowsum(p_q) / S (or S_r; exp2: / 1)
+        l_i = l_i * alpha + (l_rnd if ROWSUM_ROUNDED else tl.sum(p, 1))
         # step 5: accumulate
-        acc = acc * alpha[:, None] + tl.dot(pq, v, input_precision="ieee")
+        acc = acc * alpha[:, None] + per_row_div(tl.dot(pq, v, input_precision="ieee"), d_blk, PER_ROW)
         m_i = m_new
-        # diagnostics (on the unrounded value: p, or x under EXP2_OFFSET)
-        n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink = _count_diagnostics(
+        n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink = _count_diagnostics(  # (on p, or x)
             n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, p, x, pq, visible, offs_n, KSINK,
             QUANT, MAX_FINITE)
-    return acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink
+    return (acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, n_underflow_scale,
+            n_groups_flushed)
 
 
 @triton.jit
 def _store_diagnostics(Diag, pid_bh, N_Q, offs_m, row_ok,
-                       n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink):
+                       n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, n_underflow_scale,
+                       n_groups_flushed):
     """One plane per name of kernels.contract.DIAGNOSTICS, in that order (not a contract step)."""
     plane = tl.num_programs(1) * N_Q
     dbase = Diag + pid_bh * N_Q + offs_m
@@ -191,6 +195,8 @@ def _store_diagnostics(Diag, pid_bh, N_Q, offs_m, row_ok,
     tl.store(dbase + 2 * plane, n_saturated, mask=row_ok)
     tl.store(dbase + 3 * plane, n_terms, mask=row_ok)
     tl.store(dbase + 4 * plane, n_terms_sink, mask=row_ok)
+    tl.store(dbase + 5 * plane, n_underflow_scale, mask=row_ok)
+    tl.store(dbase + 6 * plane, n_groups_flushed, mask=row_ok)
 
 
 @triton.jit
@@ -222,9 +228,10 @@ def _attn_fwd(Q, K, V, Out, Diag,
               QK_MAX_FINITE: tl.constexpr,  # Q, K cast format: saturation value
               V_QUANT: tl.constexpr, V_MAN_BITS: tl.constexpr, V_EMIN: tl.constexpr,  # V cast: on, format
               V_MAX_FINITE: tl.constexpr,  # V cast format: saturation value
+              MX: tl.constexpr, GROUP: tl.constexpr,  # P microscaled: 0 no, 1 nvfp4, 2 mxfp4; keys per group
+              PER_ROW: tl.constexpr,  # scale_mode="per_row": x = p·S_r, S_r = 2688 / the block's row max of p
               ):
-    """One program computes BLOCK_M query rows of one (batch, head), walking all KV blocks.
-    Diag is int32 [5, B*H, N_Q]: one plane per name of kernels.contract.DIAGNOSTICS, in that order."""
+    """BLOCK_M query rows of one (batch, head) over all KV blocks. Diag: int32 [7, B*H, N_Q] (DIAGNOSTICS)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     z = pid_bh // H
@@ -237,21 +244,21 @@ def _attn_fwd(Q, K, V, Out, Diag,
                       row_ok[:, None], scale_ptr, QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
     m_i, l_i = init_state(Sink + pid_bh, log2s, BLOCK_M, SINK_MODE, EXP2_OFFSET)
     acc = tl.zeros([BLOCK_M, HEAD_D], tl.float32)
-    zero = tl.zeros([BLOCK_M], tl.int32)  # each of the five diagnostic counts starts at 0
-    acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink = _attn_fwd_inner(
-        acc, l_i, m_i, zero, zero, zero, zero, zero, q,
+    zero = tl.zeros([BLOCK_M], tl.int32)  # each of the seven diagnostic counts starts at 0
+    (acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, n_underflow_scale,
+     n_groups_flushed) = _attn_fwd_inner(
+        acc, l_i, m_i, zero, zero, zero, zero, zero, zero, zero, q,
         K + z * stride_kz + h * stride_kh, V + z * stride_vz + h * stride_vh, stride_kn, stride_vn,
         offs_m, offs_d, N_K, sm_scale, p_scale, KSINK, tau, log2s, scale_ptr,
         HEAD_D, BLOCK_N, REVERSE, CAUSAL, QUANT, MAN_BITS, EMIN, MAX_FINITE, ROWSUM_ROUNDED, EXP2_OFFSET, LAZY,
-        QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE, V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE)
-
+        QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE, V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE, MX, GROUP, PER_ROW)
     # step 6: normalise
     l_i = sink_final(l_i, m_i, Sink + pid_bh, log2s, SINK_MODE, EXP2_OFFSET)
     out = acc / l_i[:, None] if EXP2_OFFSET else acc / (l_i * p_scale)[:, None]
     tl.store(Out + z * stride_oz + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :], out,
              mask=row_ok[:, None])
-    _store_diagnostics(Diag, pid_bh, N_Q, offs_m, row_ok,
-                       n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink)
+    _store_diagnostics(Diag, pid_bh, N_Q, offs_m, row_ok, n_underflow, n_underflow_sink, n_saturated, n_terms,
+                       n_terms_sink, n_underflow_scale, n_groups_flushed)
 
 
 # ============================================================================= launchers
@@ -327,7 +334,7 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | None, causal: bool,
+def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | MXFormat | None, causal: bool,
                      ksink: int, block_m: int, block_n: int, sm_scale: float, rowsum_rounded: bool,
                      scale_mode: str = "multiply", rescale_threshold: float = 0.0, sink_logit=None,
                      sink_mode: str = "final", qk_fmt: FP8Format | None = None, qk_scale="tensor",
@@ -337,7 +344,8 @@ def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | N
     q [B,H,Nq,d], k and v [B,H_kv,Nk,d] (H_kv dividing H; expanded here): float32, one device; d a
     multiple of 16, zero-padded here to the next power of two and cut back on return. ``sink_logit``:
     None or float32 [B, H] on that device. The policy options are those of docs/interfaces.md
-    ("P policies of deployed kernels"); the operand scales are computed here, in float32.
+    ("P policies of deployed kernels"); the operand scales are computed here, in float32. ``fmt`` may be
+    an :class:`~kernels.microscaling.MXFormat` (docs/interfaces.md, "P in FP4 with microscaling").
     Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq])``.
     """
     B, H, Nq, d = q.shape
@@ -355,7 +363,8 @@ def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | N
     exp2_offset = scale_mode == "exp2_offset"
     grid = (triton_cdiv(Nq, block_m), B * H)
     e4m3 = get_format("e4m3fn")  # format constants of a cast that is off (QUANT, QK_QUANT or V_QUANT False)
-    f, fqk, fv = (t if t is not None else e4m3 for t in (fmt, qk_fmt, v_fmt))
+    mx = isinstance(fmt, MXFormat)  # microscaled P: fp8_round takes its E2M1 elements' parameters
+    f, fqk, fv = (t if t is not None else e4m3 for t in (fmt.element if mx else fmt, qk_fmt, v_fmt))
     _launch(
         _attn_fwd, grid, q.device,
         q, k, v, out, diag, sink, op_scale,
@@ -366,11 +375,12 @@ def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | N
         H, Nq, Nk, float(sm_scale), float(scale), int(ksink), float(rescale_threshold),
         log2_scale(scale) if exp2_offset else 0.0,
         HEAD_D=dp, BLOCK_M=block_m, BLOCK_N=block_n, REVERSE=reverse, CAUSAL=causal,
-        QUANT=fmt is not None, MAN_BITS=f.man_bits, EMIN=f.emin, MAX_FINITE=f.max_finite,
+        QUANT=fmt is not None and not mx, MAN_BITS=f.man_bits, EMIN=f.emin, MAX_FINITE=f.max_finite,
         ROWSUM_ROUNDED=rowsum_rounded, EXP2_OFFSET=exp2_offset, LAZY=rescale_threshold > 0,
         SINK_MODE=SINK_MODE_CODE[None if sink_logit is None else sink_mode],
         QK_QUANT=qk_fmt is not None, QK_MAN_BITS=fqk.man_bits, QK_EMIN=fqk.emin, QK_MAX_FINITE=fqk.max_finite,
         V_QUANT=v_fmt is not None, V_MAN_BITS=fv.man_bits, V_EMIN=fv.emin, V_MAX_FINITE=fv.max_finite,
+        MX=MX_CODE[fmt.name] if mx else 0, GROUP=fmt.group if mx else 1, PER_ROW=scale_mode == "per_row",
     )
     out = out if dp == d else out[..., :d].contiguous()
     return out, {n: diag[i].to(torch.int64).view(B, H, Nq) for i, n in enumerate(DIAGNOSTICS)}

@@ -6,6 +6,11 @@ It walks the KV blocks one at a time for all query rows, exactly as the contract
 quantizer ``kernels.quantize`` (not the emulator's fast path). It shares no code with the
 emulator or the Triton kernel beyond that quantizer, which is itself tested against
 torch's float8 cast, and the constants of ``kernels.contract``.
+
+Microscaled FP4 P (``fmt="nvfp4"`` / ``"mxfp4"``, docs/interfaces.md "P in FP4 with microscaling") is
+written here group by group from the spec (:func:`_cast_groups`): E4M3 scales and E2M1 elements by
+``kernels.quantize``, E8M0 scales from ``frexp``; not ``kernels.microscaling.quantize_mx`` (the
+emulator's route).
 """
 
 import math
@@ -15,6 +20,7 @@ import torch
 from kernels import quantize
 from kernels.contract import DIAGNOSTICS, LOG2E, float32, log2_scale
 from kernels.formats import get_format
+from kernels.microscaling import E2M1, MX_FORMATS, PER_ROW_TARGET
 
 
 def cast_operand(t, fmt, scale="tensor"):
@@ -49,6 +55,8 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
     sm = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
     exp2 = scale_mode == "exp2_offset"
     log2s = log2_scale(scale)
+    mx = MX_FORMATS.get(fmt) if isinstance(fmt, str) else None  # microscaled P (groups of keys, a scale each)
+    per_row = scale_mode == "per_row"
     tau = torch.tensor(float32(rescale_threshold))
     if qk_fmt is not None:
         q, k = cast_operand(q, qk_fmt, qk_scale), cast_operand(k, qk_fmt, qk_scale)
@@ -86,18 +94,28 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
             u = torch.exp(s - m_use[..., None])  # p
             alpha = torch.exp(m - m_use)
         # step 3: cast
-        x = u if exp2 else u * scale
-        pq = x if fmt is None else quantize(x, fmt)
+        div = scale  # what the block's rounded row sum and (per_row) its p_q·V are divided by
+        if per_row:  # S_r = float32(2688 / r), r the block's row max of p; 1 where r = 0
+            r = u.amax(-1)
+            div = torch.where(r > 0, torch.tensor(PER_ROW_TARGET) / r, torch.tensor(1.0))
+            x = u * div[..., None]
+        else:
+            x = u if exp2 else u * scale
+        if mx is not None:
+            pq = _cast_groups(x, u, mx, cols < ksink, diag)
+        else:
+            pq = x if fmt is None else quantize(x, fmt)
         # step 4: row sum
         if rowsum == "unrounded":
             lb = u.sum(-1)
         else:
-            lb = pq.sum(-1) if exp2 else pq.sum(-1) / scale
+            lb = pq.sum(-1) if exp2 else pq.sum(-1) / div
         l = l * alpha + lb
         # step 5: accumulate
-        acc = acc * alpha[..., None] + torch.matmul(pq, v[:, :, cols])
+        pv = torch.matmul(pq, v[:, :, cols])
+        acc = acc * alpha[..., None] + (pv / div[..., None] if per_row else pv)
         m = m_new
-        _count(diag, u, pq, x, cols < ksink, fmt)
+        _count(diag, u, pq, x, cols < ksink, None if mx is not None else fmt)
     # step 6: normalise
     if sigma is not None and sink_mode == "final":
         mf = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
@@ -114,3 +132,33 @@ def _count(diag, u, pq, x, sink, fmt):
     diag["terms_sink"] += ((u > 0) & sink).sum(-1)
     if fmt is not None:
         diag["saturated"] += (x > get_format(fmt).max_finite).sum(-1)
+
+
+def _group_scale(amax, mx):
+    """A group's scale from its amax >= 0: E4M3 of float32(amax / 6) (nvfp4), or 2^X with
+    X = clamp(floor(log2 amax) - 2, -127, 127) (mxfp4; amax = 0: X = -127)."""
+    if mx.scale == "e4m3fn":
+        return quantize(amax / torch.tensor(6.0), "e4m3fn")
+    mant, e = torch.frexp(amax.double())  # amax = mant·2^e, mant in [0.5, 1): floor(log2 amax) = e - 1
+    x = torch.where(amax > 0, e - 1 - 2, torch.tensor(-127)).clamp(-127, 127)
+    return torch.ldexp(torch.ones_like(amax, dtype=torch.float64), x).float()  # 2^-127: a float32 subnormal
+
+
+def _cast_groups(x, u, mx, sink, diag):
+    """Step 3 for a microscaled format: x [B,H,Nq,n] of one block (n its keys, the last group maybe short:
+    the padding keys past N count 0), one group of ``mx.group`` keys at a time from the block's first key.
+    Adds the saturated keys, the non-sink keys with u > 0 in flushed groups and the flushed groups."""
+    pq = torch.zeros_like(x)
+    for g0 in range(0, x.shape[-1], mx.group):
+        xg = x[..., g0:g0 + mx.group]
+        amax = xg.amax(-1)
+        s = _group_scale(amax, mx)[..., None]
+        ok = s > 0
+        y = xg / torch.where(ok, s, torch.ones_like(s))
+        pq[..., g0:g0 + mx.group] = torch.where(ok, quantize(y, E2M1) * s, torch.zeros_like(y))
+        flushed = (amax > 0) & ~ok[..., 0]
+        diag["saturated"] += (ok & (y > E2M1.max_finite)).sum(-1)
+        diag["groups_flushed"] += flushed.to(torch.int64)
+        lost = (u[..., g0:g0 + mx.group] > 0) & ~sink[g0:g0 + mx.group] & flushed[..., None]
+        diag["underflow_scale"] += lost.sum(-1)
+    return pq
