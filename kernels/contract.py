@@ -17,7 +17,8 @@ __all__ = [
     "SWEEP_EXPERIMENTS",
     "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
-    "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL",
+    "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL", "FP4_EXPERIMENT",
+    "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS",
 ]
 
 # ----------------------------------------------------------------------------- the contract
@@ -144,4 +145,21 @@ POLICY_CONFIG_COLUMNS = (
 POLICY_TIDY_COLUMNS = ("experiment", "seed") + POLICY_CONFIG_COLUMNS + (
     "backend", "mse", "rel_mse", "max_abs_err", "floor_mse", "floor_rel_mse", "underflow", "terms",
     "underflow_frac", "underflow_sink", "terms_sink", "underflow_sink_frac", "saturated", "saturated_frac",
+)
+
+# ----------------------------------------------------------------------------- the fp4 experiment
+# P in microscaled FP4 under sink keys (docs/interfaces.md, "The fp4 experiment (pipeline)").
+
+FP4_EXPERIMENT = "fp4"
+
+# The configuration of one fp4 row; rows are sorted by these, then by seed. ``cast`` is the P cast's
+# label (``nvfp4 S1=2048``, ``nvfp4 per-row``, ``mxfp4 S1=1``, ``e4m3fn S=256``), set by fmt, scale_mode, scale.
+FP4_CONFIG_COLUMNS = (
+    "n", "d", "block_m", "block_n", "causal", "ksink", "sigma", "sink_v_scale", "fmt", "scale_mode", "scale",
+    "order", "delta",
+)
+FP4_TIDY_COLUMNS = ("experiment", "seed") + FP4_CONFIG_COLUMNS + (
+    "cast", "backend", "mse", "rel_mse", "max_abs_err", "underflow", "underflow_scale", "underflow_elem", "terms",
+    "underflow_frac", "underflow_scale_frac", "underflow_elem_frac", "underflow_sink", "terms_sink",
+    "groups_flushed", "groups", "groups_flushed_frac", "saturated", "saturated_frac",
 )

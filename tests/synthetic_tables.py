@@ -8,6 +8,7 @@ cheap bootstrap.
 """
 
 import copy
+import itertools
 import math
 from pathlib import Path
 
@@ -237,3 +238,35 @@ def make_realmodel_outputs(*, passages=3, runs=("forward S=1", "forward S=256", 
             rows.append({"run": run, "kind": "combo" if " S=" in run else "policy", "passage": p,
                          "source": f"module{p}", "cosine": 1 - gap, "one_minus_cos": gap})
     return pd.DataFrame(rows)
+
+
+def make_fp4(*, dcs=None, seeds=4, deltas=tuple(np.arange(0.0, 16.01, 1.0)), fr=2.0, base=3.0, n=512, block_n=64):
+    """A tidy fp4 table (kernels.contract.FP4_TIDY_COLUMNS) whose answers are known: each static NVFP4 S1
+    of ``dcs`` (S1 -> Δc) has a forward flushed-group fraction rising linearly from 0 to 1 over Δc ± 1
+    (so the seed-mean crossing of 1/2 is exactly Δc; seeds differ by ±0.1 symmetrically), reverse none;
+    every cast's forward MSE is ``fr`` x its reverse MSE and ``base`` x the FP8 baseline's (same order)."""
+    from kernels.contract import FP4_TIDY_COLUMNS
+    from kernels.pipeline.fp4_config import cast_label
+
+    dcs = {1.0: 6.0, 256.0: 11.5} if dcs is None else dcs
+    casts = [("nvfp4", s, "multiply") for s in dcs] + [("nvfp4", 1.0, "per_row"), ("mxfp4", 1.0, "multiply"),
+                                                       ("e4m3fn", 256.0, "multiply")]
+    rows = []
+    for seed, (fmt, s, mode), order, dl in itertools.product(range(seeds), casts, ("forward", "reverse"), deltas):
+        jitter = 0.1 * (seed - (seeds - 1) / 2) / max(1, (seeds - 1) / 2)
+        flush = float(np.clip((dl - dcs[s] - jitter) / 2 + 0.5, 0, 1)) if (fmt, mode) == ("nvfp4", "multiply") \
+            and order == "forward" else 0.0
+        groups = n * n // 16 if fmt == "nvfp4" else (n * n // 32 if fmt == "mxfp4" else 0)
+        gf = int(round(flush * groups))
+        terms = n * (n - 4)
+        us = int(round(flush * terms))
+        mse = 1e-4 * (1 + 0.01 * seed) * (fr if order == "forward" else 1.0) * (1.0 if fmt == "e4m3fn" else base)
+        rows.append({"experiment": "fp4", "seed": seed, "n": n, "d": 64, "block_m": 64, "block_n": block_n,
+                     "causal": False, "ksink": 4, "sigma": 1.0, "sink_v_scale": 1.0, "fmt": fmt, "scale_mode": mode,
+                     "scale": s, "order": order, "delta": float(dl), "cast": cast_label(fmt, s, mode),
+                     "backend": "emulator", "mse": mse, "rel_mse": mse * 10, "max_abs_err": 0.01, "underflow": us + 10,
+                     "underflow_scale": us, "underflow_elem": 10, "terms": terms, "underflow_frac": (us + 10) / terms,
+                     "underflow_scale_frac": us / terms, "underflow_elem_frac": 10 / terms, "underflow_sink": 0,
+                     "terms_sink": 4 * n, "groups_flushed": gf, "groups": groups,
+                     "groups_flushed_frac": gf / groups if groups else 0.0, "saturated": 0, "saturated_frac": 0.0})
+    return pd.DataFrame(rows, columns=list(FP4_TIDY_COLUMNS))

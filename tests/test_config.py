@@ -399,6 +399,9 @@ ANALYSIS_BAD = {
                                   "'p_only'", "allowed: deployed"),
     "audit_floor_variant_not_run": case({"experiments.policies.variants.deployed": DELETE},
                                         "claims.audit.floor_variant", "'deployed'", "allowed: p_only"),
+    "fp4_max_abs_error_zero": case({"claims.fp4.max_abs_error": 0}, "claims.fp4.max_abs_error", "> 0"),
+    "fp4_delta_not_on_the_grid": case({"claims.fp4.delta": 8.25}, "claims.fp4.delta", "not on the Δ grid",
+                                      "experiments.fp4", "allowed: one of 0, 0.5"),
     "realmodel_combos_not_run": case({"claims.realmodel.combos[1]": "forward S=16"}, "claims.realmodel.combos[1]",
                                      "experiments.realmodel", COMBOS4),
     # an experiment's grid shrunk under a key that names what it no longer runs
@@ -445,5 +448,5 @@ def test_every_statistics_and_claims_key_has_a_bad_case():
     """A key added to either section without a bad-value case above fails here."""
     covered = {re.sub(r"\[\d+\]", "", c[2]) for c in ANALYSIS_BAD.values()}
     leaves = [leaf for section in ("statistics", "claims") for leaf in _leaves(CONFIG[section], section)]
-    assert len(leaves) == 42
+    assert len(leaves) == 44
     assert [leaf for leaf in leaves if leaf not in covered] == []

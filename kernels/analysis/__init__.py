@@ -6,9 +6,10 @@ Torch-free. Modules, in the order the pipeline uses them:
 * :mod:`.paired`: pairing by seed, ratio CIs, Wilcoxon, t, TOST, Holm (the T1 family);
 * :mod:`.summaries`: seed intervals, Δc crossings, the per-experiment summaries, ``write_csv``;
 * :mod:`.policies`, :mod:`.policy_predictions`: the policies experiment's summary and its theory;
+* :mod:`.fp4`, :mod:`.fp4_predictions`: the fp4 experiment's summary and its theory (:mod:`kernels.fp4_theory`);
 * :mod:`.stats`: one builder per statistics rule, from the ``statistics:`` section;
-* :mod:`.tables`: T1–T5 and their LaTeX / Markdown / CSV writers;
-* :mod:`.plots`: F1–F7, one module per figure, one shared style;
+* :mod:`.tables`: T1–T6 and their LaTeX / Markdown / CSV writers; :mod:`.fp4_table`: T7;
+* :mod:`.plots`: F1–F11, one module per figure, one shared style;
 * :mod:`.verdicts`: the verdict per claim, ``figures/claims.md`` and ``claims.json``;
 * :mod:`.text`: numbers as short text, shared by verdicts, tables and plots.
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract import CONFORMANCE, POLICY_EXPERIMENT, REALMODEL, SWEEP_EXPERIMENTS
+from ..contract import CONFORMANCE, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, SWEEP_EXPERIMENTS
 
 __all__ = ["Claim", "Output", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
            "EXPERIMENT_CATEGORY", "claim", "category"]
@@ -19,7 +19,7 @@ __all__ = ["Claim", "Output", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT
 
 @dataclass(frozen=True)
 class Claim:
-    id: str  # "C1" ... "C6", "audit" (deployed policies), "realmodel", or "conformance" (the supporting check)
+    id: str  # "C1" ... "C6", "audit" (deployed policies), "fp4" (P in FP4), "realmodel", or "conformance"
     statement: str  # the claim in the paper's words
     criterion_keys: tuple[str, ...]  # keys of claims.<id> in config.yaml that the verdict reads
     outputs: tuple[str, ...]  # figure and table targets that answer it (claims.md's evidence)
@@ -55,6 +55,12 @@ CLAIMS = (
                    "operands.",
           ("variant", "floor_variant", "max_abs_error", "saturation_threshold", "floor_factor"),
           ("fig_policies", "table_policies")),
+    Claim(FP4_EXPERIMENT, "Beyond the paper: P in microscaled FP4 (NVFP4, MXFP4) under sinks. NVFP4's E4M3 group scale "
+                          "flushes to zero for a whole group of 16 keys once the sink pushes the group's largest p·S₁ "
+                          "below 6·2⁻¹⁰; the closed-form Δc of that flush predicts the measured one for every static "
+                          "S₁, the derived optimal S₁ moves it out of reach, and reverse KV order removes it as it "
+                          "removes the FP8 collapse.",
+          ("max_abs_error", "delta"), ("fig_fp4", "table_fp4")),
     Claim("realmodel", "Beyond the paper: a pretrained model's heads (all-MiniLM-L6-v2) through the instrument: in what "
                        "fraction of heads C5's 3–10× holds, where the theory predicts a head's underflow from its "
                        "measured Δ, σ and sinks, and how far the model's output moves.",
@@ -72,6 +78,7 @@ _MSE = "C5 · MSE improvement"
 _CONFORMANCE = "Kernel conformance"
 _POLICIES = "Deployed policies"
 _REALMODEL = "Real model"
+_FP4 = "FP4 P · microscaling"
 
 OUTPUTS = (
     Output("fig_theory_scale", "figure", _SCALE),
@@ -84,12 +91,14 @@ OUTPUTS = (
     Output("fig_realmodel_heads", "figure", _REALMODEL),
     Output("fig_realmodel_theory", "figure", _REALMODEL),
     Output("fig_realmodel_outputs", "figure", _REALMODEL),
+    Output("fig_fp4", "figure", _FP4),
     Output("table_paired_tests", "table", "C5, C6 · paired tests"),
     Output("table_scales", "table", _SCALE),
     Output("table_thresholds", "table", _THRESHOLD),
     Output("table_conformance", "table", _CONFORMANCE),
     Output("table_policies", "table", _POLICIES),
     Output("table_realmodel", "table", _REALMODEL),
+    Output("table_fp4", "table", _FP4),
     Output("claims", "verdict", "Claims verdict"),
 )
 FIGURES = tuple(o.name for o in OUTPUTS if o.kind == "figure")
@@ -97,8 +106,8 @@ TABLES = tuple(o.name for o in OUTPUTS if o.kind == "table")
 VERDICT = "claims"
 
 # The report category of each experiment's tidy table: next to the outputs built from it.
-EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIMENT, REALMODEL),
-                               (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES, _REALMODEL)))
+EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIMENT, REALMODEL, FP4_EXPERIMENT),
+                               (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES, _REALMODEL, _FP4)))
 
 
 def claim(claim_id: str) -> Claim:

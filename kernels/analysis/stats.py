@@ -11,7 +11,8 @@ Each rule of ``workflow/rules/statistics.smk`` calls one of these on its tidy ta
 * :func:`threshold` (rule ``stats_threshold``, tidy ``threshold``): ``crossing_level`` and the
   bootstrap keys;
 * :func:`policies` (rule ``stats_policies``, tidy ``policies``): ``crossing_level`` and the
-  bootstrap keys (``confidence_level`` also sets the seed-mean CIs).
+  bootstrap keys (``confidence_level`` also sets the seed-mean CIs);
+* :func:`fp4` (rule ``stats_fp4``, tidy ``fp4``): the same keys as :func:`policies`.
 
 The bootstrap keys are ``bootstrap_resamples``, ``confidence_level``, ``bootstrap_method`` and
 ``seed`` (:func:`bootstrap`). The statistics themselves live in :mod:`.paired` and
@@ -24,11 +25,12 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from .fp4 import fp4_summary
 from .paired import paired_tests
 from .policies import policy_summary, require
 from .summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
 
-__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "POLICY_KEYS"]
+__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "fp4", "POLICY_KEYS"]
 
 # The keys of the statistics section that stats.policies reads.
 POLICY_KEYS = ("crossing_level", "bootstrap_resamples", "confidence_level", "bootstrap_method", "seed")
@@ -71,3 +73,9 @@ def policies(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
     """What each deployed P policy loses per Δ: seed means with CIs, MSE over the V-cast floor, Δc, theory."""
     require(cfg, "statistics", POLICY_KEYS)
     return policy_summary(tidy, crossing_level=float(cfg["crossing_level"]), **bootstrap(cfg))
+
+
+def fp4(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
+    """P in FP4: seed means with CIs per configuration, the theory, group-flush Δc, paired MSE ratios."""
+    require(cfg, "statistics", POLICY_KEYS)
+    return fp4_summary(tidy, crossing_level=float(cfg["crossing_level"]), **bootstrap(cfg))

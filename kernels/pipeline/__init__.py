@@ -30,6 +30,10 @@ module                  concern
                         ``policy_shard_spec``, ``policy_expected_rows``; ``config`` dispatches here.
 :mod:`.policy_runs`     its shard job, ``run_policies_shard`` (each distinct call once, the
                         V-cast floor once per stack and variant).
+:mod:`.fp4_config`      the fp4 experiment's P casts, checks, specs and row count (torch-free):
+                        ``casts``, ``cast_label``, ``check_fp4``, ``fp4_shard_spec``,
+                        ``fp4_expected_rows``, ``groups_per_row``; ``config`` dispatches here.
+:mod:`.fp4_runs`        its shard job, ``run_fp4_shard`` (every cast and order on a Δ stack).
 :mod:`.tables`          fixed text form (``format_value``, ``%.10g``), CSV text and reading,
                         shard tables merged into sorted tidy tables (``merge_tidy``,
                         ``merge_timing``), the benchmark summary (``summarize_benchmarks``).

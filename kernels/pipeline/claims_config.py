@@ -21,6 +21,8 @@
   ``claims.audit.variant``, ``.floor_variant``        ``experiments.policies.variants``
   ``claims.realmodel.combos``                         ``kernels.contract.COMBO_LABELS`` (what
                                                       ``realmodel`` always runs)
+  ``claims.fp4.delta``                                ``experiments.fp4.delta`` (T7's and the FP4
+                                                      section's MSE ratios)
   ==================================================  ============================================
 
   ``paired.csv`` holds a ratio only for the pairs ``statistics.pairs`` lists (in that order), so
@@ -38,7 +40,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..contract import COMBO_LABELS, POLICY_EXPERIMENT, REALMODEL, combo_label
+from ..contract import COMBO_LABELS, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, combo_label
 from . import config as _config  # its functions are used at call time (config imports this module)
 
 __all__ = ["check_analysis"]
@@ -189,3 +191,7 @@ def _check_claims(claims: Mapping, stats: Mapping, exps: Mapping) -> None:
         if label not in COMBO_LABELS:
             raise _Error(f"config key 'claims.{REALMODEL}.combos[{i}]': {label!r} is not a combination that "
                          f"experiments.{REALMODEL} runs; allowed: {', '.join(COMBO_LABELS)}")
+    grid = _delta_grid(exps[FP4_EXPERIMENT])
+    if FP4_EXPERIMENT in claims and not _on_grid(float(claims[FP4_EXPERIMENT]["delta"]), grid):
+        raise _Error(f"config key 'claims.{FP4_EXPERIMENT}.delta': {claims[FP4_EXPERIMENT]['delta']!r} is not on the Δ "
+                     f"grid of experiments.{FP4_EXPERIMENT}; allowed: one of {', '.join(f'{d:g}' for d in grid)}")

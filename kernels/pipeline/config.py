@@ -21,8 +21,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract import BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL, is_allowed
-from . import claims_config, policy_config
+from ..contract import (BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL,
+                        is_allowed)
+from . import claims_config, fp4_config, policy_config
 
 __all__ = [
     "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "schema_message", "listed", "shard_seeds",
@@ -129,11 +130,12 @@ def check_config(config: Mapping) -> None:
         if name == REALMODEL:
             _check_realmodel(key, exp, config.get("policies"))
             continue
-        if name == POLICY_EXPERIMENT:
+        if name in (POLICY_EXPERIMENT, FP4_EXPERIMENT):
             for field in ("delta", "sigma", "sink_v_scale"):
                 _check_grid(key, field, exp[field])
             try:
-                policy_config.check_policies(exp, config.get("policies"))
+                policy_config.check_policies(exp, config.get("policies")) if name == POLICY_EXPERIMENT \
+                    else fp4_config.check_fp4(exp)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
             continue
@@ -262,6 +264,10 @@ def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None 
     seeds = _shard_group(name, exp, shard)
     if name == POLICY_EXPERIMENT:
         return _policy_spec(exp, shard, seeds, policies)
+    if name == FP4_EXPERIMENT:  # a sweep's spec less its order x scale grid, plus the P casts
+        base = shard_spec("collapse", {**exp, "scale": [], "ksink": [exp["ksink"]]}, shard)
+        drop = ("order", "scale", "fmt", "rowsum")
+        return fp4_config.fp4_shard_spec(exp, {k: v for k, v in base.items() if k not in drop} | {"experiment": name})
     spec = {
         "experiment": name,
         "shard": shard,
@@ -313,8 +319,9 @@ def inputs_spec(name: str, exp: Mapping, shard: int) -> dict:
 
 def expected_rows(name: str, exp: Mapping) -> int:
     """Rows of the experiment's tidy table."""
-    if name == POLICY_EXPERIMENT:
-        return policy_config.policy_expected_rows(exp, len(delta_values(exp["delta"])))
+    if name in (POLICY_EXPERIMENT, FP4_EXPERIMENT):
+        rows = policy_config.policy_expected_rows if name == POLICY_EXPERIMENT else fp4_config.fp4_expected_rows
+        return rows(exp, len(delta_values(exp["delta"])))
     seeds = int(exp["seeds"])
     shapes, causal, combos = len(exp["shapes"]), len(exp["causal"]), len(exp["order"]) * len(exp["scale"])
     if name == CONFORMANCE:

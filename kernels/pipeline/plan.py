@@ -4,7 +4,7 @@ of the largest job of each experiment; a grid whose largest job cannot fit in me
 Torch-free except :func:`calibrate` (which workflow/rules/common.smk calls once per machine and
 caches). The estimates are models, written out here so that a reader can check them:
 
-Memory of the largest job of a sweep-like experiment (collapse, scales, threshold, policies,
+Memory of the largest job of a sweep-like experiment (collapse, scales, threshold, policies, fp4,
 conformance), with ``W = batch·heads·n·d·4`` bytes (one float32 tensor of a shape) and
 ``U = batch·heads·n²`` (the scores of one item):
 
@@ -14,7 +14,8 @@ conformance), with ``W = batch·heads·n·d·4`` bytes (one float32 tensor of a 
   tensor the sink-applied parts (3), the stacked v (1) and the float64 reference (2), the float64
   error of one output (4), and the outputs of every call of one :func:`kernels.attention_calls`
   at once (``nc`` calls: orders × scales of a sweep; a policies job's largest batch of calls with
-  one q/k cast, its policies and the V-cast floor): ``L·W·(6 + 6·nv + nv·nc)``;
+  one q/k cast, its policies and the V-cast floor; an fp4 job's largest batch of casts with one
+  first-level scale, times its orders): ``L·W·(6 + 6·nv + nv·nc)``;
 * the scores an anchor item shares with its stack (float32, ``4·U``) and the float64 reference's
   scores, exponentials and probabilities of one item (``3·8·U``): ``28·U``;
 * the interpreter and its libraries: :data:`BASE_BYTES` (a shard at n = 128 peaked at 263 MB).
@@ -39,9 +40,15 @@ d = 64), as the jobs build them (:func:`kernels.attention_calls`, :func:`kernels
 * ``c_refa``: the reference of a stack's first item and the non-sink partial sums, once per stack
   and value tensor; ``c_ref``: each further item's sink terms, once per item and value tensor.
 
-Plus two fixed costs in seconds, not per score, which tiny shapes are made of: ``o_item`` per item
-and order or call (counted where ``c_p`` is), ``o_ref`` per item and value tensor of the reference
-(where ``c_ref`` is); :func:`calibrate` measures them on a stack at n = 32, d = 16.
+Plus fixed costs in seconds, not per score, which tiny shapes are made of, each counted where the
+per-score part of the same work is (:func:`calibrate` measures them on stacks at n = 32, d = 16):
+``o_call`` per :func:`kernels.attention_calls` (argument checks, layouts; where ``c_q`` is), ``o_p`` per
+item and order or call (steps 1-2, with the item's own bookkeeping; where ``c_p`` is), ``o_s`` per item,
+order and scale (steps 3-6; where ``c_s`` is), ``o_v`` per further value tensor of a run (where ``c_v``
+is), ``o_refa`` per reference stack and ``o_ref`` per item and value tensor of the reference; and
+``o_proc`` once per shard: a fresh process's first calls (lazy imports, torch's first use), measured
+in a fresh interpreter. Without the per-scale and per-process parts the smoke preset's shards (0.05-0.2 s)
+measured 3-7x their estimate.
 Per score: the elementwise parts (``c_p``, ``c_s``) do not depend on d; the matmul parts (``c_q``,
 ``c_v``, ``c_refa``, ``c_ref``) are scaled by d over the calibration's d (64). Without that scaling
 a paper-preset slice (n = 4096, d = 128) measured 1.7-1.9× the estimate. A sweep of ``rows`` runs has ``I = rows / (orders·
@@ -49,7 +56,10 @@ scales·nv)`` items in ``I / nΔ · chunks`` stacks. A policies stack runs ``pol
 (the V-cast floors are shared between policies, 1.02 runs a row in the default preset), each
 ``c_p + c_s + nv·c_v`` per item; in a stack of learned sink logits (one q, k, v for every item)
 only the first item pays that in a call whose sink does not seed the max (``sink_mode="final"``:
-the others reuse its steps 1-5), and the scores are one item's. The conformance check runs the Triton kernel, interpreted on a
+the others reuse its steps 1-5), and the scores are one item's. The fp4 experiment is counted as a sweep whose
+scales are its P casts (one attention_calls a stack): steps 1-2 (``c_p``) once per item, order and unit of
+casts that share them (the static scales of one format), and steps 3-4 ``c_s_mx`` for a microscaled cast
+(calibrated on NVFP4), ``c_s`` for an FP8 one. The conformance check runs the Triton kernel, interpreted on a
 CPU, which is not calibrated; the statistics, figures and tables are not estimated either.
 """
 
@@ -58,10 +68,9 @@ from __future__ import annotations
 import json
 import os
 import platform
-import time
 from collections.abc import Mapping
 
-from ..contract import CONFORMANCE, EXPERIMENTS, POLICY_EXPERIMENT
+from ..contract import CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT
 from .config import ConfigError, delta_values, expected_rows, listed, n_shards
 
 __all__ = ["BASE_BYTES", "job_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
@@ -69,7 +78,7 @@ __all__ = ["BASE_BYTES", "job_memory", "machine_memory", "plan_rows", "format_pl
 
 #: The interpreter, torch and numpy before any tensor: a sweep shard's max RSS less its tensors.
 BASE_BYTES = 300 * 2**20
-_CAL_FORMAT = "pcast-fp8 calibration v5"
+_CAL_FORMAT = "pcast-fp8 calibration v6"
 
 
 def _w(exp: Mapping, shape: Mapping) -> int:
@@ -80,7 +89,16 @@ def _calls(name: str, exp: Mapping) -> int:
     """Calls of one attention_calls of the experiment's jobs (the outputs held at once)."""
     if name == POLICY_EXPERIMENT:
         return len(exp["policies"]) + 1  # one q/k cast's policies and their V-cast floor
+    if name == FP4_EXPERIMENT:  # every cast of a stack in one attention_calls (kernels.pipeline.fp4_runs)
+        return len(listed(exp["order"])) * len(_fp4_casts(exp))
     return len(listed(exp.get("order", ["forward"]))) * len(listed(exp["scale"]))
+
+
+def _fp4_casts(exp: Mapping) -> list[dict]:
+    """The fp4 experiment's P casts (kernels.pipeline.fp4_config)."""
+    from .fp4_config import casts
+
+    return casts(exp)
 
 
 def job_memory(name: str, exp: Mapping) -> tuple[int, str]:
@@ -133,14 +151,15 @@ def _cpu_s(name: str, exp: Mapping, cal: Mapping | None, user: Mapping | None = 
     (each shape runs the same grid)."""
     if cal is None or name == CONFORMANCE:
         return None
-    total = 0.0
+    # each shard is a process of its own, whose first calls pay lazy imports and torch's first-use costs
+    total = n_shards(exp) * cal.get("o_proc", 0.0) * len(exp["shapes"])
     for shape, units in zip(exp["shapes"], _units(exp)):
         f = int(shape["d"]) / int(cal.get("d", 64))
         scaled = {k: v * f if k in MATMUL_PARTS else v for k, v in cal.items() if k.startswith("c_")}
         total += _cpu_per_score(name, exp, scaled, user) * units
-        # the fixed cost per item of a call and of the reference (what tiny shapes are made of)
-        fixed = {"c_q": 0.0, "c_s": 0.0, "c_v": 0.0, "c_refa": 0.0,
-                 "c_p": cal.get("o_item", 0.0) / units, "c_ref": cal.get("o_ref", 0.0) / units}
+        # the fixed costs of calls, items and runs and of the reference (what tiny shapes are made of)
+        fixed = {f"c_{part}": cal.get(f"o_{part}", 0.0) / units for part in ("q", "p", "s", "v", "refa", "ref")}
+        fixed["c_q"] = cal.get("o_call", 0.0) / units
         total += _cpu_per_score(name, exp, fixed, user) * units
     return total / len(exp["shapes"])
 
@@ -168,12 +187,20 @@ def _cpu_per_score(name: str, exp: Mapping, cal: Mapping, user: Mapping | None) 
             cost += (scores * cal["c_q"] + runs * (cal["c_p"] + cal["c_s"] + nv * cal["c_v"])
                      + stacks * nv * cal["c_refa"] + items * nv * cal["c_ref"])
         return cost
-    orders, scales = len(listed(exp["order"])), len(listed(exp["scale"]))
-    nv = len(listed(exp["sink_v_scale"]))
+    # a sweep: one attention_calls a stack; fp4: its casts as the sweep's scales, steps 1-2 once per unit
+    units, casts_s = 1, len(listed(exp.get("scale", [])))
+    if name == FP4_EXPERIMENT:
+        casts = _fp4_casts(exp)
+        mx = sum(1 for c in casts if c["fmt"] in ("nvfp4", "mxfp4"))
+        units = len({(c["fmt"], c["scale_mode"]) for c in casts})
+        casts_s = mx * cal.get("c_s_mx", cal["c_s"]) / cal["c_s"] + len(casts) - mx if cal["c_s"] else len(casts)
+    scales = len(_fp4_casts(exp)) if name == FP4_EXPERIMENT else casts_s
+    orders, nv = len(listed(exp["order"])), len(listed(exp["sink_v_scale"]))
     items = rows / (orders * scales * nv)
     stacks = items * _stacks(exp, nv)
     cost = (stacks * (cal["c_q"] + nv * cal["c_refa"])
-            + items * (orders * cal["c_p"] + orders * scales * cal["c_s"] + nv * cal["c_ref"]) + rows * cal["c_v"])
+            + items * (units * orders * cal["c_p"] + orders * casts_s * cal["c_s"] + nv * cal["c_ref"])
+            + rows * cal["c_v"])
     return cost
 
 
@@ -181,7 +208,7 @@ def plan_rows(config: Mapping, cal: Mapping | None) -> list[dict]:
     """One row per sweep-like experiment: shards, runs (rows of its tidy table), CPU seconds (or
     None), the largest job's peak bytes and the key of its shape."""
     rows = []
-    for name in EXPERIMENTS + (POLICY_EXPERIMENT,):
+    for name in EXPERIMENTS + (POLICY_EXPERIMENT, FP4_EXPERIMENT):
         exp = config["experiments"][name]
         mem, key = job_memory(name, exp)
         rows.append({"experiment": name, "shards": n_shards(exp), "runs": expected_rows(name, exp),
@@ -232,88 +259,13 @@ def _machine_key() -> dict:
             "cpus": os.cpu_count(), "torch": version("torch")}
 
 
+from .calibration import calibrate  # noqa: E402  (load_calibration calls it by this module's name)
+
+
 def calibration_path() -> str:
     """Where this machine's calibration is kept: one file per user, shared by every checkout."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(root, "pcast-fp8", "calibration.json")
-
-
-def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
-    """Seconds per score (n²) of each part of the module docstring's model, on one thread, the best of
-    ``repeats``, measured on Δ stacks of 2 and 6 items built as the jobs build them: ``c_q`` is the
-    emulator's q·kᵀ matmuls of one item, chunk by chunk; one call (one order, scale and value tensor)
-    at 2 and 6 items gives the per-item work (the difference over 4 items); at 6 items, three value tensors add ``2·c_v`` per item and three scales of one
-    order ``2·(c_s + c_v)``; the reference at 2 and 6 items separates ``c_refa`` from ``c_ref``.
-    About two seconds, plus importing torch."""
-    import torch
-
-    from .. import attention_calls
-    from ..reference import reference_stack
-    from ..sinks import make_base
-    from .runs import value_stack
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        base = make_base(0, n=n, d=d)
-        stacks = {L: value_stack(base, 4, [4.0 + i for i in range(L)], [1.0], torch.device("cpu")) for L in (2, 6)}
-        one = [{"scale": 256.0}]
-        runs = {"one2": (2, 1, one), "one6": (6, 1, one), "values6": (6, 3, one),
-                "scales6": (6, 1, [{"scale": s} for s in (1.0, 16.0, 256.0)])}
-        best = dict.fromkeys([*runs, "ref2", "ref6", "scores"], float("inf"))
-        q1, kT = stacks[2][0][0, 0], stacks[2][1][0, 0].t()
-        rows = max(1, (1 << 18) // n)  # the emulator's chunk of rows (kernels.emulator._CHUNK_ELEMS)
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for r0 in range(0, n, rows):
-                torch.matmul(q1[r0:r0 + rows], kT)
-            best["scores"] = min(best["scores"], time.perf_counter() - t0)
-            for key, (L, nv, calls) in runs.items():
-                q, k, (v,) = stacks[L]
-                t0 = time.perf_counter()
-                attention_calls(q, k, [v] * nv, calls, order="forward", ksink=4, backend="emulator")
-                best[key] = min(best[key], time.perf_counter() - t0)
-            for L in (2, 6):
-                q, k, values = stacks[L]
-                t0 = time.perf_counter()
-                reference_stack(q, k, values)
-                best[f"ref{L}"] = min(best[f"ref{L}"], time.perf_counter() - t0)
-        small = _fixed_costs(repeats)
-    finally:
-        torch.set_num_threads(threads)
-    u = n * n
-    item = max(best["one6"] - best["one2"], 0.0) / 4 / u  # c_p + c_s + c_v
-    c_v = max(best["values6"] - best["one6"], 0.0) / 2 / 6 / u
-    c_s = max(max(best["scales6"] - best["one6"], 0.0) / 2 / 6 / u - c_v, 0.0)
-    c_ref = max(best["ref6"] - best["ref2"], 0.0) / 4 / u
-    return {**_machine_key(), "c_q": best["scores"] / u, "c_p": max(item - c_s - c_v, 0.0),
-            "c_s": c_s, "c_v": c_v, "c_refa": max(best["ref2"] / u - 2 * c_ref, 0.0), "c_ref": c_ref, "n": n, "d": d,
-            "o_item": max(small["o6"] - small["o2"], 0.0) / 4, "o_ref": max(small["r6"] - small["r2"], 0.0) / 4}
-
-
-def _fixed_costs(repeats: int) -> dict:
-    """Best times of one call and of the reference on tiny Δ stacks of 2 and 6 items (n = 32, d = 16):
-    Python's and torch's per-operation overhead, what tiny shapes are made of."""
-    import torch
-
-    from .. import attention_calls
-    from ..reference import reference_stack
-    from ..sinks import make_base
-    from .runs import value_stack
-
-    tiny = {L: value_stack(make_base(0, n=32, d=16), 4, [4.0 + i for i in range(L)], [1.0], torch.device("cpu"))
-            for L in (2, 6)}
-    small = dict.fromkeys(["o2", "o6", "r2", "r6"], float("inf"))
-    for _ in range(repeats):
-        for L in (2, 6):
-            q, k, values = tiny[L]
-            t0 = time.perf_counter()
-            attention_calls(q, k, values, [{"scale": 256.0}], order="forward", ksink=4, block_n=16, backend="emulator")
-            small[f"o{L}"] = min(small[f"o{L}"], time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            reference_stack(q, k, values)
-            small[f"r{L}"] = min(small[f"r{L}"], time.perf_counter() - t0)
-    return small
 
 
 def load_calibration(path: str | os.PathLike | None = None) -> dict:

@@ -1,4 +1,4 @@
-# Step 5: the paper's figures F1-F7 (figures/fig_*.{pdf,png,csv}), one rule each, e.g.
+# Step 5: the paper's figures F1-F11 (figures/fig_*.{pdf,png,csv}), one rule each, e.g.
 # `snakemake --cores 2 fig_collapse`. Each script calls kernels.analysis.plots.fig_<name> on the
 # statistics it reads; the params are that function's keyword arguments, taken from config.yaml.
 
@@ -171,3 +171,18 @@ rule fig_realmodel_outputs:
         "../envs/pcast-fp8.yaml"
     script:
         "../scripts/fig_realmodel_outputs.py"
+
+
+rule fig_fp4:
+    input:
+        fp4=rules.stats_fp4.output.summary,
+    output:
+        **figure_outputs("fig_fp4"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_fp4.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_fp4.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    script:
+        "../scripts/fig_fp4.py"

@@ -1,8 +1,8 @@
 # Step 4: paired statistics from the tidy tables (results/stats/), one rule per summary. Each
 # script calls one builder of kernels.analysis.stats with the `statistics:` section of config.yaml:
 # stats_collapse -> stats.collapse, stats_paired -> stats.paired, stats_scales -> stats.scales,
-# stats_threshold -> stats.threshold, stats_policies -> stats.policies. Figures, tables and the
-# verdict read these files.
+# stats_threshold -> stats.threshold, stats_policies -> stats.policies, stats_fp4 -> stats.fp4.
+# Figures, tables and the verdict read these files.
 
 
 rule stats_collapse:
@@ -89,6 +89,23 @@ rule stats_policies:
         stats=STATS_CFG,
     script:
         "../scripts/stats_policies.py"
+
+
+rule stats_fp4:
+    input:
+        tidy=FP4_TIDY,
+    output:
+        summary=f"{STATS_DIR}/fp4.csv",
+    log:
+        f"{ANALYSIS_LOGS}/stats_fp4.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/stats_fp4.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS_CFG,
+    script:
+        "../scripts/stats_fp4.py"
 
 
 rule stats_realmodel:

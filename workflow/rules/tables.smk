@@ -1,4 +1,4 @@
-# Step 6: the paper's tables T1-T5 (figures/table_*.{csv,tex,md}), one rule each. Each script
+# Step 6: the paper's tables T1-T7 (figures/table_*.{csv,tex,md}), one rule each. Each script
 # writes kernels.analysis.tables.<builder>(...) with tables.write: the CSV holds every number,
 # LaTeX (booktabs) and Markdown the display.
 
@@ -101,3 +101,21 @@ rule table_realmodel:
         realmodel=CRITERIA["realmodel"],
     script:
         "../scripts/table_realmodel.py"
+
+
+rule table_fp4:
+    input:
+        fp4=rules.stats_fp4.output.summary,
+    output:
+        **table_outputs("table_fp4"),
+    log:
+        f"{ANALYSIS_LOGS}/table_fp4.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_fp4.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        stats=STATS_CFG,
+        fp4=CRITERIA["fp4"],
+    script:
+        "../scripts/table_fp4.py"

@@ -1,7 +1,7 @@
 # Step 7: the claims verdict, PASS / PARTIAL / FAIL / INCONCLUSIVE per claim with the numbers
 # behind it (figures/claims.md and claims.json), by kernels.analysis.verdicts.evaluate from the
 # statistics and the `claims:` section of config.yaml, the audit of deployed P policies included
-# (claims.audit) and the real-model section (claims.realmodel): `snakemake --cores 2 claims`.
+# (claims.audit), the real-model section (claims.realmodel) and the FP4 section (claims.fp4): `snakemake --cores 2 claims`.
 
 
 rule claims:
@@ -15,6 +15,7 @@ rule claims:
         policies=rules.stats_policies.output.summary,
         realmodel=rules.stats_realmodel.output.heads,
         realmodel_outputs=rules.stats_realmodel.output.outputs,
+        fp4=rules.stats_fp4.output.summary,
     output:
         **verdict_outputs(),
     log:

@@ -15,7 +15,7 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
         knees=pd.read_csv(inp.knees), conformance=pd.read_csv(inp.conformance),
         claims_cfg=params.claims, policies=pd.read_csv(inp.policies),
         realmodel=pd.read_csv(inp.realmodel, dtype={"sinks": str}),
-        realmodel_outputs=pd.read_csv(inp.realmodel_outputs),
+        realmodel_outputs=pd.read_csv(inp.realmodel_outputs), fp4=pd.read_csv(inp.fp4),
     )
     for key, r in result.items():
         log.info("%s: %s", key, r["verdict"])

@@ -1,4 +1,4 @@
-"""The paper's figures F1–F10: one module per figure, one shared style (:mod:`.style`).
+"""The paper's figures F1–F11: one module per figure, one shared style (:mod:`.style`).
 
 Each ``fig_*`` function takes the summary tables (``results/stats/*.csv``,
 ``results/tidy/conformance.csv``) and returns ``(fig, data)``; :func:`save_figure` writes the PDF,
@@ -9,6 +9,7 @@ module ``<name>`` here).
 
 from .collapse import fig_collapse
 from .conformance import fig_conformance
+from .fp4 import fig_fp4
 from .improvement import fig_improvement
 from .mse import band_intervals, fig_mse
 from .policies import POLICY_STYLE, fig_policies, policy_style
@@ -19,5 +20,5 @@ from .threshold import fig_threshold
 
 __all__ = [
     "fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",
-    "fig_conformance", "fig_policies", "fig_realmodel_heads", "fig_realmodel_theory", "fig_realmodel_outputs", "policy_style", "POLICY_STYLE", "render", "save_figure", "use_style", "band_intervals", "COMBO_STYLE", "DATA_COLUMNS",
+    "fig_conformance", "fig_policies", "fig_fp4", "fig_realmodel_heads", "fig_realmodel_theory", "fig_realmodel_outputs", "policy_style", "POLICY_STYLE", "render", "save_figure", "use_style", "band_intervals", "COMBO_STYLE", "DATA_COLUMNS",
 ]

@@ -15,7 +15,8 @@ preset); it is never used to soften a claim that the data contradicts.
 
 One module per claim group: :mod:`.underflow` (C1, C2), :mod:`.scale` (C3), :mod:`.threshold`
 (C4), :mod:`.mse` (C5, C6), :mod:`.audit` (deployed P policies, from the policies experiment),
-:mod:`.realmodel` (a pretrained model's heads and outputs), :mod:`.conformance`; here, all of them at
+:mod:`.realmodel` (a pretrained model's heads and outputs), :mod:`.fp4` (P in microscaled FP4, from the
+fp4 experiment), :mod:`.conformance`; here, all of them at
 once and their output.
 """
 
@@ -32,6 +33,7 @@ from ..text import intervals
 from .audit import AUDIT, claim_audit
 from .common import VERDICTS
 from .conformance import conformance_check
+from .fp4 import FP4, claim_fp4
 from .mse import claim_c5, claim_c6
 from .realmodel import REALMODEL, claim_realmodel
 from .scale import claim_c3
@@ -40,17 +42,19 @@ from .underflow import claim_c1, claim_c2
 
 __all__ = [
     "VERDICTS", "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6",
-    "claim_audit", "claim_realmodel", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json", "intervals",
+    "claim_audit", "claim_realmodel", "claim_fp4", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json", "intervals",
 ]
 
 
 def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFrame,
              thresholds: pd.DataFrame, knees: pd.DataFrame, conformance: pd.DataFrame | None,
              claims_cfg: Mapping, policies: pd.DataFrame | None = None,
-             realmodel: pd.DataFrame | None = None, realmodel_outputs: pd.DataFrame | None = None) -> dict:
+             realmodel: pd.DataFrame | None = None, realmodel_outputs: pd.DataFrame | None = None,
+             fp4: pd.DataFrame | None = None) -> dict:
     """Every verdict from the summary tables (what the ``claims`` rule runs); the audit of deployed
     policies joins them when ``policies`` (the policies summary) is given, the real-model section
-    when ``realmodel`` (the per-head summary; ``realmodel_outputs`` the per-run output summary) is."""
+    when ``realmodel`` (the per-head summary; ``realmodel_outputs`` the per-run output summary) is,
+    the FP4 section when ``fp4`` (the fp4 summary) is."""
     fmt = str(collapse["fmt"].iloc[0]) if len(collapse) and "fmt" in collapse else "e4m3fn"
     k = int(collapse["ksink"].iloc[0]) if len(collapse) and "ksink" in collapse else 4
     onset = theory.critical_delta(float(claims_cfg["C3"]["scale"]), k=k, fmt=fmt)
@@ -64,6 +68,8 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
     }
     if policies is not None:
         out[AUDIT] = claim_audit(policies, claims_cfg[AUDIT])
+    if fp4 is not None:
+        out[FP4] = claim_fp4(fp4, claims_cfg[FP4])
     if realmodel is not None:
         out[REALMODEL] = claim_realmodel(realmodel, realmodel_outputs, claims_cfg[REALMODEL])
     out["conformance"] = conformance_check(conformance)

@@ -1,0 +1,141 @@
+"""The run plan's calibration (:mod:`kernels.pipeline.plan`): the parts of its CPU-time model measured on
+this machine, on one thread, as the jobs run them. :func:`kernels.pipeline.plan.load_calibration` makes it
+once per machine and keeps it; the model and the meaning of each part are in that module's docstring."""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["calibrate"]
+
+
+def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
+    """Seconds per score (n²) of each part of the module docstring's model, on one thread, the best of
+    ``repeats``, measured on Δ stacks of 2 and 6 items built as the jobs build them: ``c_q`` is the
+    emulator's q·kᵀ matmuls of one item, chunk by chunk; one call (one order, scale and value tensor)
+    at 2 and 6 items gives the per-item work (the difference over 4 items); at 6 items, three value tensors add ``2·c_v`` per item and three scales of one
+    order ``2·(c_s + c_v)``; the reference at 2 and 6 items separates ``c_refa`` from ``c_ref``.
+    About two seconds, plus importing torch."""
+    import torch
+
+    from .. import attention_calls
+    from ..reference import reference_stack
+    from ..sinks import make_base
+    from .runs import value_stack
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        base = make_base(0, n=n, d=d)
+        stacks = {L: value_stack(base, 4, [4.0 + i for i in range(L)], [1.0], torch.device("cpu")) for L in (2, 6)}
+        one = [{"scale": 256.0}]
+        runs = {"one2": (2, 1, one), "one6": (6, 1, one), "values6": (6, 3, one),
+                "scales6": (6, 1, [{"scale": s} for s in (1.0, 16.0, 256.0)]),
+                "mx6": (6, 1, [{"scale": 256.0, "fmt": "nvfp4"}])}  # a microscaled cast instead of E4M3
+        best = dict.fromkeys([*runs, "ref2", "ref6", "scores"], float("inf"))
+        q1, kT = stacks[2][0][0, 0], stacks[2][1][0, 0].t()
+        rows = max(1, (1 << 18) // n)  # the emulator's chunk of rows (kernels.emulator._CHUNK_ELEMS)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for r0 in range(0, n, rows):
+                torch.matmul(q1[r0:r0 + rows], kT)
+            best["scores"] = min(best["scores"], time.perf_counter() - t0)
+            for key, (L, nv, calls) in runs.items():
+                q, k, (v,) = stacks[L]
+                t0 = time.perf_counter()
+                attention_calls(q, k, [v] * nv, calls, order="forward", ksink=4, backend="emulator")
+                best[key] = min(best[key], time.perf_counter() - t0)
+            for L in (2, 6):
+                q, k, values = stacks[L]
+                t0 = time.perf_counter()
+                reference_stack(q, k, values)
+                best[f"ref{L}"] = min(best[f"ref{L}"], time.perf_counter() - t0)
+        small = _fixed_costs(repeats)
+        small["o_proc"] = _first_calls()
+    finally:
+        torch.set_num_threads(threads)
+    u = n * n
+    item = max(best["one6"] - best["one2"], 0.0) / 4 / u  # c_p + c_s + c_v
+    c_v = max(best["values6"] - best["one6"], 0.0) / 2 / 6 / u
+    c_s = max(max(best["scales6"] - best["one6"], 0.0) / 2 / 6 / u - c_v, 0.0)
+    c_ref = max(best["ref6"] - best["ref2"], 0.0) / 4 / u
+    c_s_mx = c_s + max(best["mx6"] - best["one6"], 0.0) / 6 / u  # steps 3-4 of an NVFP4/MXFP4 cast
+    from .plan import _machine_key
+
+    return {**_machine_key(), "c_q": best["scores"] / u, "c_p": max(item - c_s - c_v, 0.0),
+            "c_s": c_s, "c_s_mx": c_s_mx, "c_v": c_v, "c_refa": max(best["ref2"] / u - 2 * c_ref, 0.0), "c_ref": c_ref, "n": n, "d": d,
+            **{k: v for k, v in small.items() if k.startswith("o_")}}
+
+
+#: Run in a fresh interpreter by :func:`_first_calls`: a shard's first reference and attention_calls on a
+#: tiny stack (after the imports a shard makes before its clock starts), less the same calls made again.
+_FIRST_CALLS = """
+import sys, time, torch
+torch.set_num_threads(1)
+from kernels.pipeline.runs import value_stack
+from kernels.sinks import make_base
+t = []
+for rep in range(2):
+    q, k, values = value_stack(make_base(rep, n=32, d=16), 4, [4.0, 5.0], [1.0], torch.device("cpu"))
+    t0 = time.perf_counter()
+    from kernels.reference import reference_stack
+    from kernels import attention_calls
+    reference_stack(q, k, values)
+    attention_calls(q, k, values, [{"scale": 256.0}, {"scale": 1.0, "order": "reverse"}], order="forward",
+                    ksink=4, block_n=16, backend="emulator")
+    t.append(time.perf_counter() - t0)
+print(max(t[0] - t[1], 0.0))
+"""
+
+
+def _first_calls() -> float:
+    """Seconds a shard's process pays once, on its first calls (``o_proc``): measured in a fresh interpreter
+    (about two seconds, most of it importing torch); 0 if that interpreter fails."""
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run([sys.executable, "-c", _FIRST_CALLS], capture_output=True, text=True, timeout=120,
+                              check=True)
+        return float(proc.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return 0.0
+
+
+def _fixed_costs(repeats: int) -> dict:
+    """The fixed costs of the module docstring (``o_call``, ``o_p``, ``o_s``, ``o_v``, ``o_refa``, ``o_ref``), from
+    the best times of one attention_calls and of the reference on tiny Δ stacks (n = 32, d = 16, block_n 16):
+    2 and 6 items under one call, and 6 items with a second scale, a second order or a second value tensor."""
+    import torch
+
+    from .. import attention_calls
+    from ..reference import reference_stack
+    from ..sinks import make_base
+    from .runs import value_stack
+
+    base = make_base(0, n=32, d=16)
+    tiny = {(L, nv): value_stack(base, 4, [4.0 + i for i in range(L)], [1.0, 0.5][:nv], torch.device("cpu"))
+            for L, nv in ((2, 1), (6, 1), (6, 2))}
+    one, scales, orders = [{"scale": 256.0}], [{"scale": 256.0}, {"scale": 1.0}], [{}, {"order": "reverse"}]
+    runs = {"o2": (2, 1, one), "o6": (6, 1, one), "s6": (6, 1, scales), "r6": (6, 1, [{"scale": 256.0, **c}
+                                                                                      for c in orders]),
+            "v6": (6, 2, one)}
+    t = dict.fromkeys([*runs, "r2", "ref6"], float("inf"))
+    for _ in range(repeats):
+        for key, (L, nv, calls) in runs.items():
+            q, k, values = tiny[(L, nv)]
+            t0 = time.perf_counter()
+            attention_calls(q, k, values, calls, order="forward", ksink=4, block_n=16, backend="emulator")
+            t[key] = min(t[key], time.perf_counter() - t0)
+        for L, key in ((2, "r2"), (6, "ref6")):
+            q, k, values = tiny[(L, 1)]
+            t0 = time.perf_counter()
+            reference_stack(q, k, values)
+            t[key] = min(t[key], time.perf_counter() - t0)
+    item = max(t["o6"] - t["o2"], 0.0) / 4  # one item under one call: o_p + o_s + its bookkeeping
+    o_v = max(t["v6"] - t["o6"], 0.0) / 6
+    o_s = max(max(t["s6"] - t["o6"], 0.0) / 6 - o_v, 0.0)  # a second scale: steps 3-6 again
+    o_p = max(max(t["r6"] - t["o6"], 0.0) / 6 - o_s - o_v, 0.0)  # a second order: steps 1-6 again
+    o_ref = max(t["ref6"] - t["r2"], 0.0) / 4
+    return {"o_call": max(t["o2"] - 2 * item, 0.0), "o_p": max(item - o_s - o_v, o_p), "o_s": o_s, "o_v": o_v,
+            "o_refa": max(t["r2"] - 2 * o_ref, 0.0), "o_ref": o_ref}
