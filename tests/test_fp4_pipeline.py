@@ -26,7 +26,6 @@ from repo_copy import REPO
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 SMOKE = pconfig.resolve_preset({**CONFIG, "preset": "smoke"})
-THEORY = pytest.mark.skipif(not fp4_predictions.available(), reason="kernels.fp4_theory is not complete yet")
 
 
 # ----------------------------------------------------------------------------- a tiny real run
@@ -141,7 +140,6 @@ def test_summary_refuses_a_bad_table():
         fp4_summary(data.make_fp4(), crossing_level=1.5)
 
 
-@THEORY
 def test_theory_columns_where_they_apply(synthetic):
     s = synthetic
     static_fwd = s[(s["fmt"] == "nvfp4") & (s["scale_mode"] == "multiply") & (s["order"] == "forward")]
@@ -170,7 +168,6 @@ def test_registry_has_the_fp4_section():
     assert registry.EXPERIMENT_CATEGORY[FP4_EXPERIMENT] == registry.category("fig_fp4")
 
 
-@THEORY
 def test_verdict_is_computed_from_the_data():
     """Measured Δc placed on the closed form passes; moved by 2 it fails; the numbers come from the theory."""
     cfg = {"max_abs_error": 0.5, "delta": 8.0}

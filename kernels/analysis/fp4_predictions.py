@@ -13,8 +13,6 @@ settings (``ksink``, ``sigma``, ``n``, ``block_n``, the format's group, the orde
   group-flush Δc); NaN otherwise;
 * :func:`optimal_scale` -- ``optimal_first_level_scale("nvfp4")``.
 
-:func:`available` says whether :mod:`kernels.fp4_theory` imports; without it every prediction is NaN
-(the summaries say so), so the measured side of the pipeline does not wait for the theory.
 """
 
 from __future__ import annotations
@@ -24,28 +22,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["GROUP", "NAMES", "available", "kind", "threshold", "group_flush", "element_underflow", "critical_delta",
+__all__ = ["GROUP", "kind", "threshold", "group_flush", "element_underflow", "critical_delta",
            "optimal_scale"]
 
 GROUP = {"nvfp4": 16, "mxfp4": 32}  # keys per scale group (kernels.microscaling.MX_FORMATS)
 
 
-NAMES = ("flush_threshold", "per_row_flush_threshold", "group_flush_fraction", "element_underflow_fraction",
-         "critical_delta_flush", "optimal_first_level_scale")
-
-
 def _fn(name: str):
-    """``kernels.fp4_theory.<name>``, or None when the module or the name is missing."""
-    try:
-        from .. import fp4_theory
-    except ImportError:
-        return None
-    return getattr(fp4_theory, name, None)
+    """``kernels.fp4_theory.<name>`` (imported here, not at module load: the statistics import this module)."""
+    from .. import fp4_theory
 
-
-def available() -> bool:
-    """True when :mod:`kernels.fp4_theory` imports with every function used here (:data:`NAMES`)."""
-    return all(_fn(n) is not None for n in NAMES)
+    return getattr(fp4_theory, name)
 
 
 def kind(row: Mapping) -> str:
@@ -65,7 +52,7 @@ def threshold(row: Mapping) -> float:
     """The group-flush threshold of the row's cast (module docstring); NaN without one."""
     k = kind(row)
     f = _fn("flush_threshold" if k == "static" else "per_row_flush_threshold")
-    if f is None or k not in ("static", "per_row"):
+    if k not in ("static", "per_row"):
         return math.nan
     return float(f(float(row["scale"])) if k == "static" else f())
 
@@ -76,7 +63,7 @@ def group_flush(row: Mapping, deltas) -> np.ndarray:
     f, k = _fn("group_flush_fraction"), kind(row)
     if k == "mx":
         return np.zeros_like(deltas)
-    if f is None or k != "static" or not len(deltas):
+    if k != "static" or not len(deltas):
         return np.full_like(deltas, math.nan)
     return np.asarray(f(deltas, float(row["scale"]), order=str(row["order"]), **_shape(row)), dtype=float)
 
@@ -85,7 +72,7 @@ def element_underflow(row: Mapping, deltas) -> np.ndarray:
     """Predicted fraction of non-sink keys lost on the element grid (their scale > 0) at each Δ."""
     deltas = np.asarray(deltas, dtype=float)
     f, k = _fn("element_underflow_fraction"), kind(row)
-    if f is None or k not in ("static", "mx") or not len(deltas):
+    if k not in ("static", "mx") or not len(deltas):
         return np.full_like(deltas, math.nan)
     return np.asarray(f(deltas, float(row["scale"]), order=str(row["order"]), fmt=str(row["fmt"]), **_shape(row)),
                       dtype=float)
@@ -94,7 +81,7 @@ def element_underflow(row: Mapping, deltas) -> np.ndarray:
 def critical_delta(row: Mapping) -> float:
     """The closed-form group-flush Δc (forward order) of a static NVFP4 cast; NaN otherwise."""
     f = _fn("critical_delta_flush")
-    if f is None or kind(row) != "static":
+    if kind(row) != "static":
         return math.nan
     return float(f(float(row["scale"]), **_shape(row)))
 
@@ -102,4 +89,4 @@ def critical_delta(row: Mapping) -> float:
 def optimal_scale() -> float:
     """The derived optimal static S₁ of NVFP4 P; NaN without the theory."""
     f = _fn("optimal_first_level_scale")
-    return math.nan if f is None else float(f(fmt="nvfp4"))
+    return float(f(fmt="nvfp4"))

@@ -78,7 +78,7 @@ __all__ = ["BASE_BYTES", "job_memory", "machine_memory", "plan_rows", "format_pl
 
 #: The interpreter, torch and numpy before any tensor: a sweep shard's max RSS less its tensors.
 BASE_BYTES = 300 * 2**20
-_CAL_FORMAT = "pcast-fp8 calibration v6"
+_CAL_FORMAT = "pcast-fp8 calibration v7"
 
 
 def _w(exp: Mapping, shape: Mapping) -> int:

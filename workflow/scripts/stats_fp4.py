@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from kernels.analysis import fp4_predictions, stats
+from kernels.analysis import stats
 from kernels.analysis.summaries import write_csv
 from kernels.pipeline.logs import rule_log
 
@@ -10,8 +10,6 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
     tidy = pd.read_csv(snakemake.input.tidy)  # noqa: F821
     log.info("fp4: %d rows, casts %s, orders %s", len(tidy), sorted(tidy["cast"].unique()),
              sorted(tidy["order"].unique()))
-    if not fp4_predictions.available():
-        log.warning("kernels.fp4_theory does not import: every theory column is NaN")
     out = stats.fp4(tidy, snakemake.params.stats)  # noqa: F821
     fwd = out[out["order"] == "forward"].drop_duplicates("cast")
     for r in fwd.itertuples():
