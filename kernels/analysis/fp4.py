@@ -29,7 +29,7 @@ import pandas as pd
 from ..contract import FP4_CONFIG_COLUMNS
 from . import fp4_predictions as fp
 from .paired import median_ratio_ci
-from .policies import seed_mean_ci
+from .policies import check_tidy, seed_mean_ci
 from .summaries import crossing_ci
 
 __all__ = ["REQUIRED", "MEANS", "config_keys", "baseline_cast", "fp4_summary", "curve_rows"]
@@ -51,15 +51,6 @@ def baseline_cast(df: pd.DataFrame) -> str | None:
     """The FP8 baseline's cast label: the one cast whose format is not microscaled (None if not one)."""
     fp8 = sorted(set(df.loc[~df["fmt"].isin(list(fp.GROUP)), "cast"]))
     return fp8[0] if len(fp8) == 1 else None
-
-
-def _check(df: pd.DataFrame) -> None:
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise ValueError(f"tidy fp4 table: columns {', '.join(missing)} are missing; required: "
-                         "kernels.contract.FP4_TIDY_COLUMNS")
-    if df.empty:
-        raise ValueError("tidy fp4 table: no rows")
 
 
 def _predictions(out: pd.DataFrame, ckeys: list[str]) -> None:
@@ -122,7 +113,7 @@ def _base_ratios(df: pd.DataFrame, keys: list[str], boot: dict) -> pd.DataFrame:
 def fp4_summary(df: pd.DataFrame, *, crossing_level: float = 0.5, n_resamples: int = 2000,
                 confidence_level: float = 0.95, boot_method: str = "percentile", seed: int = 0) -> pd.DataFrame:
     """The fp4 summary (``results/stats/fp4.csv``; columns in the module docstring)."""
-    _check(df)
+    check_tidy(df, REQUIRED, "fp4", "FP4_TIDY_COLUMNS")
     if not 0 < crossing_level < 1:
         raise ValueError(f"crossing_level={crossing_level!r} is not allowed; allowed: a number in (0, 1)")
     keys, ckeys = config_keys(df), config_keys(df, exclude=("delta",))

@@ -69,13 +69,15 @@ def curve_keys(df: pd.DataFrame) -> list[str]:
     return config_keys(df, exclude=("delta",))
 
 
-def _check_tidy(df: pd.DataFrame) -> None:
-    missing = [c for c in REQUIRED if c not in df.columns]
+def check_tidy(df: pd.DataFrame, required=None, table: str = "policies",
+               columns: str = "POLICY_TIDY_COLUMNS") -> None:
+    """A tidy table has the ``required`` columns (kernels.contract's ``columns``) and at least one row."""
+    missing = [c for c in (REQUIRED if required is None else required) if c not in df.columns]
     if missing:
-        raise ValueError(f"tidy policies table: columns {', '.join(missing)} are missing; "
-                         "required: kernels.contract.POLICY_TIDY_COLUMNS")
+        raise ValueError(f"tidy {table} table: columns {', '.join(missing)} are missing; "
+                         f"required: kernels.contract.{columns}")
     if df.empty:
-        raise ValueError("tidy policies table: no rows")
+        raise ValueError(f"tidy {table} table: no rows")
 
 
 def seed_mean_ci(df: pd.DataFrame, keys, value: str, confidence_level: float = 0.95) -> pd.DataFrame:
@@ -141,7 +143,7 @@ def policy_summary(df: pd.DataFrame, *, crossing_level: float = 0.5, n_resamples
     ``crossing_level`` defines Δc; the bootstrap keywords are those of every bootstrapped statistic
     (:func:`kernels.analysis.stats.bootstrap`); ``confidence_level`` is also the seed-mean CI level.
     """
-    _check_tidy(df)
+    check_tidy(df)
     if not 0 < crossing_level < 1:
         raise ValueError(f"crossing_level={crossing_level!r} is not allowed; allowed: a number in (0, 1)")
     keys, ckeys = config_keys(df), curve_keys(df)
