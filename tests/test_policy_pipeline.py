@@ -123,7 +123,7 @@ def test_spec_resolves_every_policy_and_changes_only_with_the_policies_work():
         want = {k: v for k, v in POLICIES[name].attention_kwargs().items() if k not in ("qk_fmt", "qk_scale",
                                                                                           "v_fmt", "v_scale")}
         assert spec["policies"][name] == want
-    assert spec["seeds"] == [0, 1] and spec["delta"] == pconfig.delta_values(e["delta"])
+    assert spec["seeds"] == list(range(e["seeds_per_shard"])) and spec["delta"] == pconfig.delta_values(e["delta"])
     # a user policy's field is part of the spec; its source text is not (no rerun for a comment)
     changed = merged("default", {"policies": {"fa4-s256": {"rescale_threshold": 4.0}}})
     assert pconfig.shard_spec(P, e, 0, policies=changed["policies"]) != spec
@@ -138,8 +138,9 @@ def test_spec_resolves_every_policy_and_changes_only_with_the_policies_work():
     # inputs depend on seeds, shapes and sigma only
     finer = merged("default", {"experiments": {P: {"delta": [1.0, 2.0], "policies": ["fa3"]}}})
     assert pconfig.inputs_spec(P, finer["experiments"][P], 3) == pconfig.inputs_spec(P, e, 3)
-    assert pconfig.inputs_spec(P, e, 3) == {"experiment": P, "shard": 3, "seeds": [6, 7], "batch": 1, "heads": 1,
-                                            "nd": [[1024, 64]], "sigma": [1.0]}
+    per = e["seeds_per_shard"]  # shard 3 holds seeds 3·per .. 4·per - 1
+    assert pconfig.inputs_spec(P, e, 3) == {"experiment": P, "shard": 3, "seeds": list(range(3 * per, 4 * per)),
+                                            "batch": 1, "heads": 1, "nd": [[1024, 64]], "sigma": [1.0]}
 
 
 def test_expected_rows_counts_every_policy_variant_and_sink_item():
