@@ -188,18 +188,18 @@ def _cpu_per_score(name: str, exp: Mapping, cal: Mapping, user: Mapping | None) 
                      + stacks * nv * cal["c_refa"] + items * nv * cal["c_ref"])
         return cost
     # a sweep: one attention_calls a stack; fp4: its casts as the sweep's scales, steps 1-2 once per unit
-    units, casts_s = 1, len(listed(exp.get("scale", [])))
+    units, scales = 1, len(listed(exp.get("scale", [])))
+    cast_cost = scales * cal["c_s"]  # steps 3-4 of one item and order, every cast
     if name == FP4_EXPERIMENT:
         casts = _fp4_casts(exp)
         mx = sum(1 for c in casts if c["fmt"] in ("nvfp4", "mxfp4"))
-        units = len({(c["fmt"], c["scale_mode"]) for c in casts})
-        casts_s = mx * cal.get("c_s_mx", cal["c_s"]) / cal["c_s"] + len(casts) - mx if cal["c_s"] else len(casts)
-    scales = len(_fp4_casts(exp)) if name == FP4_EXPERIMENT else casts_s
+        units, scales = len({(c["fmt"], c["scale_mode"]) for c in casts}), len(casts)
+        cast_cost = mx * cal.get("c_s_mx", cal["c_s"]) + (scales - mx) * cal["c_s"]
     orders, nv = len(listed(exp["order"])), len(listed(exp["sink_v_scale"]))
     items = rows / (orders * scales * nv)
     stacks = items * _stacks(exp, nv)
     cost = (stacks * (cal["c_q"] + nv * cal["c_refa"])
-            + items * (units * orders * cal["c_p"] + orders * casts_s * cal["c_s"] + nv * cal["c_ref"])
+            + items * (units * orders * cal["c_p"] + orders * cast_cost + nv * cal["c_ref"])
             + rows * cal["c_v"])
     return cost
 
