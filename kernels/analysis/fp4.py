@@ -21,7 +21,6 @@ into ``results/stats/fp4.csv``: one row per configuration (P cast, order, Δ and
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
@@ -29,8 +28,7 @@ import pandas as pd
 from ..contract import FP4_CONFIG_COLUMNS
 from . import fp4_predictions as fp
 from .paired import median_ratio_ci
-from .policies import check_tidy, seed_mean_ci
-from .summaries import crossing_ci
+from .policies import check_tidy, seed_crossing, seed_mean_ci
 
 __all__ = ["REQUIRED", "MEANS", "config_keys", "baseline_cast", "fp4_summary", "curve_rows"]
 
@@ -71,13 +69,7 @@ def _crossings(df: pd.DataFrame, ckeys: list[str], level: float, boot: dict) -> 
     """Measured group-flush Δc per curve: ``ckeys`` + dc_meas, dc_lo, dc_hi, flushed_at_start."""
     rows = []
     for key, part in df.groupby(ckeys, sort=True, dropna=False):
-        wide = part.pivot_table(index="seed", columns="delta", values="groups_flushed_frac",
-                                aggfunc="first").sort_index(axis=1).dropna(axis=0, how="any")
-        x = wide.columns.to_numpy(float)
-        est = lo = hi = math.nan
-        if len(x) >= 2 and len(wide):
-            est, lo, hi = crossing_ci(x, wide.to_numpy(float), level, **boot)
-        start = float(wide.iloc[:, 0].mean()) if len(wide) else math.nan
+        _, est, lo, hi, start = seed_crossing(part, "groups_flushed_frac", level, boot)
         rows.append((*key, est, lo, hi, start))
     return pd.DataFrame(rows, columns=ckeys + ["dc_meas", "dc_lo", "dc_hi", "flushed_at_start"])
 

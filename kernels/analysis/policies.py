@@ -118,19 +118,25 @@ def _predictions(out: pd.DataFrame, ckeys: list[str]) -> None:
         out.loc[part.index, "pred_saturated"] = pp.predict_saturation(row, deltas)
 
 
+def seed_crossing(part: pd.DataFrame, value: str, level: float, boot: dict) -> tuple:
+    """One curve's rows (seed × Δ) of ``value``: ``(Δ grid, crossing of level, CI lo, CI hi, seed mean at the
+    first Δ)``, from the seeds with every Δ; NaN where fewer than 2 Δ or no seed."""
+    wide = part.pivot_table(index="seed", columns="delta", values=value,
+                            aggfunc="first").sort_index(axis=1).dropna(axis=0, how="any")
+    x = wide.columns.to_numpy(float)
+    est = lo = hi = math.nan
+    if len(x) >= 2 and len(wide):
+        est, lo, hi = crossing_ci(x, wide.to_numpy(float), level, **boot)
+    start = float(wide.iloc[:, 0].mean()) if len(wide) else math.nan
+    return x, est, lo, hi, start
+
+
 def _crossings(df: pd.DataFrame, ckeys: list[str], level: float, boot: dict) -> pd.DataFrame:
     """Measured and predicted Δc per curve (``ckeys`` + dc_meas, dc_lo, dc_hi, dc_pred, underflow_at_start)."""
     rows = []
     for key, part in df.groupby(ckeys, sort=True, dropna=False):
-        wide = part.pivot_table(index="seed", columns="delta", values="underflow_frac",
-                                aggfunc="first").sort_index(axis=1).dropna(axis=0, how="any")
-        x = wide.columns.to_numpy(float)
-        est = lo = hi = pred = math.nan
-        if len(x) >= 2 and len(wide):
-            est, lo, hi = crossing_ci(x, wide.to_numpy(float), level, **boot)
-        if len(x) >= 2:
-            pred = pp.predicted_crossing(part.iloc[0].to_dict(), x, level)
-        start = float(wide.iloc[:, 0].mean()) if len(wide) else math.nan
+        x, est, lo, hi, start = seed_crossing(part, "underflow_frac", level, boot)
+        pred = pp.predicted_crossing(part.iloc[0].to_dict(), x, level) if len(x) >= 2 else math.nan
         rows.append((*key, est, lo, hi, pred, start))
     return pd.DataFrame(rows, columns=ckeys + ["dc_meas", "dc_lo", "dc_hi", "dc_pred", "underflow_at_start"])
 
