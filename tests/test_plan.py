@@ -183,3 +183,27 @@ def test_matmul_parts_scale_with_d_and_elementwise_parts_do_not():
         cal = {**zero, part: 1e-9}
         ratio = plan._cpu_s("collapse", wide, cal) / plan._cpu_s("collapse", exp, cal)
         assert ratio == pytest.approx(2.0 if part in plan.MATMUL_PARTS else 1.0), part
+
+
+@pytest.mark.parametrize("how", ["no interpreter", "interpreter fails"])
+def test_first_calls_failure_is_logged_not_silent(monkeypatch, caplog, tmp_path, how):
+    """o_proc falls back to 0 when its fresh interpreter cannot run, and says so, naming the cause."""
+    from kernels.pipeline import calibration
+
+    if how == "no interpreter":
+        monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+        cause = "no-such-python"
+    else:
+        monkeypatch.setattr(calibration, "_FIRST_CALLS", "raise SystemExit('torch missing here')")
+        cause = "torch missing here"
+    with caplog.at_level("WARNING", logger="pcast.pipeline"):
+        assert calibration._first_calls() == 0.0
+    text = caplog.text
+    assert "o_proc" in text and "underestimates" in text and cause in text
+
+
+def test_first_calls_measures_a_positive_cost():
+    """The working path: a fresh interpreter's first calls cost more than nothing (torch's import alone)."""
+    from kernels.pipeline import calibration
+
+    assert calibration._first_calls() > 0

@@ -90,7 +90,9 @@ print(max(t[0] - t[1], 0.0))
 
 def _first_calls() -> float:
     """Seconds a shard's process pays once, on its first calls (``o_proc``): measured in a fresh interpreter
-    (about two seconds, most of it importing torch); 0 if that interpreter fails."""
+    (about two seconds, most of it importing torch); 0, with a warning on the ``pcast.pipeline`` logger that
+    names the cause, if that interpreter fails (the plan then underestimates small shards)."""
+    import logging
     import subprocess
     import sys
 
@@ -98,7 +100,11 @@ def _first_calls() -> float:
         proc = subprocess.run([sys.executable, "-c", _FIRST_CALLS], capture_output=True, text=True, timeout=120,
                               check=True)
         return float(proc.stdout.strip().splitlines()[-1])
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError) as e:
+        detail = (getattr(e, "stderr", None) or "").strip().splitlines()[-1:] or [f"{type(e).__name__}: {e}"]
+        logging.getLogger("pcast.pipeline").warning(
+            "calibration: the first-calls cost (o_proc) could not be measured in a fresh interpreter (%s); "
+            "taking 0 s, so the plan underestimates small shards", detail[0])
         return 0.0
 
 
