@@ -2,14 +2,15 @@
 
 Usage (from the repository root)::
 
-    python tests/paper_slice.py                       # one seed of each sweep experiment, 2 at a time
+    python tests/paper_slice.py                       # one seed of each sweep-like experiment, 2 at a time
     python tests/paper_slice.py --experiments collapse --seeds 2 --jobs 1
 
 For each experiment, the paper preset's grid (N = 4096, d = 128, its Δ grid and combinations) with
 ``seeds`` seeds in one shard: the run plan's estimate of its kernel and reference work
 (:func:`kernels.pipeline.plan.plan_rows`, this machine's calibration), then the shard itself, as the
-pipeline runs it (its inputs written, then :func:`kernels.pipeline.runs.run_sweep_shard` or
-:func:`kernels.pipeline.policy_runs.run_policies_shard`, one torch thread, a fresh process each,
+pipeline runs it (its inputs written, then :func:`kernels.pipeline.runs.run_sweep_shard`,
+:func:`kernels.pipeline.policy_runs.run_policies_shard` or :func:`kernels.pipeline.fp4_runs.run_fp4_shard`, one
+torch thread, a fresh process each,
 ``--jobs`` at a time, as ``snakemake --cores`` would). Measured: the kernel and reference seconds the
 shard's timing table records. Prints one line per experiment with the estimate, the measurement,
 their ratio and the paper preset's whole estimate for that experiment; exits 1 when a ratio is
@@ -33,7 +34,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEPS = ("collapse", "scales", "threshold", "policies")
+SWEEPS = ("collapse", "scales", "threshold", "policies", "fp4")
 BAND = 1.5
 
 
@@ -52,6 +53,7 @@ def child(name: str, seeds: int, out: Path, preset: str) -> None:
     """Write the slice's inputs and run its one shard (a fresh process: one torch thread)."""
     from kernels.pipeline import config as pconfig
     from kernels.pipeline.inputs import write_inputs
+    from kernels.pipeline.fp4_runs import run_fp4_shard
     from kernels.pipeline.policy_runs import run_policies_shard
     from kernels.pipeline.runs import run_sweep_shard
 
@@ -59,7 +61,7 @@ def child(name: str, seeds: int, out: Path, preset: str) -> None:
     inputs = out / f"{name}.safetensors"
     write_inputs(pconfig.inputs_spec(name, exp, 0), inputs)
     spec = pconfig.shard_spec(name, exp, 0, policies=cfg.get("policies"))
-    run = run_policies_shard if name == "policies" else run_sweep_shard
+    run = {"policies": run_policies_shard, "fp4": run_fp4_shard}.get(name, run_sweep_shard)
     run(spec, inputs, out / f"{name}.csv", out / f"{name}.timing.csv", threads=1, n_shards=1)
 
 

@@ -12,11 +12,11 @@ from kernels.pipeline import config as pconfig
 
 
 def test_smoke_slice_reports_estimate_measurement_and_ratio(tmp_path, capsys):
-    rc = paper_slice.main(["--preset", "smoke", "--experiments", "scales", "policies", "--seeds", "1", "--jobs", "2",
+    rc = paper_slice.main(["--preset", "smoke", "--experiments", "scales", "policies", "fp4", "--seeds", "1", "--jobs", "2",
                            "--out", str(tmp_path)])
     assert rc in (0, 1)  # 1 only when a ratio leaves the band; tiny smoke shapes are overhead-bound
     report = json.loads((tmp_path / "paper_slice.json").read_text())
-    assert set(report) == {"scales", "policies"}
+    assert set(report) == {"scales", "policies", "fp4"}
     for name, r in report.items():
         _, exp = paper_slice.slice_config(name, 1, "smoke")
         rows = pconfig.expected_rows(name, exp)
