@@ -14,7 +14,7 @@ from kernels.emulator import _CHUNK_ELEMS
 
 TINY = ["--sweep", "--n", "64", "--d", "16", "--deltas", "2", "--reps", "1"]
 ROW_KEYS = {"threads", "engine_runs_per_s", "floor_runs_per_s", "fraction_of_floor", "with_reference_runs_per_s",
-            "seconds", "sharing"}
+            "eager_bound_fraction", "seconds", "sharing"}
 
 
 def _positive(x):
@@ -40,10 +40,14 @@ def test_sweep_json_counts_four_runs_per_delta_and_reports_positive_numbers(tmp_
             assert _positive(row[key]), (key, row[key])
         assert row["fraction_of_floor"] == pytest.approx(row["engine_runs_per_s"] / row["floor_runs_per_s"])
         assert row["with_reference_runs_per_s"] <= row["engine_runs_per_s"]  # the reference only adds time
-        assert {k: len(v) for k, v in row["seconds"].items()} == {"engine": 1, "floor": 1, "reference": 1}
+        assert {k: len(v) for k, v in row["seconds"].items()} == {"engine": 1, "floor": 1, "reference": 1, "eager": 1}
+        sec = {k: v[0] for k, v in row["seconds"].items()}
+        assert 0 < row["eager_bound_fraction"] < 1
+        assert row["eager_bound_fraction"] == pytest.approx(sec["floor"] / (sec["floor"] + sec["eager"]))
         assert row["sharing"]["full"] > 0  # the engine call really ran the emulator's chunks
     text = capsys.readouterr().out
     assert "8 runs per call" in text and "engine/floor" in text and "with reference" in text
+    assert "eager bound" in text
     assert len([ln for ln in text.splitlines() if ln.split()[:1] in (["1"], ["2"])]) == 2  # one row per count
 
 
@@ -90,6 +94,28 @@ def test_floor_uses_the_emulators_chunk_of_rows(monkeypatch):
     s.floor()
     monkeypatch.undo()
     assert calls == [((64, 64), (64, 16))] * s.runs  # one P·V matmul per run at the runs' shapes
+
+
+def test_eager_bound_does_each_units_exp_once_and_each_runs_passes_once(monkeypatch):
+    """The eager bound: exp(s - m) once per (order, Δ, value) unit and chunk of rows, shared by the unit's
+    scales; the cast's additions and the p_q > 0 count once per run and chunk, at the runs' shapes."""
+    s = bench._Sweep(100, 16, 3)  # 100 keys: padded to 128, chunks of floor_rows(100) rows
+    chunks = -(-100 // s.rows)
+    assert s.units == 2 * 3 and s.runs == 4 * 3
+    seen = {"sub": [], "add": [], "sign": []}
+    for name in seen:
+        real = getattr(torch, name)
+
+        def counting(*a, _real=real, _name=name, **kw):
+            seen[_name].append(tuple(a[0].shape))
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(torch, name, counting)
+    u, buf = s.eager_bound()
+    monkeypatch.undo()
+    assert len(seen["sub"]) == s.units * chunks and len(seen["add"]) == len(seen["sign"]) == s.runs * chunks
+    assert {sh[-1] for sh in seen["add"]} == {128} and u.shape == buf.shape and u.shape[-1] == 128
+    assert bool((u > 0).all()) and bool((u <= 1).all())  # p = exp(s - m) <= 1 under its block's max
 
 
 @pytest.mark.parametrize("argv, option", [

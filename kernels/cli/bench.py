@@ -26,6 +26,10 @@ collapse-shaped sweep, in runs per second, against its arithmetic floor (issue 1
   of ``--threads`` (default 1,2); ``--scaling`` adds the engine on a Δ grid 4× larger in the same
   interleave and reports the ratio of runs/s (4× grid / 1× grid; the issue wants it within ±15% of 1).
 
+* eager bound (also interleaved): floor / (floor + the least elementwise work of an engine that forms every
+  run's P in torch ops, one pass an op; :meth:`_Sweep.eager_bound`): where engine / floor must stay below on
+  this machine unless passes are fused or P is shared between runs.
+
 The headline figure is engine / floor runs/s (the fraction of the floor reached). ``--json PATH``
 writes the numbers (atomically).
 """
@@ -118,6 +122,13 @@ class _Sweep:
         self.vs = [self.values[0][i, 0].contiguous() for i in range(len(self.deltas))]  # [N, D] per Δ item
         self.out = torch.empty(n, d)
         self.rows = floor_rows(n)
+        # the eager bound's stand-ins (shapes only): scores over the padded keys, a block max, a magic constant
+        npad = -(-n // _BLOCK_N) * _BLOCK_N
+        self.s = torch.randn(n, npad, generator=g)
+        self.m = self.s.view(n, -1, _BLOCK_N).amax(-1, keepdim=True)
+        self.magic = torch.full((self.rows, npad), 1.5 * 2.0**20)
+        self.w = torch.rand(n, npad // _BLOCK_N, 1, generator=g)
+        self.units = len({c["order"] for c in SWEEP_CALLS}) * len(self.deltas) * len(self.values)
 
     def engine(self):
         from .. import attention_calls
@@ -131,6 +142,26 @@ class _Sweep:
         from ..reference import reference_stack
 
         reference_stack(self.q, self.k, self.values)
+
+    def eager_bound(self):
+        """The least elementwise work, on top of the floor, of an engine that forms every run's P in torch ops
+        (pcast-bench --sweep's eager bound): per (order, Δ, value) unit ``exp(s - m)`` over the N² scores (the
+        contract's torch.exp, whose bits the results hold; the scales of an order share it), and per run the
+        cast's two additions of the magic constant, the sign and row sum that count p_q > 0, and the blocks'
+        alpha weights: one torch op each over the run's chunks of rows, the magic constant and weights given."""
+        n, rows = self.n, self.rows
+        u = buf = None
+        for unit in range(self.units):
+            for r0 in range(0, n, rows):
+                r1 = min(n, r0 + rows)
+                sb = self.s[r0:r1].view(r1 - r0, -1, _BLOCK_N)
+                u = torch.sub(sb, self.m[r0:r1]).exp_().view(r1 - r0, -1)
+                for _ in range(self.runs // self.units):
+                    buf = torch.add(u, self.magic[:r1 - r0])
+                    buf.sub_(self.magic[:r1 - r0])
+                    torch.sign(buf).sum(-1)
+                    buf.view(r1 - r0, -1, _BLOCK_N).mul_(self.w[r0:r1])
+        return u, buf
 
     def floor(self):
         p, out, rows, n = self.p, self.out, self.rows, self.n
@@ -159,13 +190,15 @@ def _measure_at(main, big, reps):
         raise RuntimeError(f"attention_calls ran {counted} runs, expected {main.runs}")
     main.floor()
     main.reference()
+    main.eager_bound()
     if big is not None:
         big.engine()
-    times = {"engine": [], "floor": [], "reference": []} | ({"engine_4x": []} if big is not None else {})
+    times = {"engine": [], "floor": [], "reference": [], "eager": []} | ({"engine_4x": []} if big is not None else {})
     for _ in range(reps):  # interleaved: drifts in machine load hit every part alike
         times["engine"].append(_timed(main.engine))
         times["floor"].append(_timed(main.floor))
         times["reference"].append(_timed(main.reference))
+        times["eager"].append(_timed(main.eager_bound))
         if big is not None:
             times["engine_4x"].append(_timed(big.engine))
     med = {k_: statistics.median(v_) for k_, v_ in times.items()}
@@ -175,6 +208,7 @@ def _measure_at(main, big, reps):
            "floor_runs_per_s": main.runs / med["floor"],
            "fraction_of_floor": med["floor"] / med["engine"],
            "with_reference_runs_per_s": main.runs / with_ref,
+           "eager_bound_fraction": med["floor"] / (med["floor"] + med["eager"]),
            "seconds": times, "sharing": sharing}
     if big is not None:
         row["scaling"] = {"deltas": len(big.deltas), "runs": big.runs,
@@ -220,18 +254,24 @@ def _print_sweep(r):
           f"{len(r['calls'])} (order, scale) = {r['runs']} runs per call; median of {r['reps']} interleaved reps")
     print(f"floor: one float32 P·V matmul per run ([{r['n']}, {r['n']}] @ [{r['n']}, {r['d']}] in chunks of "
           f"{r['floor_rows']} rows)")
-    head = f"{'threads':>7}  {'engine runs/s':>13}  {'floor runs/s':>12}  {'engine/floor':>12}  {'with reference':>14}"
+    head = (f"{'threads':>7}  {'engine runs/s':>13}  {'floor runs/s':>12}  {'engine/floor':>12}  {'with reference':>14}"
+            f"  {'eager bound':>11}")
     if r["scaling"]:
         s0 = r["results"][0]["scaling"]
         head += f"  {str(s0['deltas']) + ' Δ runs/s':>14}  {'4x/1x':>6}"
     print(head)
     for row in r["results"]:
         line = (f"{row['threads']:>7}  {row['engine_runs_per_s']:>13.1f}  {row['floor_runs_per_s']:>12.1f}  "
-                f"{row['fraction_of_floor']:>12.3f}  {row['with_reference_runs_per_s']:>14.1f}")
+                f"{row['fraction_of_floor']:>12.3f}  {row['with_reference_runs_per_s']:>14.1f}"
+                f"  {row['eager_bound_fraction']:>11.3f}")
         if r["scaling"]:
             sc = row["scaling"]
             line += f"  {sc['engine_runs_per_s']:>14.1f}  {sc['ratio']:>6.2f}"
         print(line)
+    print("eager bound: floor / (floor + the least elementwise work of an engine that forms every run's P in "
+          "torch ops, one pass an op: exp once per order and Δ, and per run the cast's two passes, the p_q > 0 "
+          "count and the alpha weights); engine/floor stays below it unless passes are fused or P is shared "
+          "between runs")
 
 
 def _threads_list(ap, text):
