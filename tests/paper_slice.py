@@ -52,8 +52,8 @@ def slice_config(name: str, seeds: int, preset: str = "paper") -> tuple[dict, di
 def child(name: str, seeds: int, out: Path, preset: str) -> None:
     """Write the slice's inputs and run its one shard (a fresh process: one torch thread)."""
     from kernels.pipeline import config as pconfig
-    from kernels.pipeline.inputs import write_inputs
     from kernels.pipeline.fp4_runs import run_fp4_shard
+    from kernels.pipeline.inputs import write_inputs
     from kernels.pipeline.policy_runs import run_policies_shard
     from kernels.pipeline.runs import run_sweep_shard
 

@@ -21,7 +21,6 @@ into ``results/stats/fp4.csv``: one row per configuration (P cast, order, Δ and
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 

@@ -151,7 +151,7 @@ class _Sweep:
         alpha weights: one torch op each over the run's chunks of rows, the magic constant and weights given."""
         n, rows = self.n, self.rows
         u = buf = None
-        for unit in range(self.units):
+        for _unit in range(self.units):
             for r0 in range(0, n, rows):
                 r1 = min(n, r0 + rows)
                 sb = self.s[r0:r1].view(r1 - r0, -1, _BLOCK_N)
