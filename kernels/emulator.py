@@ -249,13 +249,20 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         # the same weights (per_row: over S_r, the kernel's division of p_q·V), then one matmul for all of P_q V
         pq.view(nr, c.nblk, c.block_n).mul_((w / s_r if c.per_row else w)[..., None])
         accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
-        if keep is not None:  # (no sink_init there: l is the keys' row sum, before a sink logit joins it)
-            keep.append((accs, l, m_final))
-        # step 6: normalise
-        if c.sink is not None and not c.sink_init:
-            l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
-        for out, acc in zip(outs_i, accs):
-            out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
+        _normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep)
+
+
+def _normalise(c: _Call, sc: _Scale, g: int, r0: int, r1: int, outs_i, accs: list, l, m_final, keep) -> None:
+    """Step 6 for rows r0:r1 of head g at one scale: a sink logit joins the row sum ``l`` (``sink_mode="final"``),
+    then each accumulator of ``accs`` (one per value tensor) is divided into ``outs_i``. ``keep``: a list that
+    receives what step 6 starts from, before the sink logit joins (``emulator_calls._clone_rows``)."""
+    if keep is not None:  # (no sink_init there: l is the keys' row sum, before a sink logit joins it)
+        keep.append((accs, l, m_final))
+    # step 6: normalise
+    if c.sink is not None and not c.sink_init:
+        l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
+    for out, acc in zip(outs_i, accs):
+        out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
 
 
 def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torch.Tensor:

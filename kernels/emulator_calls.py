@@ -11,7 +11,9 @@ what this module adds is the bookkeeping that lets calls and items share work, a
   positions recomputes only a SCORE_SLICE-wide block of leading scores (:class:`_Shared`), where
   :func:`_probe_slice` shows the sliced matmul gives the full one's bits on this machine;
 * an item whose scores and values equal its anchor's bit for bit repeats the anchor's steps 1-5 in
-  every call whose sink does not seed the max, so it reuses them (:func:`_clone_rows`).
+  every call whose sink does not seed the max, so it reuses them (:func:`_clone_rows`);
+* in reverse order, the blocks an item visits before its leading (sink) block are its anchor's: they are
+  computed once per chunk of rows (:mod:`kernels.emulator_reverse`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from . import emulator as _em
+from . import emulator_reverse as _rev
 from .reference import _bits
 
 __all__ = ["emulate_calls", "SCORE_SLICE", "SHARING"]
@@ -32,8 +35,9 @@ _SHARED_BYTES = 256 * 2**20
 #: What :func:`emulate_calls` shared since the process started (tests and benchmarks read it):
 #: ``full`` / ``sliced`` / ``copied``: chunks of rows whose scores were one full matmul, a matmul of the
 #: leading keys over shared ones, a copy of shared ones; ``reused``: chunks a further call took as they were;
-#: ``cloned``: chunks of a call whose steps 1-5 were an earlier item's (:func:`_clone_rows`).
-SHARING = {"full": 0, "sliced": 0, "copied": 0, "reused": 0, "cloned": 0}
+#: ``cloned``: chunks of a call whose steps 1-5 were an earlier item's (:func:`_clone_rows`); ``reverse``: chunks
+#: of a reverse-order call whose blocks past the leading ones were the anchor's (:mod:`kernels.emulator_reverse`).
+SHARING = {"full": 0, "sliced": 0, "copied": 0, "reused": 0, "cloned": 0, "reverse": 0}
 
 
 def _clone_rows(c: _em._Call, g: int, a: int, r0: int, r1: int, outs: tuple, diags: tuple, kept: list) -> None:
@@ -112,11 +116,15 @@ class _Shared:
         """The anchor whose scores item g has bit for bit (its keys and queries equal), else None."""
         return self.twin[g] if self.twin[g] is not None and self.cols[g] == 0 else None
 
-    def skip(self, g: int, r1: int) -> None:
-        """Rows up to r1 of item g need no scores (every call reuses its anchor's results)."""
+    def skip(self, g: int, r0: int) -> None:
+        """Rows from r0 (one chunk) of item g need no scores (every call reuses its anchor's results)."""
         a = self.twin[g]
-        if a is not None and g == self.last_use[a] and r1 == self.c.qs.shape[1]:
-            self.kept.pop(a, None)
+        if a is not None and g == self.last_use[a]:
+            self._drop(a, r0)
+
+    def _drop(self, a: int, r0: int) -> None:
+        """The anchor's kept chunk at r0 after its last twin took it (chunks of rows are the outer loop)."""
+        self.kept.get(a, {}).pop(r0, None)
 
     def scores(self, g: int, r0: int, r1: int) -> torch.Tensor:
         """Step 1's scores of rows r0:r1 of item g, a new tensor the caller may overwrite."""
@@ -134,8 +142,8 @@ class _Shared:
             SHARING["sliced"] += 1
         else:
             SHARING["copied"] += 1
-        if g == self.last_use[a] and r1 == self.c.qs.shape[1]:
-            del self.kept[a]
+        if g == self.last_use[a]:
+            self._drop(a, r0)
         return s
 
 
@@ -196,8 +204,24 @@ def emulate_calls(q, k, v: tuple, calls) -> list:
     return results
 
 
+def _reverse_leads(members: list, shared: _Shared, clones: list) -> list[dict]:
+    """Per call: item -> (anchor, leading columns) for the items, anchors included, that take their anchor's
+    blocks past the leading ones (:mod:`kernels.emulator_reverse`); empty for a call that is not eligible."""
+    leads = []
+    for m, (c, *_) in enumerate(members):
+        lead: dict = {}
+        for a in shared.last_use if _rev.eligible(c) else ():
+            items = [g for g, t in enumerate(shared.twin) if t == a and clones[m][g] is None]
+            c0 = _rev.lead_columns(c, [shared.cols[g] for g in items]) if items else None
+            if c0 is not None:
+                lead.update((g, (a, c0)) for g in [a, *items])
+        leads.append(lead)
+    return leads
+
+
 def _run_group(members: list, G: int, Nq: int) -> None:
-    """Every chunk of rows of every item of one score group, under each of its calls."""
+    """Every chunk of rows of every item of one score group, under each of its calls. Chunks of rows are the
+    outer loop, so what items share with their anchor is kept for one chunk at a time."""
     c0 = members[0][0]
     rows = max(1, _em._CHUNK_ELEMS // (c0.nblk * c0.block_n))
     shared = _Shared(c0, rows)
@@ -211,21 +235,34 @@ def _run_group(members: list, G: int, Nq: int) -> None:
                                 for g, a in enumerate(copies)]
     clones = [[a if same and not c.sink_init else None for a, same in zip(copies, same_v[id(c.vf)])]
               for c, *_ in members]
+    leads = _reverse_leads(members, shared, clones)
     anchors = [{a for a in cl if a is not None} for cl in clones]
     kept: list[dict] = [{} for _ in members]  # per call: (anchor, r0) -> per scale (accs, l, m_final)
-    for g in range(G):
-        for r0 in range(0, Nq, rows):
-            r1 = min(Nq, r0 + rows)
-            need = [m for m in range(len(members)) if clones[m][g] is None]
-            if not need:
-                shared.skip(g, r1)
-            s = shared.scores(g, r0, r1) if need else None
+    for r0 in range(0, Nq, rows):
+        r1 = min(Nq, r0 + rows)
+        states: dict = {}  # (call, anchor) -> this chunk's blocks past the leading ones (emulator_reverse)
+        for g in range(G):
             for m, (c, outs, diags, _) in enumerate(members):
                 a = clones[m][g]
                 if a is not None:
                     SHARING["cloned"] += 1
                     _clone_rows(c, g, a, r0, r1, outs, diags, kept[m][(a, r0)])
-                    continue
+            need = [m for m in range(len(members)) if clones[m][g] is None]
+            if not need:
+                shared.skip(g, r0)
+                continue
+            s = shared.scores(g, r0, r1)
+            # the calls that only read the scores first; the last of the others may overwrite them
+            rest = [m for m in need if g not in leads[m]]
+            for m in sorted(need, key=lambda m: g not in leads[m]):
+                c, outs, diags, _ = members[m]
                 SHARING["reused"] += m != need[0]
                 keep = kept[m].setdefault((g, r0), []) if g in anchors[m] else None
-                _em._rows(c, g, r0, r1, outs, diags, s if m == need[-1] else s.clone(), keep)
+                if g in leads[m]:
+                    a, lead = leads[m][g]
+                    if g == a:
+                        states[m, a] = _rev.anchor_state(c, s, lead)
+                    SHARING["reverse"] += 1
+                    _rev.item_rows(c, g, r0, r1, s, states[m, a], outs, diags, keep)
+                else:
+                    _em._rows(c, g, r0, r1, outs, diags, s if m == rest[-1] else s.clone(), keep)

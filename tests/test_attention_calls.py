@@ -93,6 +93,7 @@ def test_delta_grid_every_order_and_scale_matches_run_by_run(causal, block_n):
     before = snapshot()
     got = assert_like_run_by_run(q, k, values, ORDER_SCALE, causal=causal, ksink=4, block_n=block_n, **EMU)
     assert grown(before)["sliced"] > 0  # the stack did share its non-sink scores
+    assert grown(before)["reverse"] == len(DELTAS)  # and reverse order its blocks past the sinks' (one chunk)
     # the diagnostics are not all trivially zero (an all-zero diagnostic would compare equal by luck)
     assert sum(int(r.underflow.sum()) for res in got for r in res) > 0
     assert sum(int(r.terms_sink.sum()) for res in got for r in res) > 0
@@ -117,6 +118,7 @@ def test_delta_grid_several_chunks_of_rows(monkeypatch, causal):
     items, chunks = len(DELTAS), 4
     assert g["full"] + g["sliced"] + g["copied"] == items * chunks  # one score group: scores once per chunk
     assert g["full"] < items * chunks * len(calls)
+    assert g["reverse"] == 2 * items * chunks  # both reverse calls, chunk by chunk (block_n 128: the second of 2 blocks)
 
 
 def test_sinks_wider_than_one_slice():
@@ -159,8 +161,14 @@ def test_mixed_calls_sink_keys(causal):
     """Different blocks (32/64/128), exp2_offset, τ > 0, fmt None, rounded row sums, e5m2, operand
     casts and policy names in one list, on a Δ stack with sink keys: all bit-identical to run by run."""
     q, k, values = stack(seed=4)
+    before = snapshot()
     got = assert_like_run_by_run(q, k, values, MIXED, causal=causal, ksink=4, **EMU)
     assert sum(int(r.saturated.sum()) for res in got for r in res) > 0  # a saturation count was compared
+    # reverse order shared its blocks past the sinks' in the six eligible distinct calls: S 256, 512 (saturating),
+    # exp2_offset (fa3 is the same call), fmt None with a rounded row sum, e5m2 and flashinfer-hopper; not fa4
+    # (τ > 0) nor the per-tensor q/k cast (its items' scores differ throughout)
+    assert grown(before)["reverse"] == 6 * len(DELTAS)
+    assert got[3][0].saturated.sum() > 0  # S = 512 in reverse order saturates
     if not causal:  # (causal rows are shorter: their running max stays near the sinks' scores)
         assert sum(int(r.underflow_sink.sum()) for res in got for r in res) > 0
 
@@ -257,6 +265,7 @@ def test_sharing_counters_on_a_delta_stack():
     g = grown(before)
     items, chunks = len(DELTAS), 1
     assert g["sliced"] == items - 1  # every item but the anchor (Δ = 0) recomputes only its sink columns
+    assert g["reverse"] == items  # the reverse scales' call, anchor included (not the τ = 8 one: a stale max)
     assert g["full"] == 1
     assert g["full"] < items * chunks * len(calls)
     assert g["reused"] > 0  # the other calls took the group's scores as they were
