@@ -98,7 +98,8 @@ def test_floor_uses_the_emulators_chunk_of_rows(monkeypatch):
 
 def test_eager_bound_does_each_units_exp_once_and_each_runs_passes_once(monkeypatch):
     """The eager bound: exp(s - m) once per (order, Δ, value) unit and chunk of rows, shared by the unit's
-    scales; the cast's additions and the p_q > 0 count once per run and chunk, at the runs' shapes."""
+    scales; the cast's additions and the p_q > 0 count once per run and chunk, over every padded key in
+    forward order and the leading block (64 keys) in reverse order, whose later blocks are the anchor's."""
     s = bench._Sweep(100, 16, 3)  # 100 keys: padded to 128, chunks of floor_rows(100) rows
     chunks = -(-100 // s.rows)
     assert s.units == 2 * 3 and s.runs == 4 * 3
@@ -114,7 +115,9 @@ def test_eager_bound_does_each_units_exp_once_and_each_runs_passes_once(monkeypa
     u, buf = s.eager_bound()
     monkeypatch.undo()
     assert len(seen["sub"]) == s.units * chunks and len(seen["add"]) == len(seen["sign"]) == s.runs * chunks
-    assert {sh[-1] for sh in seen["add"]} == {128} and u.shape == buf.shape and u.shape[-1] == 128
+    widths = [sh[-1] for sh in seen["add"]]
+    assert widths.count(128) == widths.count(64) == s.runs * chunks // 2  # forward: all 128; reverse: 64
+    assert u.shape == buf.shape and u.shape[-1] == 64  # the last unit is reverse order's
     assert bool((u > 0).all()) and bool((u <= 1).all())  # p = exp(s - m) <= 1 under its block's max
 
 

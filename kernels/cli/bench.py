@@ -27,8 +27,9 @@ collapse-shaped sweep, in runs per second, against its arithmetic floor (issue 1
   interleave and reports the ratio of runs/s (4× grid / 1× grid; the issue wants it within ±15% of 1).
 
 * eager bound (also interleaved): floor / (floor + the least elementwise work of an engine that forms every
-  run's P in torch ops, one pass an op; :meth:`_Sweep.eager_bound`): where engine / floor must stay below on
-  this machine unless passes are fused or P is shared between runs.
+  run's P in torch ops, one pass an op, sharing what the engine shares: reverse order's blocks past the sink
+  block; :meth:`_Sweep.eager_bound`): where engine / floor must stay below on this machine unless passes are
+  fused or more of P is shared between runs.
 
 The headline figure is engine / floor runs/s (the fraction of the floor reached). ``--json PATH``
 writes the numbers (atomically).
@@ -129,6 +130,13 @@ class _Sweep:
         self.magic = torch.full((self.rows, npad), 1.5 * 2.0**20)
         self.w = torch.rand(n, npad // _BLOCK_N, 1, generator=g)
         self.units = len({c["order"] for c in SWEEP_CALLS}) * len(self.deltas) * len(self.values)
+        self.pw = torch.empty(self.rows, npad)
+        # the columns each (order, Δ, value) unit computes itself: all of them forward, the leading block reverse
+        from ..emulator_calls import SCORE_SLICE  # the leading keys a Δ stack's item recomputes, at least
+
+        lead = min(npad, -(-max(SCORE_SLICE, SWEEP_KSINK) // _BLOCK_N) * _BLOCK_N)  # emulator_reverse.lead_columns
+        self.unit_widths = [npad if o == "forward" else lead for o in sorted({c["order"] for c in SWEEP_CALLS})
+                            for _ in range(len(self.deltas) * len(self.values))]
 
     def engine(self):
         from .. import attention_calls
@@ -145,22 +153,30 @@ class _Sweep:
 
     def eager_bound(self):
         """The least elementwise work, on top of the floor, of an engine that forms every run's P in torch ops
-        (pcast-bench --sweep's eager bound): per (order, Δ, value) unit ``exp(s - m)`` over the N² scores (the
-        contract's torch.exp, whose bits the results hold; the scales of an order share it), and per run the
-        cast's two additions of the magic constant, the sign and row sum that count p_q > 0, and the blocks'
-        alpha weights: one torch op each over the run's chunks of rows, the magic constant and weights given."""
-        n, rows = self.n, self.rows
+        (pcast-bench --sweep's eager bound), per (order, Δ, value) unit over the columns the unit cannot take
+        from its stack's anchor: every padded key in forward order, only the leading block in reverse order
+        (:mod:`kernels.emulator_reverse`: the blocks visited before the sink block are the anchor's). Over
+        those columns ``exp(s - m)`` once a unit (the contract's torch.exp, whose bits the results hold; the
+        scales of an order share it) and per run the cast's two additions of the magic constant and the sign
+        and row sum that count p_q > 0; over every column, per run, the blocks' alpha weights. One torch op each
+        over the run's chunks of rows, the magic constant, weights and the anchor's P given."""
+        n, rows, npad = self.n, self.rows, self.s.shape[-1]
         u = buf = None
-        for _unit in range(self.units):
+        per_unit = self.runs // self.units
+        for width in self.unit_widths:
             for r0 in range(0, n, rows):
                 r1 = min(n, r0 + rows)
-                sb = self.s[r0:r1].view(r1 - r0, -1, _BLOCK_N)
-                u = torch.sub(sb, self.m[r0:r1]).exp_().view(r1 - r0, -1)
-                for _ in range(self.runs // self.units):
-                    buf = torch.add(u, self.magic[:r1 - r0])
-                    buf.sub_(self.magic[:r1 - r0])
+                sb = self.s[r0:r1, :width].view(r1 - r0, -1, _BLOCK_N)
+                u = torch.sub(sb, self.m[r0:r1, :width // _BLOCK_N]).exp_().view(r1 - r0, -1)
+                for _ in range(per_unit):
+                    buf = torch.add(u, self.magic[:r1 - r0, :width])
+                    buf.sub_(self.magic[:r1 - r0, :width])
                     torch.sign(buf).sum(-1)
-                    buf.view(r1 - r0, -1, _BLOCK_N).mul_(self.w[r0:r1])
+                    if width == npad:
+                        buf.view(r1 - r0, -1, _BLOCK_N).mul_(self.w[r0:r1])
+                    else:  # the anchor's weighted blocks into the run's P
+                        torch.mul(self.s[r0:r1].view(r1 - r0, -1, _BLOCK_N), self.w[r0:r1],
+                                  out=self.pw[:r1 - r0].view(r1 - r0, -1, _BLOCK_N))
         return u, buf
 
     def floor(self):
@@ -269,9 +285,9 @@ def _print_sweep(r):
             line += f"  {sc['engine_runs_per_s']:>14.1f}  {sc['ratio']:>6.2f}"
         print(line)
     print("eager bound: floor / (floor + the least elementwise work of an engine that forms every run's P in "
-          "torch ops, one pass an op: exp once per order and Δ, and per run the cast's two passes, the p_q > 0 "
-          "count and the alpha weights); engine/floor stays below it unless passes are fused or P is shared "
-          "between runs")
+          "torch ops, one pass an op: exp once per order and Δ, and per run the cast's two passes and the p_q > 0 "
+          "count, over every key forward and the leading block reverse, and the alpha weights); engine/floor "
+          "stays below it unless passes are fused or more of P is shared between runs")
 
 
 def _threads_list(ap, text):
