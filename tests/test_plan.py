@@ -185,21 +185,31 @@ def test_matmul_parts_scale_with_d_and_elementwise_parts_do_not():
         assert ratio == pytest.approx(2.0 if part in plan.MATMUL_PARTS else 1.0), part
 
 
-@pytest.mark.parametrize("how", ["no interpreter", "interpreter fails"])
+@pytest.mark.parametrize("how", ["no interpreter", "interpreter fails", "interpreter times out"])
 def test_first_calls_failure_is_logged_not_silent(monkeypatch, caplog, tmp_path, how):
-    """o_proc falls back to 0 when its fresh interpreter cannot run, and says so, naming the cause."""
+    """o_proc falls back to 0 when its fresh interpreter cannot run, and says so, naming the cause (as text:
+    a timeout's captured stderr comes back as bytes even with text=True)."""
+    import subprocess
+
     from kernels.pipeline import calibration
 
     if how == "no interpreter":
         monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
         cause = "no-such-python"
-    else:
+    elif how == "interpreter fails":
         monkeypatch.setattr(calibration, "_FIRST_CALLS", "raise SystemExit('torch missing here')")
         cause = "torch missing here"
+    else:
+        def timed_out(cmd, **kw):
+            raise subprocess.TimeoutExpired(cmd, kw["timeout"], output=b"", stderr=b"loading torch\nstill loading\n")
+
+        monkeypatch.setattr(subprocess, "run", timed_out)
+        cause = "still loading"
     with caplog.at_level("WARNING", logger="pcast.pipeline"):
         assert calibration._first_calls() == 0.0
     text = caplog.text
     assert "o_proc" in text and "underestimates" in text and cause in text
+    assert "b'" not in text and 'b"' not in text
 
 
 def test_first_calls_measures_a_positive_cost():

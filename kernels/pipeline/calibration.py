@@ -101,7 +101,9 @@ def _first_calls() -> float:
                               check=True)
         return float(proc.stdout.strip().splitlines()[-1])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError) as e:
-        detail = (getattr(e, "stderr", None) or "").strip().splitlines()[-1:] or [f"{type(e).__name__}: {e}"]
+        err = getattr(e, "stderr", None) or ""
+        err = err.decode(errors="replace") if isinstance(err, bytes) else err  # a timeout's stays bytes
+        detail = err.strip().splitlines()[-1:] or [f"{type(e).__name__}: {e}"]
         logging.getLogger("pcast.pipeline").warning(
             "calibration: the first-calls cost (o_proc) could not be measured in a fresh interpreter (%s); "
             "taking 0 s, so the plan underestimates small shards", detail[0])
