@@ -29,8 +29,9 @@ __all__ = ["emulate_calls", "SCORE_SLICE", "SHARING"]
 #: Keys a Δ stack's item recomputes at a time when it shares the rest of its scores (docs/interfaces.md):
 #: narrow matmuls may take another BLAS path than a wide one, so a slice is never narrower.
 SCORE_SLICE = 64
-#: The most bytes of shared scores :func:`emulate_calls` keeps at once (whole score matrices of the
-#: items whose scores later items share); items beyond it compute their scores in full.
+#: The most bytes of shared scores :func:`emulate_calls` may keep, counted as whole score matrices of the
+#: items whose scores later items share (an upper bound: chunks of rows are the outer loop, so one chunk of
+#: each is kept at a time); items beyond it compute their scores in full.
 _SHARED_BYTES = 256 * 2**20
 #: What :func:`emulate_calls` shared since the process started (tests and benchmarks read it):
 #: ``full`` / ``sliced`` / ``copied``: chunks of rows whose scores were one full matmul, a matmul of the
