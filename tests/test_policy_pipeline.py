@@ -238,8 +238,6 @@ def test_floor_is_the_variants_casts_without_the_p_cast(tiny):
     P path with fmt=None differs from it by fp32 rounding only: output ulps (~1e-7 relative) on
     an FP8 operand error of ~1e-2 relative move the floor's MSE by ~1e-5 relative at most, so
     1e-4 bounds it with margin."""
-    import torch
-
     from kernels import attention
     from kernels.reference import reference_attention
     from kernels.sinks import learned_sink

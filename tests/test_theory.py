@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import integrate, stats

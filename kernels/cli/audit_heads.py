@@ -51,8 +51,6 @@ def leading_ksink(sinks) -> int:
 def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool):
     """Scaled float64 scores ``q·kᵀ·sm_scale`` [Nq, Nk] of (batch b, head h); masked keys -inf.
     Grouped-query attention: head h reads key head ``h // (H / H_kv)``."""
-    import torch
-
     from ..reference import causal_mask
 
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
