@@ -213,7 +213,7 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
                                                                  if c.sink_init else None)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     # in place: s is not needed again. u is p (multiply) or x (exp2_offset), the unrounded value.
-    u = _unrounded(c, sb, m_safe).view(nr, Np)
+    u = _unrounded(c, sb, m_safe, out=sb).view(nr, Np)
     # The cast below overwrites u in place, so take what still needs the unrounded u now:
     # its block sums (for the unrounded row sum) and its positive counts (for the diagnostics).
     if not c.rowsum_rounded:
@@ -234,7 +234,7 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         pq = _cast(c, sc, x, pos_g, diag, g, r0, r1)
         # diagnostics: p_q > 0 implies u > 0, so underflows are #(u > 0) - #(p_q > 0).
         torch.sign(pq, out=sgn)
-        _counts(c, diag, g, r0, r1, pos_s, pos_ns, sgn)
+        _counts(diag, g, r0, r1, pos_s, pos_ns, sgn[:, :c.ks].sum(-1), sgn[:, c.ks:].sum(-1))
         # step 4: row sum
         # Instead of rescaling by alpha once per block, weight block j by exp(m_j - m_final), the alphas' product.
         if c.rowsum_rounded:  # (else lblk holds the unrounded u's block sums, the same for every scale)
@@ -289,26 +289,34 @@ def _cast(c: _Call, sc: _Scale, x: torch.Tensor, pos_g, diag: dict, g: int, r0: 
 def _saturation(c: _Call, sc: _Scale, x: torch.Tensor, saturated: torch.Tensor) -> bool:
     """Whether x (this scale's p·S) must saturate; if so, its count per row into ``saturated``."""
     saturate = sc.check_saturation and bool(x.amax() > c.fmt.max_finite)  # one cheap reduction
-    if saturate:  # a float sign sum, which torch does far faster than a bool sum
-        saturated.copy_(torch.sign(x - c.fmt.max_finite).clamp_min_(0).sum(-1).to(torch.int64))
+    if saturate:
+        saturated.copy_(saturated_count(c, x).to(torch.int64))
     return saturate
 
 
-def _counts(c: _Call, diag: dict, g: int, r0: int, r1: int, pos_s, pos_ns, sgn) -> None:
-    """The term and underflow counts of rows r0:r1 of head g: ``pos_*`` counts u > 0, ``sgn`` is sign(p_q)."""
+def saturated_count(c: _Call, x: torch.Tensor) -> torch.Tensor:
+    """Per row of x [rows, ...], how many elements exceed the format's max finite value, as a float32 count:
+    a float sign sum, which torch does far faster than a bool sum."""
+    return torch.sign(x - c.fmt.max_finite).clamp_min_(0).flatten(1).sum(-1)
+
+
+def _counts(diag: dict, g: int, r0: int, r1: int, pos_s, pos_ns, ppos_s, ppos_ns) -> None:
+    """The term and underflow counts of rows r0:r1 of head g from per-row float counts of u > 0 (``pos_*``)
+    and of p_q > 0 (``ppos_*``) among the sink and the non-sink keys."""
     diag["terms"][g, r0:r1] = pos_ns.to(torch.int64)
     diag["terms_sink"][g, r0:r1] = pos_s.to(torch.int64)
-    diag["underflow"][g, r0:r1] = (pos_ns - sgn[:, c.ks:].sum(-1)).to(torch.int64)
-    diag["underflow_sink"][g, r0:r1] = (pos_s - sgn[:, :c.ks].sum(-1)).to(torch.int64)
+    diag["underflow"][g, r0:r1] = (pos_ns - ppos_ns).to(torch.int64)
+    diag["underflow_sink"][g, r0:r1] = (pos_s - ppos_s).to(torch.int64)
 
 
-def _unrounded(c: _Call, sb: torch.Tensor, m_safe: torch.Tensor) -> torch.Tensor:
-    """Step 2's unrounded value of every key, in place over the scores ``sb`` [rows, nblk, block_n]:
-    ``p = exp(s - m)`` ("multiply"), or ``x = exp2(s·LOG2E - (m·LOG2E - log2 S))`` in float32 in that
-    order ("exp2_offset"; p·S is never formed)."""
+def _unrounded(c: _Call, sb: torch.Tensor, m_safe: torch.Tensor, *, out: torch.Tensor | None) -> torch.Tensor:
+    """Step 2's unrounded value of every key of the scores ``sb`` [rows, j, block_n] under their blocks' maxima
+    ``m_safe`` [rows, j], into ``out`` (``sb`` itself: in place; None: a new tensor): ``p = exp(s - m)``
+    ("multiply"), or ``x = exp2(s·LOG2E - (m·LOG2E - log2 S))`` in float32 in that order ("exp2_offset"; p·S is
+    never formed)."""
     if c.exp2:
-        return sb.mul_(LOG2E).sub_((m_safe * LOG2E - c.log2_s)[..., None]).exp2_()
-    return sb.sub_(m_safe[..., None]).exp_()
+        return torch.mul(sb, LOG2E, out=out).sub_((m_safe * LOG2E - c.log2_s)[..., None]).exp2_()
+    return torch.sub(sb, m_safe[..., None], out=out).exp_()
 
 
 def _weights(c: _Call, m, m_final):

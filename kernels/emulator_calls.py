@@ -213,7 +213,7 @@ def _reverse_leads(members: list, shared: _Shared, clones: list) -> list[dict]:
         lead: dict = {}
         for a in shared.last_use if _rev.eligible(c) else ():
             items = [g for g, t in enumerate(shared.twin) if t == a and clones[m][g] is None]
-            c0 = _rev.lead_columns(c, [shared.cols[g] for g in items]) if items else None
+            c0 = _rev.lead_columns(c.block_n, c.nblk, c.ks, [shared.cols[g] for g in items]) if items else None
             if c0 is not None:
                 lead.update((g, (a, c0)) for g in [a, *items])
         leads.append(lead)

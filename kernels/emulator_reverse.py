@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from . import emulator as _em
-from .contract import LOG2E
+from .emulator_mx import first_level
 from .rounding import quantize_fast
 
 __all__ = ["eligible", "lead_columns", "anchor_state", "item_rows"]
@@ -30,30 +30,19 @@ def eligible(c: _em._Call) -> bool:
     return c.reverse and c.cummax and not c.mx and not c.per_row
 
 
-def lead_columns(c: _em._Call, cols: list[int]) -> int | None:
-    """The leading columns an item recomputes, for twins that differ from their anchor in their first ``cols``
-    keys: whole blocks over the largest of them and the sink keys; None when no block is left to share."""
-    bn = c.block_n
-    c0 = max(bn, -(-max([*cols, c.ks]) // bn) * bn)
-    return c0 if c0 < c.nblk * bn else None
-
-
-def _unrounded(c: _em._Call, sb: torch.Tensor, m_safe: torch.Tensor) -> torch.Tensor:
-    """:func:`kernels.emulator._unrounded` of the blocks ``sb`` [rows, j, block_n] under their maxima ``m_safe``
-    [rows, j], into a new tensor (``sb`` is the shared scores, read only)."""
-    if c.exp2:
-        return torch.mul(sb, LOG2E).sub_((m_safe * LOG2E - c.log2_s)[..., None]).exp2_()
-    return torch.sub(sb, m_safe[..., None]).exp_()
+def lead_columns(block_n: int, nblk: int, ks: int, cols: list[int]) -> int | None:
+    """The leading columns an item recomputes (of ``nblk`` blocks of ``block_n`` keys, the first ``ks`` of them
+    sink keys), for twins that differ from their anchor in their first ``cols`` keys: whole blocks over the
+    largest of them and the sink keys; None when no block is left to share."""
+    c0 = max(block_n, -(-max([*cols, ks]) // block_n) * block_n)
+    return c0 if c0 < nblk * block_n else None
 
 
 def _scaled(c: _em._Call, sc, u: torch.Tensor, last: bool):
-    """Step 3's x for scale ``sc`` (``kernels.emulator_mx.first_level``, no per-row scale), and the count of
-    x > max_finite per row where the scale may saturate (else None); x is u itself for the last scale."""
-    x = u if c.exp2 else (u.mul_(sc.scale) if last else torch.mul(u, sc.scale))
-    sat = None
-    if sc.check_saturation:  # the float sign sum of kernels.emulator._saturation
-        sat = torch.sign(x - c.fmt.max_finite).clamp_min_(0).flatten(1).sum(-1)
-    return x, sat
+    """Step 3's x for scale ``sc`` (:func:`kernels.emulator_mx.first_level`: u itself for the last scale), and
+    the count of x > max_finite per row where the scale may saturate (else None)."""
+    x = first_level(c, u, sc.scale, None, None if last else torch.empty_like(u))
+    return x, (_em.saturated_count(c, x) if sc.check_saturation else None)
 
 
 def _cast(c: _em._Call, sc, x: torch.Tensor) -> torch.Tensor:
@@ -81,7 +70,7 @@ def anchor_state(c: _em._Call, s: torch.Tensor, c0: int) -> _State:
     bm = sb.amax(dim=-1)
     m = _em.running_max(bm, True)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-    u = _unrounded(c, sb[:, j0:], m_safe[:, j0:])
+    u = _em._unrounded(c, sb[:, j0:], m_safe[:, j0:], out=None)  # (s is the shared scores, read only)
     lblk = None if c.rowsum_rounded else u.sum(-1)
     pos = torch.sign(u).flatten(1).sum(-1)
     per_scale = []
@@ -108,7 +97,7 @@ def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _Stat
     bm[:, :j0] = lead.amax(dim=-1)
     m = _em.running_max(bm, True)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-    u = _unrounded(c, lead, m_safe[:, :j0])
+    u = _em._unrounded(c, lead, m_safe[:, :j0], out=None)
     if not c.rowsum_rounded:
         lblk = torch.cat([u.sum(-1), st.lblk], dim=1)
     sgn = torch.sign(u).view(nr, st.c0)
@@ -121,8 +110,9 @@ def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _Stat
         x, sat = _scaled(c, sc, u, i == len(c.scales) - 1)
         pq = _cast(c, sc, x)
         torch.sign(pq.view(nr, st.c0), out=sgn)
-        _counts(diag, g, r0, r1, pos_s, pos_ns, sgn[:, :ks].sum(-1), sgn[:, ks:].sum(-1) + ppos_sh,
-                None if sat is None else sat + sat_sh)
+        _em._counts(diag, g, r0, r1, pos_s, pos_ns, sgn[:, :ks].sum(-1), sgn[:, ks:].sum(-1) + ppos_sh)
+        if sat is not None:
+            diag["saturated"][g, r0:r1] = (sat + sat_sh).to(torch.int64)
         # step 4: row sum
         if c.rowsum_rounded:
             lead_sum = pq.sum(-1)
@@ -136,13 +126,3 @@ def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _Stat
         accs = [torch.matmul(p, vf[g]) for vf in c.vf]
         _em._normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep)
 
-
-def _counts(diag: dict, g: int, r0: int, r1: int, pos_s, pos_ns, ppos_s, ppos_ns, sat) -> None:
-    """The diagnostics of rows r0:r1 of head g from per-row float counts of u > 0 (``pos_*``) and p_q > 0
-    (``ppos_*``) among sink and non-sink keys, and of saturated keys (None: the scale cannot saturate)."""
-    diag["terms"][g, r0:r1] = pos_ns.to(torch.int64)
-    diag["terms_sink"][g, r0:r1] = pos_s.to(torch.int64)
-    diag["underflow"][g, r0:r1] = (pos_ns - ppos_ns).to(torch.int64)
-    diag["underflow_sink"][g, r0:r1] = (pos_s - ppos_s).to(torch.int64)
-    if sat is not None:
-        diag["saturated"][g, r0:r1] = sat.to(torch.int64)

@@ -123,7 +123,7 @@ def test_steps_1_2_run_once_for_all_scales(monkeypatch):
     """The point of attention_scales: p = exp(s - m) is taken once per chunk of rows, not once per scale."""
     calls = []
     real = emulator._unrounded
-    monkeypatch.setattr(emulator, "_unrounded", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(emulator, "_unrounded", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     q, k, values = inputs(1)
     kernels.attention_values(q, k, values, scale=1.0, backend="emulator")
     once = len(calls)

@@ -133,8 +133,9 @@ class _Sweep:
         self.pw = torch.empty(self.rows, npad)
         # the columns each (order, Δ, value) unit computes itself: all of them forward, the leading block reverse
         from ..emulator_calls import SCORE_SLICE  # the leading keys a Δ stack's item recomputes, at least
+        from ..emulator_reverse import lead_columns
 
-        lead = min(npad, -(-max(SCORE_SLICE, SWEEP_KSINK) // _BLOCK_N) * _BLOCK_N)  # emulator_reverse.lead_columns
+        lead = lead_columns(_BLOCK_N, npad // _BLOCK_N, SWEEP_KSINK, [SCORE_SLICE]) or npad  # None: nothing shared
         self.unit_widths = [npad if o == "forward" else lead for o in sorted({c["order"] for c in SWEEP_CALLS})
                             for _ in range(len(self.deltas) * len(self.values))]
 
