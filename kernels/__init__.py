@@ -6,13 +6,13 @@ loaded only when a torch-backed name (``attention``, ``quantize``, ...) is used,
 the statistics and plotting jobs of the pipeline do not pay for it.
 """
 
-from .formats import FORMATS, FP8Format, get_format
+from kernels.formats import FORMATS, FP8Format, get_format
 
 __all__ = ["FORMATS", "FP8Format", "get_format", "quantize", "attention", "attention_values", "attention_scales",
            "attention_calls", "AttentionResult"]
 
 _LAZY = {"attention": "api", "attention_values": "api_multi", "attention_scales": "api_multi",
-         "attention_calls": "api_multi", "AttentionResult": "api", "quantize": "rounding"}
+         "attention_calls": "api_multi", "AttentionResult": "api", "quantize": "formats.quantize"}
 
 
 def __getattr__(name):

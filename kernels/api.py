@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
+from kernels.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
                        is_allowed)
-from .formats import FORMATS, FP8Format, get_format
-from .microscaling import MX_FORMATS, get_mx_format, is_mx
+from kernels.formats import FORMATS, FP8Format, get_format
+from kernels.formats.microscaling import MX_FORMATS, get_mx_format, is_mx
 
 __all__ = ["attention", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS",
            "resolve_backend", "fp8_gpu_available"]
@@ -204,7 +204,7 @@ def _resolve(given: dict, policy) -> dict:
     fields = {}
     if policy is not None:
         if isinstance(policy, str):
-            from .policies import get_policy
+            from kernels.policies import get_policy
 
             policy = get_policy(policy)
         if not callable(getattr(policy, "attention_kwargs", None)):
@@ -301,7 +301,7 @@ def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
     if scales is not None:
         if ran != "emulator" or kw["scale_mode"] != "multiply":  # exp2_offset: step 2 depends on S
             return [_run(q, k, values, {**args, "scale": s}) for s in scales]
-        from .emulator import emulate_attention_scales
+        from kernels.emulator.core import emulate_attention_scales
 
         del kw["scale"]
         return [_emulator_results(outs, diag, ran) for outs, diag in
@@ -315,7 +315,7 @@ def _execute(q, k, values: tuple, kw: dict, ran: str, block_m: int) -> list[Atte
         return [_reference_result(q, k, v, kw["causal"], kw["ksink"], kw["sm_scale"], kw["sink_logit"])
                 for v in values]
     if ran == "emulator":
-        from .emulator import emulate_attention
+        from kernels.emulator.core import emulate_attention
 
         outs, diag = emulate_attention(q, k, values, **kw)
         return _emulator_results(outs, diag, ran)
@@ -352,7 +352,7 @@ def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:
 
 def _run_triton(q, k, v, *, compiled: bool, **kw):
     """Run the Triton kernel (on the GPU when ``compiled``); results come back on the inputs' device."""
-    from .triton_kernel import triton_attention
+    from kernels.triton.kernel import triton_attention
 
     dev = q.device
     if compiled and dev.type != "cuda":
@@ -366,7 +366,7 @@ def _run_triton(q, k, v, *, compiled: bool, **kw):
 def _reference_result(q, k, v, causal, ksink, sm_scale, sink_logit=None):
     """The float64 reference, and its diagnostics: nothing is rounded, so no underflow or saturation;
     terms count visible keys."""
-    from .reference import causal_mask, reference_attention
+    from kernels.reference import causal_mask, reference_attention
 
     out = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit)
     zeros = torch.zeros(q.shape[:3], dtype=torch.int64, device=q.device)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
-from .api import AttentionResult, _emulator_results, _execute, _positive, _prepare, _run, attention
+from kernels.api import AttentionResult, _emulator_results, _execute, _positive, _prepare, _run, attention
 
 __all__ = ["attention_values", "attention_scales", "attention_calls"]
 
@@ -98,7 +98,7 @@ def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -
     results: list = [None] * len(calls)
     emu = [i for i, (_, ran, _) in enumerate(prepared) if ran == "emulator"]
     if emu:
-        from .emulator_calls import emulate_calls
+        from kernels.emulator.calls import emulate_calls
 
         for i, (outs, diag) in zip(emu, emulate_calls(q, k, tuple(values), [prepared[i][0] for i in emu])):
             results[i] = _emulator_results(outs, diag, "emulator")

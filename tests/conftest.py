@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from repo_copy import copy_repo
+ROOT = Path(__file__).resolve().parents[1]
+# Test support (the loop oracle, synthetic tables, repo copies) and the tools the tests exercise.
+for _d in (ROOT / "tests" / "support", ROOT / "tools"):
+    if str(_d) not in sys.path:
+        sys.path.insert(0, str(_d))
+
+from repo_copy import copy_repo  # noqa: E402
 
 SMOKE_TIMEOUT_S = 600
 

@@ -6,7 +6,7 @@ Torch-free. Modules, in the order the pipeline uses them:
 * :mod:`.paired`: pairing by seed, ratio CIs, Wilcoxon, t, TOST, Holm (the T1 family);
 * :mod:`.summaries`: seed intervals, Δc crossings, the per-experiment summaries, ``write_csv``;
 * :mod:`.policies`, :mod:`.policy_predictions`: the policies experiment's summary and its theory;
-* :mod:`.fp4`, :mod:`.fp4_predictions`: the fp4 experiment's summary and its theory (:mod:`kernels.fp4_theory`);
+* :mod:`.fp4`, :mod:`.fp4_predictions`: the fp4 experiment's summary and its theory (:mod:`kernels.theory.fp4`);
 * :mod:`.stats`: one builder per statistics rule, from the ``statistics:`` section;
 * :mod:`.tables`: T1–T6 and their LaTeX / Markdown / CSV writers; :mod:`.fp4_table`: T7;
 * :mod:`.plots`: F1–F11, one module per figure, one shared style;

@@ -24,10 +24,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..contract import FP4_CONFIG_COLUMNS
-from . import fp4_predictions as fp
-from .paired import median_ratio_ci
-from .policies import check_tidy, seed_crossing, seed_mean_ci
+from kernels.contract import FP4_CONFIG_COLUMNS
+from kernels.analysis import fp4_predictions as fp
+from kernels.analysis.paired import median_ratio_ci
+from kernels.analysis.policies import check_tidy, seed_crossing, seed_mean_ci
 
 __all__ = ["REQUIRED", "MEANS", "config_keys", "baseline_cast", "fp4_summary", "curve_rows"]
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from .fp4 import curve_rows
-from .policies import require
-from .tables import Table
-from .text import short
+from kernels.analysis.fp4 import curve_rows
+from kernels.analysis.policies import require
+from kernels.analysis.tables import Table
+from kernels.analysis.text import short
 
 __all__ = ["cast_rows", "dc_text", "fp4"]
 
@@ -77,7 +77,7 @@ def fp4(summary: pd.DataFrame, stats_cfg: Mapping, fp4_cfg: Mapping) -> Table:
     caption = (f"T7. P in microscaled FP4 (fp4 experiment, forward order): the group-flush Δc where the seed-mean "
                f"fraction of flushed NVFP4 scale groups crosses {level:g} (bootstrap-over-seeds "
                f"{stats_cfg['confidence_level']:g} CI; 'never': not on the Δ grid) next to the closed form "
-               "(kernels.fp4_theory.critical_delta_flush, static S1 only); at Δ = "
+               "(kernels.theory.fp4.critical_delta_flush, static S1 only); at Δ = "
                f"{delta:g}, the median per-seed MSE ratio forward / reverse and the forward MSE over the FP8 "
                "baseline's (paired-bootstrap CIs).")
     return Table(display, data, caption, "tab:fp4")

@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..contract import COMBO_COLUMNS, GROUP_COLUMNS
+from kernels.contract import COMBO_COLUMNS, GROUP_COLUMNS
 
 __all__ = [
     "config_columns", "pair_by_seed", "log_ratios", "median_ratio_ci", "wilcoxon_log", "ttest_log",

@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..contract import POLICY_CONFIG_COLUMNS
-from . import policy_predictions as pp
-from .paired import median_ratio_ci
-from .summaries import crossing_ci
+from kernels.contract import POLICY_CONFIG_COLUMNS
+from kernels.analysis import policy_predictions as pp
+from kernels.analysis.paired import median_ratio_ci
+from kernels.analysis.summaries import crossing_ci
 
 __all__ = ["REQUIRED", "POLICY_FIELDS", "config_keys", "curve_keys", "seed_mean_ci", "policy_summary", "curves",
            "first_delta", "floor_rows", "best_policy_ratio", "policy_peaks", "require"]

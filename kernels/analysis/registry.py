@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract import CONFORMANCE, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, SWEEP_EXPERIMENTS
+from kernels.contract import CONFORMANCE, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, SWEEP_EXPERIMENTS
 
 __all__ = ["Claim", "Output", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
            "EXPERIMENT_CATEGORY", "claim", "category"]

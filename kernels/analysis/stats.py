@@ -25,10 +25,10 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from .fp4 import fp4_summary
-from .paired import paired_tests
-from .policies import policy_summary, require
-from .summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
+from kernels.analysis.fp4 import fp4_summary
+from kernels.analysis.paired import paired_tests
+from kernels.analysis.policies import policy_summary, require
+from kernels.analysis.summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
 
 __all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "fp4", "POLICY_KEYS"]
 

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .. import theory
-from ..formats import FORMATS, get_format
-from .paired import config_columns, median_ratio_ci
+from kernels import theory
+from kernels.formats import FORMATS, get_format
+from kernels.analysis.paired import config_columns, median_ratio_ci
 
 __all__ = [
     "write_csv", "seed_interval", "crossing", "crossing_ci", "knee_ratio", "collapse_summary",

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .policies import policy_peaks, require
-from .summaries import write_csv
-from .text import short, truthy
+from kernels.analysis.policies import policy_peaks, require
+from kernels.analysis.summaries import write_csv
+from kernels.analysis.text import short, truthy
 
 __all__ = [
     "Table", "tex_escape", "to_booktabs", "to_markdown", "write_table", "write", "table_paired",
@@ -329,7 +329,7 @@ def policies(summary: pd.DataFrame, stats_cfg: Mapping, audit_cfg: Mapping) -> T
 
 def realmodel(heads: pd.DataFrame, cfg: Mapping) -> Table:
     """T6: the ``claims.realmodel.worst_heads`` heads with the largest MSE ratio forward S=1 / reverse S=256."""
-    from .realmodel import BASELINE, FIXED
+    from kernels.analysis.realmodel import BASELINE, FIXED
 
     require(cfg, "claims.realmodel", ("worst_heads",))
     n = int(cfg["worst_heads"])

@@ -23,13 +23,13 @@ error exceeds ``--floor-factor`` times the V-cast floor (the same call with ``fm
 ``--sink-logit X`` adds a learned sink logit X to every head (and to the reference).
 
 Several layers in one file: ``layer{L}/q``, ``layer{L}/k``, ``layer{L}/v`` (the layout of
-``kernels.realmodel.capture``); ``--layer L`` (repeatable) picks layers, default every layer in
+``kernels.models.realmodel.capture``); ``--layer L`` (repeatable) picks layers, default every layer in
 numeric order; each layer is audited on its own and its rows carry ``layer``. ``--ksink auto``
-detects each head's sinks (:func:`kernels.heads.detect_sinks` on its float64 scores) and gives
+detects each head's sinks (:func:`kernels.models.heads.detect_sinks` on its float64 scores) and gives
 the head the number of leading consecutive sink keys from key 0 as its ksink. ``--per-head``
 prints (and writes) one row per (layer, batch, head, run), with the head's detected ``sinks``
 and ``mass_underflow``, the exact probability mass of the keys that round to zero
-(:func:`kernels.heads.underflow_mask`, checked against the kernel's own count). After the table,
+(:func:`kernels.models.heads.underflow_mask`, checked against the kernel's own count). After the table,
 one line names the head with the largest forward S=1 / reverse S=256 MSE ratio.
 
 Modules: :mod:`kernels.cli.audit_io` (loading the file, selecting layers, reading policies, checking
@@ -44,9 +44,9 @@ import csv
 import math
 import sys
 
-from .audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBOS, audit, audit_heads, detect_head_sinks,
+from kernels.cli.audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBOS, audit, audit_heads, detect_head_sinks,
                           head_scores64, leading_ksink, worst_head)
-from .audit_io import check_tensors, load_layers, load_policies, load_tensors, resolve_policies
+from kernels.cli.audit_io import check_tensors, load_layers, load_policies, load_tensors, resolve_policies
 
 __all__ = ["COLUMNS", "PER_HEAD_COLUMNS", "WORST_HEAD_COMBOS", "AUDIT_BACKENDS", "audit", "audit_heads",
            "detect_head_sinks", "head_scores64", "leading_ksink", "worst_head", "verdicts", "check_tensors",
@@ -92,7 +92,7 @@ def _parser():
     ap.add_argument("--causal", action="store_true", help="top-left causal mask")
     ap.add_argument("--ksink", default="1",
                     help="leading key positions that are sinks, 0 <= ksink < N, or auto: each head's leading "
-                         "run of sink keys from key 0, detected by kernels.heads.detect_sinks (default: 1)")
+                         "run of sink keys from key 0, detected by kernels.models.heads.detect_sinks (default: 1)")
     ap.add_argument("--per-head", action="store_true",
                     help="one row per (layer, batch, head, run), with the detected sinks and mass_underflow, "
                          "in the table and in --csv")
@@ -227,7 +227,7 @@ def _print(rows, args, head_rows=None):
     print("(uf frac: non-sink P that round to zero / non-sink P > 0; sink uf frac: the same for the sink keys; "
           "sat frac: P entries above the format's max / all P > 0"
           + ("; mass uf: exact softmax mass of the keys that round to zero, mean over rows; - where the "
-             "running-max rule of kernels.heads does not describe the run)" if args.per_head else ")"))
+             "running-max rule of kernels.models.heads does not describe the run)" if args.per_head else ")"))
     worst = worst_head(head_rows or [])
     if worst is not None:
         L, b, h, ratio, x, y = worst
@@ -273,7 +273,7 @@ def main(argv=None):
     if args.csv:
         import io
 
-        from ..pipeline.files import atomic_write_text
+        from kernels.pipeline.files import atomic_write_text
 
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=PER_HEAD_COLUMNS if args.per_head else COLUMNS, lineterminator="\n")

@@ -1,6 +1,6 @@
 """pcast-audit's runs: the audit rows of each run (your policy, the four combinations, named
 policies) and, per (batch, head), the head rows; per-head ksink (``--ksink auto``, from
-:func:`kernels.heads.detect_sinks`), mass underflow (:func:`kernels.heads.underflow_mask`) and the
+:func:`kernels.models.heads.detect_sinks`), mass underflow (:func:`kernels.models.heads.underflow_mask`) and the
 worst head.
 
 Used by :mod:`kernels.cli.audit` (which re-exports the public names).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from ..contract import COMBOS, DIAGNOSTICS, combo_label
+from kernels.contract import COMBOS, DIAGNOSTICS, combo_label
 
 COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
            "underflow", "terms", "underflow_sink", "saturated",
@@ -51,7 +51,7 @@ def leading_ksink(sinks) -> int:
 def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool):
     """Scaled float64 scores ``q·kᵀ·sm_scale`` [Nq, Nk] of (batch b, head h); masked keys -inf.
     Grouped-query attention: head h reads key head ``h // (H / H_kv)``."""
-    from ..reference import causal_mask
+    from kernels.reference import causal_mask
 
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     kh = k[b, h // (q.shape[1] // k.shape[1])]
@@ -62,8 +62,8 @@ def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool)
 
 
 def detect_head_sinks(q, k, *, sm_scale: float | None, causal: bool) -> dict:
-    """``{(b, h): [sink keys]}`` from :func:`kernels.heads.detect_sinks` on each head's float64 scores."""
-    from ..heads import detect_sinks
+    """``{(b, h): [sink keys]}`` from :func:`kernels.models.heads.detect_sinks` on each head's float64 scores."""
+    from kernels.models.heads import detect_sinks
 
     return {(b, h): detect_sinks(head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal))
             for b in range(q.shape[0]) for h in range(q.shape[1])}
@@ -76,7 +76,7 @@ def _attend(q, k, v, *, kwargs, common, head_ksink):
     each backend, so this is what per-head calls give."""
     import torch
 
-    from ..api import attention
+    from kernels.api import attention
 
     if head_ksink is None:
         return attention(q, k, v, **common, **kwargs)
@@ -131,13 +131,13 @@ def audit_heads(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=
     ``ksink``: an int for every head, or ``{(b, h): ksink}`` (``--ksink auto``). ``sinks``: None or
     ``{(b, h): [sink keys]}`` for the ``sinks`` column. ``layer`` goes in every row. With ``per_head``
     the head rows get ``mass_underflow`` (float64 reference mass of the keys
-    :func:`kernels.heads.underflow_mask` finds rounding to zero, for runs that rule describes; None
+    :func:`kernels.models.heads.underflow_mask` finds rounding to zero, for runs that rule describes; None
     for the others), and the mask's non-sink count is checked against the kernel's count (emulator).
     """
     import torch
 
-    from ..api import attention
-    from ..policies import Policy
+    from kernels.api import attention
+    from kernels.policies import Policy
 
     head_ksink = dict(ksink) if isinstance(ksink, dict) else None
     common = dict(causal=causal, backend=backend, sm_scale=sm_scale)
@@ -146,7 +146,7 @@ def audit_heads(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=
     if sink_logit is None:
         ref = attention(q, k, v, causal=causal, sm_scale=sm_scale, backend="reference").out
     else:
-        from ..reference import reference_attention
+        from kernels.reference import reference_attention
 
         common["sink_logit"] = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
         ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=common["sink_logit"])
@@ -176,7 +176,7 @@ def audit_heads(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=
 def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, sink_logit, sm_scale, causal):
     """One row per (batch, head, run) of :func:`audit_heads` from its runs ``done``
     (``[(name, full kwargs, result, floor result or None), ...]``)."""
-    from ..heads import rule_applies
+    from kernels.models.heads import rule_applies
     head_rows = []
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
@@ -199,10 +199,10 @@ def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, si
 
 
 def _head_scores32(q, k, b, h, *, sm_scale, causal):
-    """The kernel's step-1 float32 scores of head (b, h) (:func:`kernels.heads.step1_scores`, masked keys -inf)
+    """The kernel's step-1 float32 scores of head (b, h) (:func:`kernels.models.heads.step1_scores`, masked keys -inf)
     and the float64 reference probabilities."""
-    from ..heads import exact_probs, step1_scores
-    from ..reference import causal_mask
+    from kernels.models.heads import exact_probs, step1_scores
+    from kernels.reference import causal_mask
 
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     s32 = step1_scores(q[b, h], k[b, h // (q.shape[1] // k.shape[1])], sm)
@@ -214,7 +214,7 @@ def _head_scores32(q, k, b, h, *, sm_scale, causal):
 def _mass(hr, full, s32, p_exact, ks, *, layer, b, h) -> float:
     """mass_underflow of one head row; on the emulator (the same step-1 matmul; Triton's scores may differ by
     an ulp, conformance) the rule's non-sink count must be the kernel's underflow count."""
-    from ..heads import rule_mass
+    from kernels.models.heads import rule_mass
 
     want = (hr["underflow"],) if hr["backend"] == "emulator" else None
     return rule_mass(s32, p_exact, full, ksink=ks, want=want,

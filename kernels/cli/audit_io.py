@@ -105,7 +105,7 @@ def load_policies(path: str) -> dict:
     """A user's policies from a YAML file: name -> Policy keys, or a config.yaml with ``policies:``."""
     import yaml
 
-    from ..policies import policies_from_config
+    from kernels.policies import policies_from_config
 
     try:
         with open(path) as fh:
@@ -132,7 +132,7 @@ def check_tensors(q, k, *, ksink: int | None, sm_scale: float | None) -> None:
         raise ValueError(f"--ksink={ksink} is not allowed; allowed: 0 <= ksink < N = {nk} (the number of keys), "
                          "or auto")
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    from ..reference import expand_kv
+    from kernels.reference import expand_kv
 
     if k.shape[0] != q.shape[0] or k.shape[1] < 1 or q.shape[1] % k.shape[1] or k.shape[-1] != q.shape[-1]:
         raise ValueError(f"k shape {list(k.shape)} does not match q shape {list(q.shape)}; allowed: [B, H_kv, N, d] "
@@ -147,7 +147,7 @@ def check_tensors(q, k, *, ksink: int | None, sm_scale: float | None) -> None:
 
 def resolve_policies(names, policies_file=None) -> list:
     """The Policy objects for ``names`` (presets or the file's), checked before any work."""
-    from ..policies import get_policy
+    from kernels.policies import get_policy
 
     extra = load_policies(policies_file) if policies_file else {}
     if not names:

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from ..contract import COMBOS
+from kernels.contract import COMBOS
 
 
 def _samples(n, seed):
@@ -35,8 +35,8 @@ def _samples(n, seed):
 
 
 def check_conversion():
-    from ..rounding import quantize
-    from ..triton_kernel import triton_builtin_cast, triton_quantize
+    from kernels.formats.quantize import quantize
+    from kernels.triton.kernel import triton_builtin_cast, triton_quantize
 
     grid = torch.arange(0, 255, dtype=torch.uint8)
     vals = grid.view(torch.float8_e4m3fn).float()
@@ -59,9 +59,9 @@ def check_conversion():
 
 
 def check_kernel():
-    from ..api import attention
-    from ..conformance import exp_rel_err_for, explain
-    from ..sinks import make_inputs
+    from kernels.api import attention
+    from kernels.conformance import exp_rel_err_for, explain
+    from kernels.models.sinks import make_inputs
 
     rows = []
     for n, d in ((200, 64), (1024, 128), (4096, 64)):
@@ -86,7 +86,7 @@ def check_kernel():
 
 
 def check_ieee_dot():
-    from ..api import attention
+    from kernels.api import attention
 
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(1, 1, 1024, 128, generator=g) for _ in range(3))
@@ -114,10 +114,10 @@ POLICY_CASES = (
 def check_policies(shapes=((200, 64), (1024, 128)), heads=2):
     """Compiled kernel vs emulator on every case of POLICY_CASES, with and without causal (``compare``:
     the kernel runs compiled when a GPU is present), and the in-kernel operand cast vs the reference."""
-    from ..api import attention
-    from ..conformance import compare
-    from ..conformance_model import cast_operand
-    from ..sinks import make_inputs
+    from kernels.api import attention
+    from kernels.conformance import compare
+    from kernels.conformance.model import cast_operand
+    from kernels.models.sinks import make_inputs
 
     rows = []
     for n, d in shapes:
@@ -147,7 +147,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="GPU conformance check")
     ap.add_argument("--json", default=None, help="also write the summary to this file")
     args = ap.parse_args(argv)
-    from ..api import fp8_gpu_available
+    from kernels.api import fp8_gpu_available
 
     if not fp8_gpu_available():
         print("no CUDA GPU with capability >= 8.9: nothing to check", file=sys.stderr)

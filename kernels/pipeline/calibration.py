@@ -1,9 +1,12 @@
 """The run plan's calibration (:mod:`kernels.pipeline.plan`): the parts of its CPU-time model measured on
-this machine, on one thread, as the jobs run them. :func:`kernels.pipeline.plan.load_calibration` makes it
+this machine, on one thread, as the jobs run them. :func:`load_calibration` makes it
 once per machine and keeps it; the model and the meaning of each part are in that module's docstring."""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import time
 
 __all__ = ["calibrate"]
@@ -18,10 +21,10 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
     About two seconds, plus importing torch."""
     import torch
 
-    from .. import attention_calls
-    from ..reference import reference_stack
-    from ..sinks import make_base
-    from .runs import value_stack
+    from kernels import attention_calls
+    from kernels.reference import reference_stack
+    from kernels.models.sinks import make_base
+    from kernels.pipeline.runs import value_stack
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -34,7 +37,7 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
                 "mx6": (6, 1, [{"scale": 256.0, "fmt": "nvfp4"}])}  # a microscaled cast instead of E4M3
         best = dict.fromkeys([*runs, "ref2", "ref6", "scores"], float("inf"))
         q1, kT = stacks[2][0][0, 0], stacks[2][1][0, 0].t()
-        rows = max(1, (1 << 18) // n)  # the emulator's chunk of rows (kernels.emulator._CHUNK_ELEMS)
+        rows = max(1, (1 << 18) // n)  # the emulator's chunk of rows (kernels.emulator.core._CHUNK_ELEMS)
         for _ in range(repeats):
             t0 = time.perf_counter()
             for r0 in range(0, n, rows):
@@ -60,8 +63,6 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
     c_s = max(max(best["scales6"] - best["one6"], 0.0) / 2 / 6 / u - c_v, 0.0)
     c_ref = max(best["ref6"] - best["ref2"], 0.0) / 4 / u
     c_s_mx = c_s + max(best["mx6"] - best["one6"], 0.0) / 6 / u  # steps 3-4 of an NVFP4/MXFP4 cast
-    from .plan import _machine_key
-
     return {**_machine_key(), "c_q": best["scores"] / u, "c_p": max(item - c_s - c_v, 0.0),
             "c_s": c_s, "c_s_mx": c_s_mx, "c_v": c_v, "c_refa": max(best["ref2"] / u - 2 * c_ref, 0.0), "c_ref": c_ref, "n": n, "d": d,
             **{k: v for k, v in small.items() if k.startswith("o_")}}
@@ -73,7 +74,7 @@ _FIRST_CALLS = """
 import sys, time, torch
 torch.set_num_threads(1)
 from kernels.pipeline.runs import value_stack
-from kernels.sinks import make_base
+from kernels.models.sinks import make_base
 t = []
 for rep in range(2):
     q, k, values = value_stack(make_base(rep, n=32, d=16), 4, [4.0, 5.0], [1.0], torch.device("cpu"))
@@ -116,10 +117,10 @@ def _fixed_costs(repeats: int) -> dict:
     2 and 6 items under one call, and 6 items with a second scale, a second order or a second value tensor."""
     import torch
 
-    from .. import attention_calls
-    from ..reference import reference_stack
-    from ..sinks import make_base
-    from .runs import value_stack
+    from kernels import attention_calls
+    from kernels.reference import reference_stack
+    from kernels.models.sinks import make_base
+    from kernels.pipeline.runs import value_stack
 
     base = make_base(0, n=32, d=16)
     tiny = {(L, nv): value_stack(base, 4, [4.0 + i for i in range(L)], [1.0, 0.5][:nv], torch.device("cpu"))
@@ -147,3 +148,45 @@ def _fixed_costs(repeats: int) -> dict:
     o_ref = max(t["ref6"] - t["r2"], 0.0) / 4
     return {"o_call": max(t["o2"] - 2 * item, 0.0), "o_p": max(item - o_s - o_v, o_p), "o_s": o_s, "o_v": o_v,
             "o_refa": max(t["r2"] - 2 * o_ref, 0.0), "o_ref": o_ref}
+
+
+# ----------------------------------------------------------------------------- the cached calibration
+
+_CAL_FORMAT = "pcast-fp8 calibration v7"
+
+
+def _machine_key() -> dict:
+    """What a calibration is valid for (read without importing torch)."""
+    from importlib.metadata import version
+
+    return {"format": _CAL_FORMAT, "host": platform.node(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "torch": version("torch")}
+
+
+def calibration_path() -> str:
+    """Where this machine's calibration is kept: one file per user, shared by every checkout."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "pcast-fp8", "calibration.json")
+
+
+def load_calibration(path: str | os.PathLike | None = None) -> dict:
+    """This machine's calibration from ``path`` (default :func:`calibration_path`) if it was made
+    here, else a new one (:func:`calibrate`), saved there."""
+    path = calibration_path() if path is None else path
+    try:
+        with open(path) as fh:
+            cal = json.load(fh)
+        if all(cal.get(k) == v for k, v in _machine_key().items()):
+            return cal
+    except (OSError, ValueError):
+        pass
+    cal = calibrate()
+    try:  # best effort: an unwritable cache only means calibrating again next time
+        os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+        with open(tmp, "w") as fh:
+            json.dump(cal, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return cal

@@ -40,8 +40,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..contract import COMBO_LABELS, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, combo_label
-from . import config as _config  # its functions are used at call time (config imports this module)
+from kernels.contract import COMBO_LABELS, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, combo_label
+from kernels.pipeline.grid import delta_values, listed
 
 __all__ = ["check_analysis"]
 
@@ -67,11 +67,11 @@ def check_analysis(config: Mapping) -> None:
 
 def _combos(exp: Mapping) -> list[str]:
     """The combination labels an experiment runs: its order x scale, in config order."""
-    return [combo_label(o, float(s)) for o in _config.listed(exp["order"]) for s in _config.listed(exp["scale"])]
+    return [combo_label(o, float(s)) for o in listed(exp["order"]) for s in listed(exp["scale"])]
 
 
 def _delta_grid(exp: Mapping) -> list[float]:
-    return _config.delta_values(exp["delta"])
+    return delta_values(exp["delta"])
 
 
 def _on_grid(x: float, grid: Sequence[float]) -> bool:
@@ -158,7 +158,7 @@ def _check_claims(claims: Mapping, stats: Mapping, exps: Mapping) -> None:
     for field in ("zero_combo", "reverse_combo", "forward_combo"):
         if field in claims["C2"]:
             _run_by(f"claims.C2.{field}", claims["C2"][field], exps, "collapse")
-    scales = [float(s) for s in _config.listed(exps["scales"]["scale"])]
+    scales = [float(s) for s in listed(exps["scales"]["scale"])]
     for field in ("scale", "compare_scale"):
         s = claims["C3"][field]
         if float(s) not in scales:

@@ -21,9 +21,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract import (BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL,
+from kernels.contract import (BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL,
                         is_allowed)
-from . import claims_config, fp4_config, policy_config
+from kernels.pipeline import claims_config, fp4_config, policy_config
+from kernels.pipeline.grid import delta_values, listed
 
 __all__ = [
     "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "schema_message", "listed", "shard_seeds",
@@ -70,19 +71,6 @@ def resolve_preset(config: Mapping, overrides: Mapping | None = None) -> dict:
         merged = deep_merge(merged, {k: v for k, v in overrides.items() if k not in ("preset", "presets")})
     merged["presets"] = copy.deepcopy(dict(presets))
     return merged
-
-
-def delta_values(spec: Any) -> list[float]:
-    """Δ grid: a list of numbers as given, or ``{start, stop, step}`` expanded inclusively.
-
-    Range values are ``start + i*step`` rounded to 10 decimals (so 0.1 steps print as 0.1, 0.2, ...);
-    ``stop`` is included when it lies on the grid (to within 1e-9 steps).
-    """
-    if isinstance(spec, Mapping):
-        start, stop, step = float(spec["start"]), float(spec["stop"]), float(spec["step"])
-        count = int(math.floor((stop - start) / step + 1e-9)) + 1
-        return [round(start + i * step, 10) + 0.0 for i in range(max(count, 0))]
-    return [float(x) for x in spec]
 
 
 # ----------------------------------------------------------------------------- checks
@@ -233,11 +221,6 @@ def n_shards(exp: Mapping) -> int:
 
 def _shapes(exp: Mapping, keys=("n", "d", "block_m", "block_n")) -> list[dict]:
     return [{k: int(s[k]) for k in keys} for s in exp["shapes"]]
-
-
-def listed(value) -> list:
-    """A config value that may be one value or a list of them (``sigma: 1.0`` or ``sigma: [1.0, 2.0]``), as a list."""
-    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _floats(values) -> list[float]:

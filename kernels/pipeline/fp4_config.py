@@ -18,12 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from ..contract import BLOCK_SIZES, FP4_EXPERIMENT, HEAD_DIMS, is_allowed
+from kernels.contract import BLOCK_SIZES, FP4_EXPERIMENT, HEAD_DIMS, is_allowed
 
 __all__ = ["GROUPS", "cast_label", "casts", "check_fp4", "fp4_shard_spec", "fp4_expected_rows", "groups_per_row"]
 
 KEY = f"experiments.{FP4_EXPERIMENT}"
-#: Keys per scale group of each microscaled format (kernels.microscaling.MX_FORMATS; 0: not microscaled).
+#: Keys per scale group of each microscaled format (kernels.formats.microscaling.MX_FORMATS; 0: not microscaled).
 GROUPS = {"nvfp4": 16, "mxfp4": 32}
 
 

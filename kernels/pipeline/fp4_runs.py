@@ -26,10 +26,10 @@ import os
 import time
 from collections.abc import Mapping
 
-from ..contract import DIAGNOSTICS, FP4_CONFIG_COLUMNS, FP4_TIDY_COLUMNS
-from .fp4_config import groups_per_row
-from .inputs import base_tensors
-from .runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from kernels.contract import DIAGNOSTICS, FP4_CONFIG_COLUMNS, FP4_TIDY_COLUMNS
+from kernels.pipeline.fp4_config import groups_per_row
+from kernels.pipeline.inputs import base_tensors
+from kernels.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
 
 __all__ = ["run_fp4_shard"]
 
@@ -43,7 +43,7 @@ def _measure(tally: _Tally, q, k, values, refs, calls: list[dict], common: dict)
     error mean, max abs error and summed diagnostics."""
     import torch
 
-    from .. import attention_calls
+    from kernels import attention_calls
 
     L = q.shape[0] // common["batch"]
     out: list = [None] * len(calls)
@@ -81,7 +81,7 @@ def _row(m: Mapping, i: int, r2: float, groups: int, fields: Mapping) -> dict:
 
 def _stack_rows(tally: _Tally, spec: Mapping, base, meta: dict, deltas: list, device) -> None:
     """One Δ stack of one stored base: the reference, every (cast, order), the rows."""
-    from ..reference import reference_stack
+    from kernels.reference import reference_stack
 
     shape_n, block_n = meta["n"], meta["block_n"]
     svs_list = list(spec["sink_v_scale"])

@@ -22,7 +22,7 @@ conformance), with ``W = batch·heads·n·d·4`` bytes (one float32 tensor of a 
 
 Against the ``benchmark:`` max RSS of shard 0 of each experiment in a default run (see the README's
 runtime table for the run): the model is for refusing grids that are far too big, not for tight
-limits; tests/test_plan.py allows 0.6-1.5× of a measured peak.
+limits; tests/pipeline/test_plan.py allows 0.6-1.5× of a measured peak.
 The ``inputs`` job holds the same stored inputs before writing them. The realmodel experiment's
 jobs are bounded by the schema (at most 512 tokens, 6 layers) and not modelled.
 
@@ -65,20 +65,18 @@ CPU, which is not calibrated; the statistics, figures and tables are not estimat
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 from collections.abc import Mapping
 
-from ..contract import CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT
-from .config import ConfigError, delta_values, expected_rows, listed, n_shards
+from kernels.contract import CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT
+from kernels.pipeline.calibration import calibrate, calibration_path, load_calibration
+from kernels.pipeline.config import ConfigError, delta_values, expected_rows, listed, n_shards
 
 __all__ = ["BASE_BYTES", "job_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
            "calibration_path", "load_calibration"]
 
 #: The interpreter, torch and numpy before any tensor: a sweep shard's max RSS less its tensors.
 BASE_BYTES = 300 * 2**20
-_CAL_FORMAT = "pcast-fp8 calibration v7"
 
 
 def _w(exp: Mapping, shape: Mapping) -> int:
@@ -96,7 +94,7 @@ def _calls(name: str, exp: Mapping) -> int:
 
 def _fp4_casts(exp: Mapping) -> list[dict]:
     """The fp4 experiment's P casts (kernels.pipeline.fp4_config)."""
-    from .fp4_config import casts
+    from kernels.pipeline.fp4_config import casts
 
     return casts(exp)
 
@@ -136,7 +134,7 @@ def _stacks(exp: Mapping, nv: int) -> float:
 
 def _resolved(exp: Mapping, user: Mapping | None) -> dict:
     """The policies experiment's policies, resolved to their keywords (config checks made them valid)."""
-    from .policy_config import resolve_policies
+    from kernels.pipeline.policy_config import resolve_policies
 
     return resolve_policies(exp, user)
 
@@ -246,46 +244,3 @@ def check_memory(rows: list[dict], mem_total: int) -> None:
                 f"{r['peak_bytes'] / 2**30:,.1f} GiB, more than this machine's {mem_total / 2**30:.1f} GiB; allowed: "
                 f"a smaller n or d there, or fewer of experiments.{r['experiment']}.seeds_per_shard or "
                 "max_batch_items (the memory model: kernels.pipeline.plan)")
-
-
-# ----------------------------------------------------------------------------- calibration
-
-
-def _machine_key() -> dict:
-    """What a calibration is valid for (read without importing torch)."""
-    from importlib.metadata import version
-
-    return {"format": _CAL_FORMAT, "host": platform.node(), "machine": platform.machine(),
-            "cpus": os.cpu_count(), "torch": version("torch")}
-
-
-from .calibration import calibrate  # noqa: E402  (load_calibration calls it by this module's name)
-
-
-def calibration_path() -> str:
-    """Where this machine's calibration is kept: one file per user, shared by every checkout."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "pcast-fp8", "calibration.json")
-
-
-def load_calibration(path: str | os.PathLike | None = None) -> dict:
-    """This machine's calibration from ``path`` (default :func:`calibration_path`) if it was made
-    here, else a new one (:func:`calibrate`), saved there."""
-    path = calibration_path() if path is None else path
-    try:
-        with open(path) as fh:
-            cal = json.load(fh)
-        if all(cal.get(k) == v for k, v in _machine_key().items()):
-            return cal
-    except (OSError, ValueError):
-        pass
-    cal = calibrate()
-    try:  # best effort: an unwritable cache only means calibrating again next time
-        os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
-        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-        with open(tmp, "w") as fh:
-            json.dump(cal, fh, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return cal

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..contract import HEAD_DIMS, POLICY_EXPERIMENT, SINK_KINDS, VARIANTS, is_allowed
+from kernels.contract import HEAD_DIMS, POLICY_EXPERIMENT, SINK_KINDS, VARIANTS, is_allowed
 
 __all__ = ["OPERAND_KEYS", "resolve_variants", "resolve_policies", "check_policies", "policy_shard_spec",
            "policy_inputs_spec", "policy_expected_rows"]
@@ -64,7 +64,7 @@ def resolve_variants(exp: Mapping) -> dict[str, dict]:
 
 
 def _check_operands(key: str, casts: Mapping) -> None:
-    from ..policies import Policy
+    from kernels.policies import Policy
 
     try:
         Policy(name="variant", **casts)  # the same field rules as a policy's operand fields
@@ -80,7 +80,7 @@ def resolve_policies(exp: Mapping, user_policies: Mapping | None = None, *, key:
     policy (``policies.<name>.<field>``), an unknown name (``experiments.policies.policies[i]``), or
     a policy that sets operand casts itself (the variants decide those).
     """
-    from ..policies import POLICIES, policies_from_config
+    from kernels.policies import POLICIES, policies_from_config
 
     try:
         user = policies_from_config(user_policies)

@@ -2,7 +2,7 @@
 
 For every seed, shape, sigma, causal flag and sink kind, the shard stacks the kind's Δ values along
 the batch dimension (``keys``: ``ksink`` sink keys at Δ, one value tensor per sink_v_scale sharing
-q and k; ``logit``: every Δ as a learned sink logit, :func:`kernels.sinks.learned_sink`, with no
+q and k; ``logit``: every Δ as a learned sink logit, :func:`kernels.models.sinks.learned_sink`, with no
 sink key) and then:
 
 * computes the float64 reference once per stack and value tensor (:func:`kernels.reference.reference_stack`,
@@ -34,9 +34,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..contract import DIAGNOSTICS, POLICY_CONFIG_COLUMNS, POLICY_TIDY_COLUMNS
-from .inputs import base_tensors
-from .runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from kernels.contract import DIAGNOSTICS, POLICY_CONFIG_COLUMNS, POLICY_TIDY_COLUMNS
+from kernels.pipeline.inputs import base_tensors
+from kernels.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
 
 __all__ = ["run_policies_shard", "call_kwargs", "call_key", "floor_kwargs", "FLOOR_PATH"]
 
@@ -113,7 +113,7 @@ def _stack(tensors, spec: Mapping, seed: int, shape: Mapping, sigma: float, kind
     one stacked v per sink_v_scale (:func:`kernels.pipeline.runs.value_stack`)."""
     import torch
 
-    from ..sinks import learned_sink
+    from kernels.models.sinks import learned_sink
 
     base = base_tensors(tensors, seed, shape["n"], shape["d"], sigma)
     ksink = spec["ksink"] if kind == "keys" else 0
@@ -129,7 +129,7 @@ def _measure(tally: _Tally, st: _Stack, calls: list) -> list[list[dict]]:
     value tensor, the per-item error against its reference and the summed diagnostics."""
     import torch
 
-    from .. import attention_calls
+    from kernels import attention_calls
 
     t0 = time.perf_counter()
     per_call = attention_calls(st.q, st.k, st.values, calls, sink_logit=st.sink_logit)
@@ -217,7 +217,7 @@ def _run_stack(tally: _Tally, spec: Mapping, st: _Stack, kind: str, counts: dict
 def _policies_seed(tally: _Tally, spec: Mapping, tensors, seed: int, device, counts: dict) -> None:
     """Every shape, sigma, causal flag, sink kind and stack of Δ of one seed (the keys kind's
     sink_v_scale values share each stack's q and k; the logit kind has one value tensor, v = 0)."""
-    from ..reference import reference_stack
+    from kernels.reference import reference_stack
 
     for shape, sigma, causal, kind in itertools.product(spec["shapes"], spec["sigma"], spec["causal"],
                                                         spec["sink_kinds"]):

@@ -1,12 +1,12 @@
 """The realmodel experiment's jobs: capture a pretrained model's Q, K, V; measure every head; embed.
 
-* :func:`run_capture`: the passages (:func:`kernels.realmodel.passages`), their token ids, Q, K, V of
+* :func:`run_capture`: the passages (:func:`kernels.models.realmodel.passages`), their token ids, Q, K, V of
   every layer (``layer{L}/q|k|v``, float32 [P, H, N, d]) and the exact embeddings, as safetensors
   with the model, its revision and the passages' sources and hashes in the metadata.
 * :func:`run_layer`: one layer's heads under every run: the four combinations, the named policies,
   and the four combinations again on key-shuffled inputs (the positional-structure control). One
   row per (passage, head, run) with the kernel's counts, the mass-weighted underflow (from the
-  running-max rule, :func:`kernels.heads.underflow_mask`, whose count must equal the kernel's:
+  running-max rule, :func:`kernels.models.heads.underflow_mask`, whose count must equal the kernel's:
   a mismatch stops the job), the head's detected sinks, Δ, σ and [CLS] mass (the theory's prediction is
   made per head from these by :func:`kernels.analysis.realmodel.head_summary`).
 * :func:`run_outputs`: the whole model with every layer's attention run by kernels.attention, per
@@ -27,11 +27,11 @@ from collections.abc import Mapping
 
 import torch
 
-from .. import heads as H
-from ..contract import COMBOS, combo_label
-from .files import atomic_path, atomic_write_text
-from .logs import progress
-from .tables import csv_text
+from kernels.models import heads as H
+from kernels.contract import COMBOS, combo_label
+from kernels.pipeline.files import atomic_path, atomic_write_text
+from kernels.pipeline.logs import progress
+from kernels.pipeline.tables import csv_text
 
 __all__ = ["HEAD_COLUMNS", "OUTPUT_COLUMNS", "PAIR_COLUMNS", "run_capture", "run_layer", "run_outputs",
            "combo_kwargs", "run_names", "load_captured", "layer_names", "SHUFFLED", "OUTPUT_INPUTS"]
@@ -65,8 +65,7 @@ def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
     """Passages -> token ids -> Q, K, V per layer and exact embeddings, written atomically."""
     from safetensors.torch import save_file
 
-    from .. import realmodel as rm
-
+    from kernels.models import realmodel as rm
     if cfg.get("tensors"):
         return _user_tensors(cfg, tensors_out=tensors_out, meta_out=meta_out)
     t0 = time.perf_counter()
@@ -174,8 +173,8 @@ def _head_info(q, k, ks, perm, sm: float) -> dict:
 def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policies: Mapping, *,
               backend: str) -> list[dict]:
     """Every head of one layer under every run; rows of :data:`HEAD_COLUMNS`."""
-    from ..api_multi import attention_calls
-    from ..reference import reference_attention
+    from kernels.api_multi import attention_calls
+    from kernels.reference import reference_attention
 
     q, k, v = (tensors[f"layer{layer}/{t}"] for t in "qkv")
     sm, ksink = float(meta["sm_scale"]), int(cfg["ksink"])
@@ -230,8 +229,7 @@ def run_outputs(tensors: Mapping, meta: Mapping, cfg: Mapping, policies: Mapping
     """The whole model per run; (output rows, pair rows)."""
     from scipy.stats import rankdata
 
-    from .. import realmodel as rm
-
+    from kernels.models import realmodel as rm
     if "input_ids" not in tensors:  # a user's tensors: no model to run
         progress("realmodel outputs: the tensors are a user's own (experiments.realmodel.tensors); no model to run")
         return [], []

@@ -25,14 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..contract import (
+from kernels.contract import (
     CONFIG_COLUMNS, CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, TIDY_COLUMNS,
     TIMING_COLUMNS, combo_label,
 )
-from .files import atomic_write_text
-from .inputs import base_tensors, load_inputs
-from .logs import progress
-from .tables import csv_text
+from kernels.pipeline.files import atomic_write_text
+from kernels.pipeline.inputs import base_tensors, load_inputs
+from kernels.pipeline.logs import progress
+from kernels.pipeline.tables import csv_text
 
 __all__ = ["run_sweep_shard", "run_conformance_shard", "delta_chunks", "value_stack", "backend_note",
            "finish_shard"]
@@ -107,11 +107,11 @@ def delta_chunks(deltas, n_values: int, max_items: int) -> list[list]:
 
 def value_stack(base, ksink: int, deltas, svs_list, device):
     """q and k of ``deltas`` (sink keys at each Δ) stacked along batch, and one stacked v per
-    sink_v_scale of ``svs_list``: :func:`kernels.sinks.apply_sink` changes k with Δ and v with
+    sink_v_scale of ``svs_list``: :func:`kernels.models.sinks.apply_sink` changes k with Δ and v with
     sink_v_scale only, so every sink_v_scale shares q and k (:func:`kernels.attention_values`)."""
     import torch
 
-    from ..sinks import apply_sink
+    from kernels.models.sinks import apply_sink
 
     parts = {(svs, dl): apply_sink(*base, ksink=ksink, delta=dl, sink_v_scale=svs) for svs in svs_list
              for dl in deltas}
@@ -129,8 +129,8 @@ def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, m
     scale by scale, value tensor by value tensor."""
     import torch
 
-    from .. import attention_calls
-    from ..reference import reference_stack
+    from kernels import attention_calls
+    from kernels.reference import reference_stack
 
     t0 = time.perf_counter()
     refs = reference_stack(q, k, values, causal=causal)
@@ -238,7 +238,7 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
 def _conformance_row(spec: Mapping, q, k, v, *, seed: int, shape: Mapping, causal: bool, order: str,
                      scale: float) -> dict:
     """One comparison of the Triton kernel with the emulator (:func:`kernels.conformance.compare`)."""
-    from ..conformance import compare
+    from kernels.conformance import compare
 
     rep = compare(q, k, v, order=order, scale=scale, fmt=spec["fmt"], causal=causal, ksink=spec["ksink"],
                   block_m=shape["block_m"], block_n=shape["block_n"], rowsum=spec["rowsum"], tol=spec["tol"])
@@ -253,7 +253,7 @@ def _conformance_row(spec: Mapping, q, k, v, *, seed: int, shape: Mapping, causa
 
 
 def _conformance_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
-    from ..sinks import apply_sink
+    from kernels.models.sinks import apply_sink
 
     for shape in spec["shapes"]:
         base = base_tensors(tensors, seed, shape["n"], shape["d"], spec["sigma"])

@@ -14,12 +14,12 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..contract import (
+from kernels.contract import (
     CONFIG_COLUMNS, CONFORMANCE, CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, FP4_CONFIG_COLUMNS,
     FP4_EXPERIMENT, FP4_TIDY_COLUMNS, POLICY_CONFIG_COLUMNS, POLICY_EXPERIMENT, POLICY_TIDY_COLUMNS, TIDY_COLUMNS,
     TIMING_COLUMNS,
 )
-from .files import atomic_write_text
+from kernels.pipeline.files import atomic_write_text
 
 __all__ = [
     "format_value", "csv_text", "parse_value", "read_csv", "tidy_layout", "merge_tidy", "merge_timing",

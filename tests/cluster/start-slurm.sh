@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A single-node SLURM cluster on this machine, for tests/test_cluster.py (and for trying the SLURM
+# A single-node SLURM cluster on this machine, for tests/cluster/test_cluster.py (and for trying the SLURM
 # profile without a cluster). Debian's slurm-wlm and munge (SLURM 22.05): slurmctld and slurmd on
 # this host, one partition `debug` with every core, no accounting database (so the executor plugin
 # polls with `squeue`; MinJobAge keeps finished jobs visible to it for an hour).

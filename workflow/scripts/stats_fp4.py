@@ -1,4 +1,4 @@
-"""Rule stats_fp4: P in microscaled FP4 per cast, order and Δ, measured next to kernels.fp4_theory."""
+"""Rule stats_fp4: P in microscaled FP4 per cast, order and Δ, measured next to kernels.theory.fp4."""
 
 import pandas as pd
 

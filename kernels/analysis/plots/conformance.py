@@ -6,9 +6,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from ...contract import combo_label
-from ..text import truthy
-from .style import COLUMN_WIDTH, COMBO_STYLE, combos_present, figure_data, series, use_style
+from kernels.contract import combo_label
+from kernels.analysis.text import truthy
+from kernels.analysis.plots.style import COLUMN_WIDTH, COMBO_STYLE, combos_present, figure_data, series, use_style
 
 __all__ = ["fig_conformance"]
 

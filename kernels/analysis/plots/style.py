@@ -28,8 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ...contract import COMBO_LABELS  # noqa: E402
-from ..summaries import write_csv  # noqa: E402
+from kernels.contract import COMBO_LABELS  # noqa: E402
+from kernels.analysis.summaries import write_csv  # noqa: E402
 
 __all__ = [
     "COMBO_STYLE", "EXTRA_COLORS", "COLUMN_WIDTH", "TEXT_WIDTH", "RC", "DATA_COLUMNS", "S_COLORS",

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from .style import KSINK_MARKERS, TEXT_WIDTH, figure_data, panel_label, s_color, series, use_style
+from kernels.analysis.plots.style import KSINK_MARKERS, TEXT_WIDTH, figure_data, panel_label, s_color, series, use_style
 
 __all__ = ["fig_threshold"]
 

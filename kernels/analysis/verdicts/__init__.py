@@ -27,18 +27,18 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from ... import theory
-from .. import stats
-from ..text import intervals
-from .audit import AUDIT, claim_audit
-from .common import VERDICTS
-from .conformance import conformance_check
-from .fp4 import FP4, claim_fp4
-from .mse import claim_c5, claim_c6
-from .realmodel import REALMODEL, claim_realmodel
-from .scale import claim_c3
-from .threshold import claim_c4
-from .underflow import claim_c1, claim_c2
+from kernels import theory
+from kernels.analysis import stats
+from kernels.analysis.text import intervals
+from kernels.analysis.verdicts.audit import AUDIT, claim_audit
+from kernels.analysis.verdicts.common import VERDICTS
+from kernels.analysis.verdicts.conformance import conformance_check
+from kernels.analysis.verdicts.fp4 import FP4, claim_fp4
+from kernels.analysis.verdicts.mse import claim_c5, claim_c6
+from kernels.analysis.verdicts.realmodel import REALMODEL, claim_realmodel
+from kernels.analysis.verdicts.scale import claim_c3
+from kernels.analysis.verdicts.threshold import claim_c4
+from kernels.analysis.verdicts.underflow import claim_c1, claim_c2
 
 __all__ = [
     "VERDICTS", "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6",

@@ -30,10 +30,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ..policies import curves, first_delta, floor_rows, require
-from ..tables import p_path
-from ..text import short
-from .common import combine, result
+from kernels.analysis.policies import curves, first_delta, floor_rows, require
+from kernels.analysis.tables import p_path
+from kernels.analysis.text import short
+from kernels.analysis.verdicts.common import combine, result
 
 __all__ = ["AUDIT", "AUDIT_KEYS", "claim_audit", "collapse_state"]
 

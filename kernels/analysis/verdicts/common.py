@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import registry
-from ..text import json_number
+from kernels.analysis import registry
+from kernels.analysis.text import json_number
 
 __all__ = ["VERDICTS", "result", "combine"]
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from ..text import short, truthy
-from .common import result
+from kernels.analysis.text import short, truthy
+from kernels.analysis.verdicts.common import result
 
 __all__ = ["conformance_check"]
 

@@ -3,7 +3,7 @@
 Computed from :func:`kernels.analysis.fp4_table.cast_rows` and :mod:`kernels.analysis.fp4_predictions`,
 every threshold from ``claims.fp4`` in config.yaml:
 
-* the derived optimal static S₁ of NVFP4 (``kernels.fp4_theory.optimal_first_level_scale``) and its
+* the derived optimal static S₁ of NVFP4 (``kernels.theory.fp4.optimal_first_level_scale``) and its
   closed-form group-flush Δc with the experiment's ksink, σ, n and block_n;
 * per static NVFP4 S₁ of the grid, forward order: the measured group-flush Δc against the closed form,
   agreeing when |measured − closed form| <= ``max_abs_error``, or when neither crosses on the Δ grid (the
@@ -20,11 +20,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from .. import fp4_predictions as fp
-from ..fp4_table import cast_rows, dc_text
-from ..policies import require
-from ..text import short
-from .common import combine, result
+from kernels.analysis import fp4_predictions as fp
+from kernels.analysis.fp4_table import cast_rows, dc_text
+from kernels.analysis.policies import require
+from kernels.analysis.text import short
+from kernels.analysis.verdicts.common import combine, result
 
 __all__ = ["FP4", "FP4_KEYS", "claim_fp4"]
 
@@ -50,7 +50,7 @@ def _optimum(summary: pd.DataFrame) -> tuple[float, float, str]:
     row = summary.iloc[0].to_dict()
     row.update(fmt="nvfp4", scale_mode="multiply", scale=s1)
     dc = fp.critical_delta(row) if np.isfinite(s1) else float("nan")
-    return s1, dc, (f"derived optimal static S1 (kernels.fp4_theory.optimal_first_level_scale): {short(s1, 5)}; its "
+    return s1, dc, (f"derived optimal static S1 (kernels.theory.fp4.optimal_first_level_scale): {short(s1, 5)}; its "
                     f"closed-form group-flush Δc with ksink = {int(row['ksink'])}, σ = {float(row['sigma']):g}, "
                     f"n = {int(row['n'])}, block_n = {int(row['block_n'])}: {short(dc, 4)}")
 

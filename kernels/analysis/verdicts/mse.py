@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ..text import format_runs, intervals, short
-from .common import combine, result
+from kernels.analysis.text import format_runs, intervals, short
+from kernels.analysis.verdicts.common import combine, result
 
 __all__ = ["claim_c5", "claim_c6"]
 

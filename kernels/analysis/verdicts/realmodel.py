@@ -23,9 +23,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ..realmodel import BASELINE, FIXED
-from ..text import short
-from .common import result
+from kernels.analysis.realmodel import BASELINE, FIXED
+from kernels.analysis.text import short
+from kernels.analysis.verdicts.common import result
 
 __all__ = ["REALMODEL", "REALMODEL_KEYS", "claim_realmodel"]
 
@@ -53,7 +53,7 @@ def _ratio_lines(per_head: pd.DataFrame, lo: float, hi: float) -> list[str]:
             f"{_frac(r < lo)}; largest {short(float(r.max()), 3)}× at layer {int(top['layer'])}, head "
             f"{int(top['head'])} (sinks {_sinks(top['sinks'])}, P mass lost by {BASELINE}: "
             f"{100 * float(top['mass_underflow']):.2f}%).",
-            "Detected sink types (kernels.heads.detect_sinks): "
+            "Detected sink types (kernels.models.heads.detect_sinks): "
             + ", ".join(f"{k} {int(v)}" for k, v in types.items()) + "."]
 
 

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ... import theory
-from ...formats import get_format
-from ..text import short
-from .common import result
+from kernels import theory
+from kernels.formats import get_format
+from kernels.analysis.text import short
+from kernels.analysis.verdicts.common import result
 
 __all__ = ["claim_c3"]
 

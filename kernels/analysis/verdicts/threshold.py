@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ..text import short
-from .common import result
+from kernels.analysis.text import short
+from kernels.analysis.verdicts.common import result
 
 __all__ = ["claim_c4"]
 

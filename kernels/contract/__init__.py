@@ -1,0 +1,165 @@
+"""The names every part of the project shares, defined once (torch-free, pandas-free).
+
+The kernel, the emulator, the loop oracle (``tests/support/loop_contract.py``), the pipeline and the
+analysis all import these; ``docs/interfaces.md`` documents them, and a name changes there first.
+Importing this module is free, so the pipeline can check a config before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+__all__ = [
+    "SCALE_MODES", "SINK_MODES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
+    "DIAGNOSTICS", "ORDERS", "BACKENDS", "BACKENDS_RAN", "ROWSUMS", "PAPER_SCALES", "COMBOS",
+    "COMBO_LABELS", "combo_label", "HEAD_DIMS", "ATTENTION_HEAD_DIMS", "BLOCK_SIZES", "is_allowed",
+    "SWEEP_EXPERIMENTS",
+    "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
+    "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
+    "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL", "FP4_EXPERIMENT",
+    "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS",
+]
+
+# ----------------------------------------------------------------------------- the contract
+
+# The per-row contract of kernels.attention, one step each. The Triton kernel, the emulator and
+# the loop oracle mark each step with the same comment, `# step N: name` (tests check this).
+STEPS = (
+    "scores",  # 1. s = q·kᵀ·sm_scale in exact fp32; masked keys -inf
+    "running max",  # 2. m_new = max(m, rowmax(s)); p = exp(s − m_new); alpha = exp(m − m_new)
+    "cast",  # 3. p_q = quantize(p·S, fmt)
+    "row sum",  # 4. l = l·alpha + rowsum(p)  (or of p_q/S)
+    "accumulate",  # 5. acc = acc·alpha + p_q·V
+    "normalise",  # 6. out = acc / (l·S)
+)
+
+
+def step_marker(n: int) -> str:
+    """The comment that marks contract step ``n`` (1-based) in every implementation."""
+    return f"# step {n}: {STEPS[n - 1]}"
+
+
+# ----------------------------------------------------------------------------- policy options
+# The options of kernels.attention beyond the paper's order and S (docs/interfaces.md, "P policies").
+
+# x = exp(s - m)·S, or x = exp2(s·LOG2E - (m·LOG2E - log2 S)), or x = p·S_r with a per-row S_r per block
+# (nvfp4 only; SageAttention3's first-level scale, docs/interfaces.md "P in FP4 with microscaling")
+SCALE_MODES = ("multiply", "exp2_offset", "per_row")
+SINK_MODES = ("init", "final")  # a learned sink logit seeds (m, l), or joins l after the last block
+OPERAND_SCALES = ("tensor",)  # qk_scale / v_scale words: amax per (batch, head) / max_finite; or a float
+
+
+def float32(x: float) -> float:
+    """``x`` rounded once to the nearest float32 (round to nearest even), as a Python float."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+LOG2E = float32(1.4426950408889634)  # log2(e) as the float32 every implementation multiplies by
+
+
+def log2_scale(scale: float) -> float:
+    """The float32 offset ``log2 S`` of ``scale_mode="exp2_offset"``: float64 log2, rounded once."""
+    return float32(math.log2(scale))
+
+
+# Per-row int64 diagnostics of AttentionResult, in this order everywhere (also the Triton
+# kernel's Diag planes). The last two are the microscaled formats' (0 for FP8): non-sink keys lost
+# because their group's scale flushed to 0, and the groups whose scale flushed.
+DIAGNOSTICS = ("underflow", "underflow_sink", "saturated", "terms", "terms_sink", "underflow_scale", "groups_flushed")
+
+ORDERS = ("forward", "reverse")  # KV block order
+ROWSUMS = ("unrounded", "rounded")  # what l sums: p, or p_q / S
+BACKENDS = ("auto", "triton", "emulator", "reference")  # what a caller may ask for
+BACKENDS_RAN = ("triton-compiled", "triton-interpreted", "emulator", "reference")  # what ran
+
+# The paper's four combinations: order x S.
+PAPER_SCALES = (1.0, 256.0)
+COMBOS = tuple((order, scale) for order in ORDERS for scale in PAPER_SCALES)
+
+
+def combo_label(order: str, scale: float) -> str:
+    """The ``combo`` label of the tidy tables: ``"{order} S={scale:g}"`` (``forward S=256``)."""
+    return f"{order} S={float(scale):g}"
+
+
+COMBO_LABELS = tuple(combo_label(o, s) for o, s in COMBOS)
+
+# ----------------------------------------------------------------------------- shapes
+
+HEAD_DIMS = (16, 32, 64, 128, 256)  # head dimension d of the generator and the pipeline: a power of two 16..256
+# head dimension d that kernels.attention accepts: a multiple of 16 up to 256 (the Triton kernel pads
+# it to the next power of two; real models use 80, 96, ...)
+ATTENTION_HEAD_DIMS = tuple(range(16, 257, 16))
+BLOCK_SIZES = (16, 32, 64, 128, 256)  # block_m, block_n: powers of two (tl.arange, tl.dot >= 16)
+
+
+def is_allowed(value, allowed) -> bool:
+    """True when ``value`` is an int (not a bool, not a float) in ``allowed``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value in allowed
+
+
+# ----------------------------------------------------------------------------- pipeline tables
+
+SWEEP_EXPERIMENTS = ("collapse", "scales", "threshold")
+CONFORMANCE = "conformance"
+EXPERIMENTS = SWEEP_EXPERIMENTS + (CONFORMANCE,)
+
+# The configuration of one tidy row; rows are sorted by these, then by seed.
+CONFIG_COLUMNS = (
+    "n", "d", "block_m", "block_n", "causal", "ksink", "delta", "sigma", "sink_v_scale", "order",
+    "scale", "fmt", "rowsum",
+)
+# What the statistics group by: the experiment and its configuration.
+GROUP_COLUMNS = ("experiment",) + CONFIG_COLUMNS
+# Columns that name the combination; pairing by seed happens across them.
+COMBO_COLUMNS = ("order", "scale", "combo", "backend")
+
+TIDY_COLUMNS = (
+    "experiment", "seed", "n", "d", "block_m", "block_n", "causal", "ksink", "delta", "sigma",
+    "sink_v_scale", "order", "scale", "fmt", "rowsum", "combo", "backend", "mse", "rel_mse",
+    "max_abs_err", "underflow", "terms", "underflow_frac", "underflow_sink", "terms_sink",
+    "underflow_sink_frac", "saturated",
+)
+CONFORMANCE_KEY = ("order", "scale", "causal", "n", "d", "seed")
+CONFORMANCE_COLUMNS = CONFORMANCE_KEY + (
+    "kernel_backend", "max_abs_diff", "max_rel_diff", "diag_equal", "mismatched_rows", "explained",
+    "fragile_elements",
+)
+TIMING_COLUMNS = ("experiment", "shard", "seeds", "runs", "backend", "wall_s", "reference_s", "kernel_s")
+
+# ----------------------------------------------------------------------------- the policies experiment
+# Deployed kernels' P policies under sinks (docs/interfaces.md, "The policies experiment").
+
+POLICY_EXPERIMENT = "policies"
+REALMODEL = "realmodel"  # a pretrained model's heads and embeddings (kernels.models.realmodel, kernels.models.heads)
+SINK_KINDS = ("keys", "logit")  # ksink sink keys scoring Δ + N(0, σ²), or a learned sink logit Δ (no key, no value)
+VARIANTS = ("p_only", "deployed")  # Q, K, V in float32 (the paper), or the operand casts of a deployment
+
+# The configuration of one policies row; rows are sorted by these, then by seed.
+POLICY_CONFIG_COLUMNS = (
+    "n", "d", "sink_kind", "ksink", "delta", "sigma", "sink_v_scale", "variant", "policy", "order", "scale",
+    "scale_mode", "rescale_threshold", "sink_mode", "fmt", "rowsum", "qk_fmt", "v_fmt", "block_m", "block_n",
+    "causal",
+)
+POLICY_TIDY_COLUMNS = ("experiment", "seed") + POLICY_CONFIG_COLUMNS + (
+    "backend", "mse", "rel_mse", "max_abs_err", "floor_mse", "floor_rel_mse", "underflow", "terms",
+    "underflow_frac", "underflow_sink", "terms_sink", "underflow_sink_frac", "saturated", "saturated_frac",
+)
+
+# ----------------------------------------------------------------------------- the fp4 experiment
+# P in microscaled FP4 under sink keys (docs/interfaces.md, "The fp4 experiment (pipeline)").
+
+FP4_EXPERIMENT = "fp4"
+
+# The configuration of one fp4 row; rows are sorted by these, then by seed. ``cast`` is the P cast's
+# label (``nvfp4 S1=2048``, ``nvfp4 per-row``, ``mxfp4 S1=1``, ``e4m3fn S=256``), set by fmt, scale_mode, scale.
+FP4_CONFIG_COLUMNS = (
+    "n", "d", "block_m", "block_n", "causal", "ksink", "sigma", "sink_v_scale", "fmt", "scale_mode", "scale",
+    "order", "delta",
+)
+FP4_TIDY_COLUMNS = ("experiment", "seed") + FP4_CONFIG_COLUMNS + (
+    "cast", "backend", "mse", "rel_mse", "max_abs_err", "underflow", "underflow_scale", "underflow_elem", "terms",
+    "underflow_frac", "underflow_scale_frac", "underflow_elem_frac", "underflow_sink", "terms_sink",
+    "groups_flushed", "groups", "groups_flushed_frac", "saturated", "saturated_frac",
+)

@@ -1,0 +1,389 @@
+"""Vectorized torch emulator of the FP8 P-cast attention contract.
+
+This is the fast path large CPU sweeps run on. It follows the per-row contract of
+:func:`kernels.attention` step for step (each step is marked ``# step N: name`` in
+:func:`_rows`, as in the Triton kernel and the test oracle), but instead of walking KV
+blocks one at a time it computes every block's running maximum at once (a cumulative
+max over the per-block row maxima, in the visiting order), so the whole computation is
+a handful of large tensor operations.
+
+Exactness: everything that decides the diagnostics (the block partition, the
+running max each key sees, ``p = exp(s - m)``, ``p·S`` and its FP8 rounding) is the
+same computation as in the kernel. Only the fp32 accumulation order differs: the
+kernel rescales ``acc`` and ``l`` by ``alpha`` once per block, while the emulator
+weights each block by ``exp(m_block - m_final)`` directly. That changes outputs by a
+few fp32 ulps, never a diagnostic. Scores ``s`` come from a different fp32 matmul
+than the kernel's, so a ``p`` within a few ulps of an FP8 rounding boundary can round
+the other way; :mod:`kernels.conformance` checks that explanation for every mismatch.
+
+The P-policy options (docs/interfaces.md, "P policies") enter at their steps: operand casts
+(``qk_fmt``, ``v_fmt``) in :func:`_layout`; lazy rescaling and a sink logit that seeds the
+max replace the cumulative max by :func:`max_in_force`, a short loop over the blocks;
+``scale_mode="exp2_offset"`` computes x with exp2 and weights blocks by
+``exp2(m_j·LOG2E - m_final·LOG2E)``. With every option at its default the code below runs
+exactly the paper's operations, bit for bit.
+
+Several value tensors (:func:`kernels.attention_values`) share steps 1-4; several scales S
+(:func:`emulate_attention_scales`, ``scale_mode="multiply"`` only) share steps 1-2, each scale casting
+its own copy of the unrounded p (the last one casts p in place), with the operations of a call of its own.
+Several calls (:func:`kernels.emulator.calls.emulate_calls`, :func:`kernels.attention_calls`) share step 1
+where their scores have the same bits, and the items of a Δ stack the scores of their non-sink keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kernels.contract import DIAGNOSTICS, LOG2E, float32, log2_scale
+from kernels.formats import FP8Format
+from kernels.emulator.mx import cast_mx as _cast_mx, first_level as _first_level, group_positives as _group_positives
+from kernels.emulator.mx import per_row_scale as _per_row_scale
+from kernels.formats.microscaling import MXFormat
+from kernels.formats.rounding import quantize_fast
+from kernels.reference import causal_mask, expand_kv
+
+__all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_in_force", "operand_cast"]
+
+# Work on about this many score elements at a time: large enough that torch's
+# per-op overhead is small, small enough to stay in cache and bound memory.
+_CHUNK_ELEMS = 1 << 18
+
+
+def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
+    """Running max seen by each block in visiting order. block_max: [..., nblk]."""
+    if reverse:
+        return torch.flip(torch.cummax(torch.flip(block_max, [-1]), dim=-1).values, [-1])
+    return torch.cummax(block_max, dim=-1).values
+
+
+def max_in_force(block_max: torch.Tensor, reverse: bool, tau: float = 0.0,
+                 m0: torch.Tensor | None = None) -> torch.Tensor:
+    """The max in force when each block is processed, under step 2's update rule.
+
+    block_max: [rows, nblk] float32 row maxima of each block; ``m0`` [rows]: the max each row
+    starts with (a sink logit, ``sink_mode="init"``), else -inf. In visiting order, the max
+    moves to a block's max ``bm`` when it is -inf or when ``(bm - m)·LOG2E > tau`` in float32;
+    otherwise it stays (stale). With ``tau = 0`` and no ``m0`` this is :func:`running_max`.
+    """
+    rows, nblk = block_max.shape
+    t = torch.tensor(float32(tau), dtype=torch.float32, device=block_max.device)
+    m = torch.full((rows,), float("-inf"), device=block_max.device) if m0 is None else m0.to(torch.float32)
+    out = torch.empty_like(block_max)
+    for j in (range(nblk - 1, -1, -1) if reverse else range(nblk)):
+        bm = block_max[:, j]
+        m = torch.where(torch.isneginf(m) | ((bm - m) * LOG2E > t), bm, m)
+        out[:, j] = m
+    return out
+
+
+def operand_cast(t: torch.Tensor, fmt: FP8Format, how) -> torch.Tensor:
+    """``t' = quantize(t / s_t, fmt)·s_t`` with one float32 ``s_t`` per (batch, head) of t [B, H, N, d]:
+    ``amax|t| / max_finite`` for ``how="tensor"`` (1 where the amax is 0), else the float ``how``."""
+    amax = t.abs().amax(dim=(-2, -1), keepdim=True)
+    if how == "tensor":
+        # divide by a tensor, not a Python number: CUDA would multiply by a rounded reciprocal
+        st = amax / torch.full_like(amax, fmt.max_finite)
+        st = torch.where(amax == 0, torch.ones_like(st), st)
+    else:
+        st = torch.full_like(amax, how)
+    return quantize_fast(t / st, fmt, saturate=True).mul_(st)
+
+
+@dataclass(frozen=True)
+class _Scale:
+    """What steps 3-6 need of one scale S."""
+
+    scale: float  # S
+    check_saturation: bool  # x may exceed the format's max finite value, so it may saturate
+
+
+@dataclass
+class _Call:
+    """One call's inputs laid out in KV blocks, and the settings every chunk of rows shares."""
+
+    qs: torch.Tensor  # [G, Nq, d] queries, already times sm_scale when that is exact (sm_pow2)
+    kT: torch.Tensor  # [G, d, Np] keys, zero-padded to whole blocks, transposed
+    vf: tuple  # ([G, Np, d], ...) one per value tensor, each zero-padded to whole blocks
+    visible: torch.Tensor | None  # [Nq, Np] visible keys (causal mask, padding), None: all visible
+    nblk: int  # KV blocks
+    block_n: int  # keys per KV block
+    ks: int  # sink keys: positions < ks
+    sm_scale: float
+    sm_pow2: bool  # sm_scale is a power of two, so it was folded into qs exactly
+    reverse: bool
+    scales: tuple  # (_Scale, ...): one per scale S; steps 3-6 run once for each (one only for exp2)
+    fmt: FP8Format | MXFormat | None
+    mx: bool  # fmt is microscaled (kernels.formats.microscaling): groups inside each block, a scale per group
+    per_row: bool  # scale_mode="per_row": x = p·S_r, S_r = PER_ROW_TARGET / (the block's row max of p)
+    rowsum_rounded: bool
+    exp2: bool  # scale_mode="exp2_offset"
+    log2_s: float  # log2_scale(S), the exp2 offset (exp2_offset: step 2 depends on S, so one S a call)
+    tau: float  # rescale_threshold
+    sink: torch.Tensor | None  # [G] float32 learned sink logits
+    sink_init: bool  # the sink seeds (m, l) (sink_mode="init"), else it joins l at step 6
+    cummax: bool  # eager max without a seed: the running max is a cumulative max
+
+
+def _operand(t, heads: int, n: int, pad: int, fmt, how):
+    """K or one V laid out: grouped-query heads expanded (H_kv -> H), cast by ``fmt`` (None: not cast; each
+    tensor on its own, as a call of its own would), flattened to [G, n, d] and zero-padded by ``pad`` keys."""
+    t = expand_kv(t, heads)
+    t = t if fmt is None else operand_cast(t, fmt, how)
+    t = t.reshape(-1, n, t.shape[-1])
+    return torch.nn.functional.pad(t, (0, 0, 0, pad)) if pad else t
+
+
+def _visible(nq: int, nk: int, np_: int, causal: bool, device) -> torch.Tensor:
+    """[nq, np_] visible keys: the causal mask (or all) over the nk real keys, none of the padding."""
+    vis = torch.zeros(nq, np_, dtype=torch.bool, device=device)
+    vis[:, :nk] = causal_mask(nq, nk, device=device) if causal else True
+    return vis
+
+
+def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
+            rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale, memo: dict | None = None) -> _Call:
+    """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask.
+
+    ``scales``: the scales S (a tuple; several only with ``scale_mode="multiply"``, where steps 1-2 do
+    not depend on S). ``memo``: tensors already laid out by other calls on the same q, k, v
+    (``emulator_calls.emulate_calls``), keyed by what they depend on, so that calls share them."""
+    memo = {} if memo is None else memo
+
+    def once(key, make):
+        if key not in memo:
+            memo[key] = make()
+        return memo[key]
+
+    B, H, Nq, d = q.shape
+    Nk = k.shape[-2]
+    G = B * H
+    nblk = -(-Nk // block_n)
+    pad = nblk * block_n - Nk
+    # Multiplying q by a power-of-two sm_scale is exact, so (q*sm)·k has the same bits
+    # as (q·k)*sm and saves a pass over the scores.
+    sm_pow2 = math.frexp(sm_scale)[0] == 0.5
+    qk = (None, None) if qk_fmt is None else (qk_fmt.name, qk_scale)
+    vk = (None, None) if v_fmt is None else (v_fmt.name, v_scale)
+
+    def queries():
+        qf = (q if qk_fmt is None else operand_cast(q, qk_fmt, qk_scale)).reshape(G, Nq, d)
+        return qf * sm_scale if sm_pow2 else qf
+
+    qs = once(("q", qk, sm_scale), queries)
+    kf = once(("k", qk, pad), lambda: _operand(k, H, Nk, pad, qk_fmt, qk_scale))
+    vf = once(("v", vk, pad), lambda: tuple(_operand(vi, H, Nk, pad, v_fmt, v_scale) for vi in v))
+    visible = None
+    if causal or pad:
+        visible = once(("visible", bool(causal), pad, block_n),
+                       lambda: _visible(Nq, Nk, nblk * block_n, causal, q.device))
+    exp2 = scale_mode == "exp2_offset"
+    if exp2 and len(scales) != 1:  # x = exp2(s·L - (m·L - log2 S)): step 2 depends on S
+        raise ValueError(f"scale_mode='exp2_offset' takes one scale a call, got {len(scales)}")
+    sink_init = sink_logit is not None and sink_mode == "init"
+    return _Call(qs=qs, kT=kf.transpose(-1, -2), vf=vf, visible=visible,
+                 nblk=nblk, block_n=block_n, ks=min(ksink, Nk), sm_scale=sm_scale, sm_pow2=sm_pow2,
+                 reverse=reverse, fmt=fmt, mx=isinstance(fmt, MXFormat), per_row=scale_mode == "per_row",
+                 rowsum_rounded=rowsum_rounded,
+                 # Eager multiply: p <= 1 (each block's max is folded into m before its p is taken),
+                 # so p*S <= S. A stale max (tau > 0) or exp2's rounded offset can exceed S.
+                 scales=tuple(_Scale(scale=s, check_saturation=fmt is not None and not isinstance(fmt, MXFormat) and (
+                     s > fmt.max_finite or exp2 or rescale_threshold > 0)) for s in scales),
+                 exp2=exp2, log2_s=log2_scale(scales[0]), tau=rescale_threshold,
+                 sink=None if sink_logit is None else sink_logit.reshape(G).to(torch.float32), sink_init=sink_init,
+                 cummax=rescale_threshold == 0 and not sink_init)
+
+
+def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torch.Tensor | None = None,
+          keep: list | None = None) -> None:
+    """Steps 1-6 for query rows r0:r1 of head g into ``outs[i][j]`` (scale i, value tensor j) and ``diags[i]``:
+    steps 1-2 once, 3-4 once per scale, 5-6 once per scale and value tensor, each as a call of its own.
+    ``s``: step 1's scores of these rows when another call computed them (:func:`_scores`' bits; overwritten).
+    ``keep``: a list that receives, per scale, what step 6 starts from (``emulator_calls._clone_rows``)."""
+    nr = r1 - r0
+    Np = c.nblk * c.block_n
+    # step 1: scores
+    s = _scores(c, g, r0, r1) if s is None else s  # (given: shared with other calls, emulator_calls)
+    # step 2: running max
+    sb = s.view(nr, c.nblk, c.block_n)
+    bm = sb.amax(dim=-1)  # the max in force when each block is processed: a cumulative max, or step 2's rule
+    m = running_max(bm, c.reverse) if c.cummax else max_in_force(bm, c.reverse, c.tau, c.sink[g].expand(nr)
+                                                                 if c.sink_init else None)
+    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    # in place: s is not needed again. u is p (multiply) or x (exp2_offset), the unrounded value.
+    u = _unrounded(c, sb, m_safe, out=sb).view(nr, Np)
+    # The cast below overwrites u in place, so take what still needs the unrounded u now:
+    # its block sums (for the unrounded row sum) and its positive counts (for the diagnostics).
+    if not c.rowsum_rounded:
+        lblk = u.view(nr, c.nblk, c.block_n).sum(-1)
+    # diagnostics: u >= 0, so sign(u) is 1 exactly where u > 0: a fast exact count.
+    sgn = torch.sign(u)
+    pos_s = sgn[:, :c.ks].sum(-1)
+    pos_ns = sgn[:, c.ks:].sum(-1)
+    pos_g = _group_positives(c, sgn) if c.mx else None  # non-sink keys with u > 0 per group (underflow_scale)
+    last = len(c.scales) - 1
+    spare = torch.empty_like(u) if last else None  # every scale but the last casts a copy of u
+    s_r = _per_row_scale(u, nr, c) if c.per_row else None  # per_row's S_r of each row and block
+    for i, (sc, outs_i, diag) in enumerate(zip(c.scales, outs, diags)):
+        # step 3: cast
+        # x = p·S, p·S_r (per_row) or step 2's x (exp2_offset, one scale only): in place over u for the last
+        # scale, else into the spare buffer, so that u stays unrounded for the next scale
+        x = _first_level(c, u, sc.scale, s_r, spare if i < last else None)
+        pq = _cast(c, sc, x, pos_g, diag, g, r0, r1)
+        # diagnostics: p_q > 0 implies u > 0, so underflows are #(u > 0) - #(p_q > 0).
+        torch.sign(pq, out=sgn)
+        _counts(diag, g, r0, r1, pos_s, pos_ns, sgn[:, :c.ks].sum(-1), sgn[:, c.ks:].sum(-1))
+        # step 4: row sum
+        # Instead of rescaling by alpha once per block, weight block j by exp(m_j - m_final), the alphas' product.
+        if c.rowsum_rounded:  # (else lblk holds the unrounded u's block sums, the same for every scale)
+            lblk = pq.view(nr, c.nblk, c.block_n).sum(-1)
+            lblk = lblk if c.exp2 else lblk / (s_r if c.per_row else sc.scale)
+        m_final = m_safe[:, 0] if c.reverse else m_safe[:, -1]
+        w = _weights(c, m, m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
+        l = (lblk * w).sum(-1)
+        if c.sink_init:  # the sink's own value l0, carried to the end by every block's alpha
+            l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
+        # step 5: accumulate
+        # the same weights (per_row: over S_r, the kernel's division of p_q·V), then one matmul for all of P_q V
+        pq.view(nr, c.nblk, c.block_n).mul_((w / s_r if c.per_row else w)[..., None])
+        accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
+        _normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep)
+
+
+def _normalise(c: _Call, sc: _Scale, g: int, r0: int, r1: int, outs_i, accs: list, l, m_final, keep) -> None:
+    """Step 6 for rows r0:r1 of head g at one scale: a sink logit joins the row sum ``l`` (``sink_mode="final"``),
+    then each accumulator of ``accs`` (one per value tensor) is divided into ``outs_i``. ``keep``: a list that
+    receives what step 6 starts from, before the sink logit joins (``emulator_calls._clone_rows``)."""
+    if keep is not None:  # (no sink_init there: l is the keys' row sum, before a sink logit joins it)
+        keep.append((accs, l, m_final))
+    # step 6: normalise
+    if c.sink is not None and not c.sink_init:
+        l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
+    for out, acc in zip(outs_i, accs):
+        out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
+
+
+def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torch.Tensor:
+    """Step 1 for query rows r0:r1 of head g: ``q·kᵀ·sm_scale`` with invisible keys at -inf,
+    [rows, Np] float32; ``cols``: only the first ``cols`` keys (``emulator_calls._Shared``)."""
+    kT = c.kT[g] if cols is None else c.kT[g][:, :cols]
+    s = torch.matmul(c.qs[g, r0:r1], kT)
+    if not c.sm_pow2:
+        s.mul_(c.sm_scale)
+    if c.visible is not None:
+        s.masked_fill_(~c.visible[r0:r1, :s.shape[1]], float("-inf"))
+    return s
+
+
+def _cast(c: _Call, sc: _Scale, x: torch.Tensor, pos_g, diag: dict, g: int, r0: int, r1: int) -> torch.Tensor:
+    """Step 3's rounding of x in place (no rounding when fmt is None): FP8, or a microscaled format's groups
+    of keys inside each block with a scale per group (:mod:`kernels.emulator.mx`); saturation counted."""
+    if c.mx:
+        return _cast_mx(c, x, pos_g, diag, g, r0, r1)
+    saturate = _saturation(c, sc, x, diag["saturated"][g, r0:r1])
+    return x if c.fmt is None else quantize_fast(x, c.fmt, saturate=saturate, out=x)
+
+
+def _saturation(c: _Call, sc: _Scale, x: torch.Tensor, saturated: torch.Tensor) -> bool:
+    """Whether x (this scale's p·S) must saturate; if so, its count per row into ``saturated``."""
+    saturate = sc.check_saturation and bool(x.amax() > c.fmt.max_finite)  # one cheap reduction
+    if saturate:
+        saturated.copy_(saturated_count(c, x).to(torch.int64))
+    return saturate
+
+
+def saturated_count(c: _Call, x: torch.Tensor) -> torch.Tensor:
+    """Per row of x [rows, ...], how many elements exceed the format's max finite value, as a float32 count:
+    a float sign sum, which torch does far faster than a bool sum."""
+    return torch.sign(x - c.fmt.max_finite).clamp_min_(0).flatten(1).sum(-1)
+
+
+def _counts(diag: dict, g: int, r0: int, r1: int, pos_s, pos_ns, ppos_s, ppos_ns) -> None:
+    """The term and underflow counts of rows r0:r1 of head g from per-row float counts of u > 0 (``pos_*``)
+    and of p_q > 0 (``ppos_*``) among the sink and the non-sink keys."""
+    diag["terms"][g, r0:r1] = pos_ns.to(torch.int64)
+    diag["terms_sink"][g, r0:r1] = pos_s.to(torch.int64)
+    diag["underflow"][g, r0:r1] = (pos_ns - ppos_ns).to(torch.int64)
+    diag["underflow_sink"][g, r0:r1] = (pos_s - ppos_s).to(torch.int64)
+
+
+def _unrounded(c: _Call, sb: torch.Tensor, m_safe: torch.Tensor, *, out: torch.Tensor | None) -> torch.Tensor:
+    """Step 2's unrounded value of every key of the scores ``sb`` [rows, j, block_n] under their blocks' maxima
+    ``m_safe`` [rows, j], into ``out`` (``sb`` itself: in place; None: a new tensor): ``p = exp(s - m)``
+    ("multiply"), or ``x = exp2(s·LOG2E - (m·LOG2E - log2 S))`` in float32 in that order ("exp2_offset"; p·S is
+    never formed)."""
+    if c.exp2:
+        return torch.mul(sb, LOG2E, out=out).sub_((m_safe * LOG2E - c.log2_s)[..., None]).exp2_()
+    return torch.sub(sb, m_safe[..., None], out=out).exp_()
+
+
+def _weights(c: _Call, m, m_final):
+    """The product of the alphas from max ``m`` to the final max: ``exp(m - m_final)`` ("multiply") or
+    ``exp2(m·LOG2E - m_final·LOG2E)`` ("exp2_offset"); 0 where m is -inf."""
+    if c.exp2:
+        return torch.exp2(m * LOG2E - m_final * LOG2E)
+    return torch.exp(m - m_final)
+
+
+def _sink_value(c: _Call, sigma, m):
+    """A sink logit's term of the row sum under max ``m``: ``exp(σ - m)`` ("multiply") or
+    ``exp2(σ·LOG2E - (m·LOG2E - log2 S))`` ("exp2_offset")."""
+    if c.exp2:
+        return torch.exp2(sigma * LOG2E - (m * LOG2E - c.log2_s))
+    return torch.exp(sigma - m)
+
+
+def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | None, causal: bool,
+                      ksink: int, block_n: int, sm_scale: float, rowsum_rounded: bool, scale_mode: str = "multiply",
+                      rescale_threshold: float = 0.0, sink_logit: torch.Tensor | None = None,
+                      sink_mode: str = "final", qk_fmt: FP8Format | None = None, qk_scale="tensor",
+                      v_fmt: FP8Format | None = None, v_scale="tensor"):
+    """Emulate the kernel contract. Arguments are already validated by :func:`kernels.attention`.
+
+    Shapes: q [B, H, Nq, d], k and v [B, H_kv, Nk, d] (H_kv dividing H), all float32 on one device; ``sink_logit`` float32
+    [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``. ``v`` may also
+    be a tuple of such tensors (value sets sharing q and k): ``out`` is then a tuple, one per value
+    tensor, each bit-identical to a call with that tensor alone (:func:`kernels.attention_values`).
+    """
+    several = isinstance(v, tuple)
+    ((outs, diag),) = _emulate(q, k, v if several else (v,), (scale,), reverse=reverse, fmt=fmt, causal=causal,
+                               ksink=ksink, block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
+                               scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,
+                               sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale)
+    return outs if several else outs[0], diag
+
+
+def emulate_attention_scales(q, k, v: tuple, *, scales, **kwargs) -> list:
+    """:func:`emulate_attention` of the value tensors ``v`` (a tuple) at each scale of ``scales``, steps 1-2
+    once for all of them: ``scale_mode="multiply"`` only (exp2_offset folds log2 S into step 2).
+
+    Returns one ``(outs, diag)`` per scale, as :func:`emulate_attention` with a tuple ``v`` and
+    ``scale=scales[i]`` returns, bit for bit (:func:`kernels.attention_scales`)."""
+    if kwargs.get("scale_mode", "multiply") != "multiply":
+        raise ValueError(f"scale_mode={kwargs['scale_mode']!r}: several scales share steps 1-2 only with 'multiply'")
+    return _emulate(q, k, tuple(v), tuple(scales), **kwargs)
+
+
+def _buffers(c: _Call, G: int, Nq: int, d: int, device) -> tuple:
+    """A call's results before its rows are run: ``outs[i][j]`` float32 [G, Nq, d] (scale i, value tensor
+    j) and ``diags[i]`` (every diagnostic, int64 [G, Nq], zeros)."""
+    outs = tuple(tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=device) for _ in c.vf) for _ in c.scales)
+    diags = tuple({n: torch.zeros(G, Nq, dtype=torch.int64, device=device) for n in DIAGNOSTICS} for _ in c.scales)
+    return outs, diags
+
+
+def _emulate(q, k, v: tuple, scales: tuple, **kwargs) -> list:
+    """Lay the call out once and run every chunk of rows (:func:`_rows`); one ``(outs, diag)`` per scale."""
+    B, H, Nq, d = q.shape
+    c = _layout(q, k, v, scales=scales, **kwargs)
+    G = B * H
+    outs, diags = _buffers(c, G, Nq, d, q.device)
+    rows = max(1, _CHUNK_ELEMS // (c.nblk * c.block_n))
+    for g in range(G):
+        for r0 in range(0, Nq, rows):
+            _rows(c, g, r0, min(Nq, r0 + rows), outs, diags)
+    return [(tuple(out.view(B, H, Nq, d) for out in outs_i), {n: t.view(B, H, Nq) for n, t in diag.items()})
+            for outs_i, diag in zip(outs, diags)]
+

@@ -1,0 +1,128 @@
+"""Reverse order across a Δ stack: the blocks visited before the sink keys' block, computed once per chunk of rows.
+
+Used by :func:`kernels.emulator.calls.emulate_calls` (docs/interfaces.md, ``kernels.attention_calls``). The items
+of a Δ stack differ from their anchor only in the leading keys (the sink keys; ``emulator_calls._Shared``'s
+``cols``). In reverse order the block holding them is visited last, so every block j >= j0 (the differing
+columns and the ``ksink`` sink keys, rounded up to whole blocks) sees the anchor's scores and, the running max
+being a cumulative max from the last block down to j, the anchor's max: the same p (or exp2_offset's x), the
+same p_q at each scale, the same counts, saturations and block sums. :class:`_State` holds those for one chunk of
+rows of one call; :func:`item_rows` runs an item (the anchor too) with them, computing only its leading blocks,
+its block weights, the weighted P_q, P·V and step 6, each with the operations :func:`kernels.emulator.core._rows`
+applies there, so the results have its bits (tests/emulator/test_attention_calls.py checks them against run-by-run calls).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels.emulator import core as _em
+from kernels.emulator.mx import first_level
+from kernels.formats.rounding import quantize_fast
+
+__all__ = ["eligible", "lead_columns", "anchor_state", "item_rows"]
+
+
+def eligible(c: _em._Call) -> bool:
+    """Calls whose blocks past the leading ones do not depend on the leading keys: reverse order, a running max
+    that is a cumulative max (no τ, no seeding sink), p·S or exp2_offset's x, an FP8 cast or none."""
+    return c.reverse and c.cummax and not c.mx and not c.per_row
+
+
+def lead_columns(block_n: int, nblk: int, ks: int, cols: list[int]) -> int | None:
+    """The leading columns an item recomputes (of ``nblk`` blocks of ``block_n`` keys, the first ``ks`` of them
+    sink keys), for twins that differ from their anchor in their first ``cols`` keys: whole blocks over the
+    largest of them and the sink keys; None when no block is left to share."""
+    c0 = max(block_n, -(-max([*cols, ks]) // block_n) * block_n)
+    return c0 if c0 < nblk * block_n else None
+
+
+def _scaled(c: _em._Call, sc, u: torch.Tensor, last: bool):
+    """Step 3's x for scale ``sc`` (:func:`kernels.emulator.mx.first_level`: u itself for the last scale), and
+    the count of x > max_finite per row where the scale may saturate (else None)."""
+    x = first_level(c, u, sc.scale, None, None if last else torch.empty_like(u))
+    return x, (_em.saturated_count(c, x) if sc.check_saturation else None)
+
+
+def _cast(c: _em._Call, sc, x: torch.Tensor) -> torch.Tensor:
+    """Step 3's rounding, in place. Clamping first when the scale may saturate gives the bits of an unclamped
+    cast wherever nothing exceeds max_finite, so this is kernels.emulator.core._cast whatever its check found."""
+    return x if c.fmt is None else quantize_fast(x, c.fmt, saturate=sc.check_saturation, out=x)
+
+
+@dataclass
+class _State:
+    """One chunk of rows of the anchor, blocks j0 on: what every item of its stack shares."""
+
+    c0: int  # leading columns each item computes itself (j0 = c0 / block_n blocks)
+    bm: torch.Tensor  # [rows, nblk] the anchor's block maxima (blocks < j0 are each item's own)
+    pos: torch.Tensor  # [rows] keys with u > 0 in the shared blocks (none of them a sink key)
+    lblk: torch.Tensor | None  # [rows, nblk - j0] the unrounded block sums (rowsum unrounded)
+    per_scale: list  # per scale: (p_q [rows, nblk - j0, block_n], #p_q > 0, #saturated or None, rounded lblk or None)
+
+
+def anchor_state(c: _em._Call, s: torch.Tensor, c0: int) -> _State:
+    """Steps 2-4 of the shared blocks (j0 on) of one chunk of rows from the anchor's scores ``s`` [rows, Np]
+    (read only): running max, p (or x), each scale's cast, counts and block sums."""
+    nr, j0 = s.shape[0], c0 // c.block_n
+    sb = s.view(nr, c.nblk, c.block_n)
+    bm = sb.amax(dim=-1)
+    m = _em.running_max(bm, True)
+    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    u = _em._unrounded(c, sb[:, j0:], m_safe[:, j0:], out=None)  # (s is the shared scores, read only)
+    lblk = None if c.rowsum_rounded else u.sum(-1)
+    pos = torch.sign(u).flatten(1).sum(-1)
+    per_scale = []
+    for i, sc in enumerate(c.scales):
+        x, sat = _scaled(c, sc, u, i == len(c.scales) - 1)
+        pq = _cast(c, sc, x)
+        lr = None
+        if c.rowsum_rounded:
+            lr = pq.sum(-1)
+            lr = lr if c.exp2 else lr / sc.scale
+        per_scale.append((pq, torch.sign(pq).flatten(1).sum(-1), sat, lr))
+    return _State(c0=c0, bm=bm, pos=pos, lblk=lblk, per_scale=per_scale)
+
+
+def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _State, outs: tuple, diags: tuple,
+              keep: list | None) -> None:
+    """Steps 2-6 of rows r0:r1 of item g under call ``c`` (as :func:`kernels.emulator.core._rows`), from the item's
+    scores ``s`` [rows, Np] (only its first ``st.c0`` columns are read) and the anchor's shared blocks ``st``."""
+    nr, bn, ks = r1 - r0, c.block_n, c.ks
+    j0 = st.c0 // bn
+    # step 2: running max (the item's own leading blocks, the anchor's maxima after them)
+    lead = s.view(nr, c.nblk, bn)[:, :j0]
+    bm = st.bm.clone()
+    bm[:, :j0] = lead.amax(dim=-1)
+    m = _em.running_max(bm, True)
+    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    u = _em._unrounded(c, lead, m_safe[:, :j0], out=None)
+    if not c.rowsum_rounded:
+        lblk = torch.cat([u.sum(-1), st.lblk], dim=1)
+    sgn = torch.sign(u).view(nr, st.c0)
+    pos_s, pos_ns = sgn[:, :ks].sum(-1), sgn[:, ks:].sum(-1) + st.pos
+    m_final = m_safe[:, 0]
+    w = _em._weights(c, m, m_final[:, None])  # [rows, nblk]
+    for i, (sc, outs_i, diag) in enumerate(zip(c.scales, outs, diags)):
+        pq_sh, ppos_sh, sat_sh, lr_sh = st.per_scale[i]
+        # step 3: cast
+        x, sat = _scaled(c, sc, u, i == len(c.scales) - 1)
+        pq = _cast(c, sc, x)
+        torch.sign(pq.view(nr, st.c0), out=sgn)
+        _em._counts(diag, g, r0, r1, pos_s, pos_ns, sgn[:, :ks].sum(-1), sgn[:, ks:].sum(-1) + ppos_sh)
+        if sat is not None:
+            diag["saturated"][g, r0:r1] = (sat + sat_sh).to(torch.int64)
+        # step 4: row sum
+        if c.rowsum_rounded:
+            lead_sum = pq.sum(-1)
+            lblk = torch.cat([lead_sum if c.exp2 else lead_sum / sc.scale, lr_sh], dim=1)
+        l = (lblk * w).sum(-1)
+        # step 5: accumulate
+        p = torch.empty(nr, c.nblk, bn, dtype=pq.dtype, device=pq.device)
+        torch.mul(pq, w[:, :j0, None], out=p[:, :j0])
+        torch.mul(pq_sh, w[:, j0:, None], out=p[:, j0:])
+        p = p.view(nr, c.nblk * bn)
+        accs = [torch.matmul(p, vf[g]) for vf in c.vf]
+        _em._normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep)
+

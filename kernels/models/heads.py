@@ -1,0 +1,210 @@
+"""Per-head analysis of real attention: sink keys detected, the running-max rule, predictions.
+
+The synthetic generator (:mod:`kernels.models.sinks`) puts ``ksink`` sinks at keys ``0..ksink-1`` with
+a known Δ; a real head's sinks and Δ have to be measured. Everything here takes one head's scaled
+scores ``s = q·kᵀ·sm_scale`` (``[Nq, Nk]``, masked keys ``-inf``) and is documented in
+docs/interfaces.md ("Real attention"):
+
+* :func:`detect_sinks` and :func:`sink_type`: which keys act as sinks, by a fixed robust rule;
+* :func:`head_scores_stats`: the measured Δ and σ per row, and the [CLS] (key 0) mass;
+* :func:`underflow_mask`: the kernel's running-max rule written directly (an independent
+  statement of contract steps 1-3; its count equals the emulator's, tests);
+* :func:`mass_underflow`: the exact probability mass of the keys that round to zero;
+  :func:`step1_scores`, :func:`rule_applies` and :func:`rule_mass` put the two together for a run
+  (the realmodel pipeline and ``pcast-audit --per-head`` both call them);
+* :func:`predict_underflow`: the Gaussian theory's prediction from the measured Δ, σ and sinks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from kernels.contract import ORDERS
+from kernels.formats import get_format
+
+__all__ = ["SINK_Z", "SINK_ROW_FRACTION", "SINK_TYPES", "detect_sinks", "sink_type", "head_scores_stats",
+           "underflow_mask", "mass_underflow", "predict_underflow", "exact_probs", "step1_scores", "rule_applies",
+           "rule_mass"]
+
+SINK_Z = 3.0  # a key is outlying in a row when s - median > SINK_Z * 1.4826 * MAD
+SINK_ROW_FRACTION = 0.5  # ... and a sink of the head when outlying in at least this fraction of rows
+SINK_TYPES = ("clean", "multi", "other", "none")
+_MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
+
+
+def _scores(scores) -> torch.Tensor:
+    s = torch.as_tensor(scores)
+    if s.dim() != 2:
+        raise ValueError(f"scores must be one head's [Nq, Nk] matrix, got shape {tuple(s.shape)}")
+    return s.to(torch.float64)
+
+
+def detect_sinks(scores, *, z: float = SINK_Z, row_fraction: float = SINK_ROW_FRACTION) -> list[int]:
+    """The head's sink keys: outlying (``s - median > z·1.4826·MAD`` in a row) in >= ``row_fraction`` of rows.
+
+    Args:
+        scores: [Nq, Nk] scaled scores of one head; -inf marks a masked key (ignored).
+        z: the outlier threshold in robust standard deviations, > 0.
+        row_fraction: the fraction of rows in (0, 1] in which a key must be outlying.
+
+    Returns:
+        the sink key indices, ascending (possibly empty).
+    """
+    if not (isinstance(z, (int, float)) and math.isfinite(z) and z > 0):
+        raise ValueError(f"z={z!r} must be a finite number > 0")
+    if not (isinstance(row_fraction, (int, float)) and 0 < row_fraction <= 1):
+        raise ValueError(f"row_fraction={row_fraction!r} must be in (0, 1]")
+    s = _scores(scores)
+    vis = torch.isfinite(s)
+    sn = torch.where(vis, s, torch.tensor(float("nan"), dtype=s.dtype))
+    med = torch.nanmedian(sn, dim=-1, keepdim=True).values
+    mad = torch.nanmedian((sn - med).abs(), dim=-1, keepdim=True).values * _MAD_TO_SIGMA
+    outlying = vis & ((s - med) > z * mad)
+    seen = vis.sum(0).clamp_min(1)  # rows in which each key is visible
+    frac = outlying.sum(0).double() / seen.double()
+    return [int(j) for j in torch.nonzero(frac >= row_fraction).flatten()]
+
+
+def sink_type(sinks) -> str:
+    """``clean`` (one sink, key 0), ``multi`` (several), ``other`` (one sink elsewhere), ``none``."""
+    sinks = list(sinks)
+    if not sinks:
+        return "none"
+    if len(sinks) > 1:
+        return "multi"
+    return "clean" if sinks[0] == 0 else "other"
+
+
+def exact_probs(scores) -> torch.Tensor:
+    """float64 softmax of the scores (masked keys 0)."""
+    return torch.softmax(_scores(scores), dim=-1)
+
+
+def _non_sink(s: torch.Tensor, sinks) -> torch.Tensor:
+    keep = torch.ones(s.shape[-1], dtype=torch.bool)
+    keep[list(sinks)] = False
+    return keep
+
+
+def head_scores_stats(scores, sinks) -> dict:
+    """Measured Δ and σ of one head from its scores and sink keys.
+
+    Per row: ``delta`` = the row's largest sink score minus the mean of its visible non-sink
+    scores, ``sigma`` = their standard deviation. With no sink, ``delta`` is the row max minus
+    that mean (the Δ a kernel would see). Returns float64 arrays ``delta_rows``, ``sigma_rows``
+    ([Nq]), their medians ``delta`` and ``sigma``, and ``cls_mass`` (the mean exact softmax
+    probability of key 0).
+    """
+    s = _scores(scores)
+    vis = torch.isfinite(s)
+    keep = _non_sink(s, sinks)
+    ns = torch.where(vis & keep, s, torch.tensor(float("nan"), dtype=s.dtype))
+    mean = torch.nanmean(ns, dim=-1)
+    cnt = (vis & keep).sum(-1).clamp_min(2).double()
+    var = torch.nansum((ns - mean[:, None]) ** 2, dim=-1) / (cnt - 1)
+    top = s[:, list(sinks)].amax(-1) if len(sinks) else s.amax(-1)
+    delta = (top - mean).numpy()
+    sigma = var.sqrt().numpy()
+    return {"delta_rows": delta, "sigma_rows": sigma, "delta": float(np.nanmedian(delta)),
+            "sigma": float(np.nanmedian(sigma)), "cls_mass": float(exact_probs(s)[:, 0].mean())}
+
+
+def _check_rule_args(order, scale, block_n, fmt):
+    if order not in ORDERS:
+        raise ValueError(f"order={order!r} must be one of {', '.join(ORDERS)}")
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale={scale!r} must be a finite number > 0")
+    if not (isinstance(block_n, int) and block_n >= 1):
+        raise ValueError(f"block_n={block_n!r} must be an integer >= 1")
+    return get_format(fmt)
+
+
+def underflow_mask(scores32: torch.Tensor, *, order: str, scale: float, block_n: int, fmt="e4m3fn") -> torch.Tensor:
+    """Which keys round to zero under the kernel's running-max rule, from float32 scores.
+
+    Blocks of ``block_n`` keys are visited forward (block 0 first) or in reverse; block j sees
+    ``m_j = max(m_{j-1}, rowmax(block j))``; ``x = exp(s - m_j)·S`` in float32, and a key
+    underflows iff ``0 < x <= fmt.underflow_threshold``. Keys past Nk (the kernel's padding) do
+    not exist here; masked (-inf) keys give x = 0 and never count.
+
+    Args:
+        scores32: float32 [Nq, Nk] scores, computed as the kernel computes them (step 1).
+    Returns:
+        bool [Nq, Nk].
+    """
+    f = _check_rule_args(order, scale, block_n, fmt)
+    if scores32.dtype != torch.float32 or scores32.dim() != 2:
+        raise ValueError("scores32 must be a float32 [Nq, Nk] tensor (the kernel's step-1 scores)")
+    nq, nk = scores32.shape
+    nblk = -(-nk // block_n)
+    pad = nblk * block_n - nk
+    s = torch.nn.functional.pad(scores32, (0, pad), value=float("-inf")) if pad else scores32
+    bmax = s.view(nq, nblk, block_n).amax(-1)
+    if order == "reverse":
+        m = torch.flip(torch.cummax(torch.flip(bmax, [-1]), dim=-1).values, [-1])
+    else:
+        m = torch.cummax(bmax, dim=-1).values
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    x = torch.exp(s.view(nq, nblk, block_n) - m[..., None]) * torch.tensor(scale, dtype=torch.float32)
+    under = (x > 0) & (x <= f.underflow_threshold)
+    return under.view(nq, nblk * block_n)[:, :nk]
+
+
+def mass_underflow(p_exact: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean over rows of the exact probability mass of the keys that round to zero."""
+    return float((p_exact.to(torch.float64) * mask).sum(-1).mean())
+
+
+def step1_scores(q_h: torch.Tensor, k_h: torch.Tensor, sm_scale: float) -> torch.Tensor:
+    """One head's step-1 float32 scores [Nq, Nk] as the emulator computes them: ``sm_scale`` folded into q
+    when it is a power of two (exact), else ``matmul(q, kᵀ)`` times ``sm_scale`` in float32. No mask."""
+    if math.frexp(sm_scale)[0] == 0.5:
+        return torch.matmul(q_h * sm_scale, k_h.transpose(-1, -2))
+    return torch.matmul(q_h, k_h.transpose(-1, -2)) * torch.tensor(sm_scale, dtype=torch.float32)
+
+
+def rule_applies(kwargs, *, sink_logit=None) -> bool:
+    """Whether :func:`underflow_mask` states the rule of a run with these :func:`kernels.attention` keywords:
+    eager max in multiply mode, float32 Q and K, a P format, no learned sink logit."""
+    return (kwargs.get("scale_mode", "multiply") == "multiply" and float(kwargs.get("rescale_threshold", 0.0)) == 0.0
+            and kwargs.get("qk_fmt") is None and kwargs.get("fmt", "e4m3fn") is not None and sink_logit is None)
+
+
+def rule_mass(s32: torch.Tensor, p_exact: torch.Tensor, kwargs, *, ksink: int, want=None, where: str = "") -> float:
+    """:func:`mass_underflow` of one head under the running-max rule of a run (``kwargs``: its order, scale,
+    block_n, fmt). ``want``: the kernel's ``(non-sink,)`` or ``(non-sink, sink)`` underflow counts, which the
+    rule's own counts must equal (an independent statement of steps 1-3); a RuntimeError naming ``where`` if not.
+    """
+    mask = underflow_mask(s32, order=kwargs["order"], scale=float(kwargs["scale"]), block_n=int(kwargs["block_n"]),
+                          fmt=kwargs.get("fmt", "e4m3fn"))
+    if want is not None:
+        got = (int(mask[:, ksink:].sum()), int(mask[:, :ksink].sum()))[:len(want)]
+        if got != tuple(want):
+            raise RuntimeError(f"{where}: the running-max rule (kernels.models.heads.underflow_mask) counts {got} (non-sink"
+                               f"{', sink' if len(want) > 1 else ''}) keys rounding to zero, the kernel {tuple(want)}: "
+                               "the kernel's rule and its documented statement disagree")
+    return mass_underflow(p_exact, mask)
+
+
+def predict_underflow(stats: dict, n_sinks: int, *, order: str, scale: float, n: int, block_n: int,
+                      fmt="e4m3fn") -> float:
+    """The head's non-sink underflow fraction predicted by the Gaussian theory from its measurements.
+
+    :func:`kernels.theory.underflow_fraction` (method "exact": the kernel's block rule, no
+    approximation beyond quadrature) with the head's median measured Δ and σ
+    (:func:`head_scores_stats`) and ``k = min(n_sinks, block_n)`` sinks, which the theory places
+    at keys ``0..k-1``; a head with no sink gets ``k = 0`` (Δ then plays no part). The model takes
+    the non-sink scores as iid Gaussian and their positions as exchangeable: the key-shuffled
+    control measures the second assumption, the gap to it the first (docs/interfaces.md).
+    """
+    from kernels import theory
+
+    f = _check_rule_args(order, scale, block_n, fmt)
+    k = min(int(n_sinks), block_n, n - 1)
+    delta = float(stats["delta"]) if k else 0.0
+    sigma = max(float(stats["sigma"]), 1e-12)
+    return float(theory.underflow_fraction(delta, float(scale), k=k, fmt=f, sigma=sigma, order=order, n=n,
+                                           block_n=block_n, method="exact"))

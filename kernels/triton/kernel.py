@@ -1,0 +1,365 @@
+"""The Triton kernels and their launchers: compiled on a CUDA GPU, interpreted on CPU.
+
+First the ``@triton.jit`` sources: the bit-exact FP8 rounding helper ``fp8_round``, a
+quantize kernel, Triton's own cast (for documenting its behaviour), and the forward
+attention kernel with the P-cast contract (:func:`_attn_fwd`, whose KV loop is
+:func:`_attn_fwd_inner`; each contract step is marked ``# step N: name``, as in the
+emulator and the test oracle; the P-policy options of docs/interfaces.md, "P policies of
+deployed kernels", enter at those markers as constexprs and runtime arguments, their helpers in
+:mod:`kernels.triton.policy`; microscaled FP4 P, nvfp4 / mxfp4 and ``scale_mode="per_row"`` (issue 13),
+enters at steps 3-5 through :mod:`kernels.triton.fp4`). Then the launchers (:func:`triton_attention`,
+:func:`triton_quantize`, :func:`triton_builtin_cast`): CUDA tensors launch the kernels
+compiled; CPU tensors launch them through Triton's interpreter (see :func:`_interpreting`),
+so no one has to set ``TRITON_INTERPRET`` by hand.
+
+Why a hand-written rounding: Triton's interpreter converts float32 to
+``tl.float8e4nv`` wrongly (it truncates subnormals, drops mantissa carries and
+turns overflow into garbage), so the kernel rounds with integer/float ops that
+behave the same interpreted and compiled. See :mod:`kernels.formats.rounding` for the
+algorithm; the two are tested bit-identical.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.contract import DIAGNOSTICS, log2_scale
+from kernels.formats import FP8Format, get_format
+from kernels.reference import expand_kv
+from kernels.formats.microscaling import MXFormat
+from kernels.triton.rounding import fp8_round
+from kernels.triton.fp4 import MX_CODE, cast_p, per_row_div
+from kernels.triton.policy import SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, sink_final
+
+__all__ = ["triton_attention", "triton_quantize", "triton_builtin_cast", "fp8_round"]
+
+# ============================================================================= @triton.jit sources
+
+
+@triton.jit
+def _quantize_kernel(X, Y, N,
+                     MAN_BITS: tl.constexpr,  # format: stored mantissa bits
+                     EMIN: tl.constexpr,  # format: exponent of the smallest normal
+                     MAX_FINITE: tl.constexpr,  # format: saturation value
+                     BLOCK: tl.constexpr,  # elements per program
+                     ):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    x = tl.load(X + offs, mask=mask, other=0.0)
+    tl.store(Y + offs, fp8_round(x, MAN_BITS, EMIN, MAX_FINITE), mask=mask)
+
+
+@triton.jit
+def _builtin_cast_kernel(X, Y, N, BLOCK: tl.constexpr):
+    """Triton's own float32 -> float8e4nv -> float32 conversion (for documenting its behaviour)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    x = tl.load(X + offs, mask=mask, other=0.0)
+    tl.store(Y + offs, x.to(tl.float8e4nv).to(tl.float32), mask=mask)
+
+
+@triton.jit
+def _count_diagnostics(n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink,  # [BLOCK_M] int32 counts
+                       p, x, pq,  # [BLOCK_M, BLOCK_N]: p, p*S and p_q of one KV block
+                       visible,  # [BLOCK_M, BLOCK_N] keys not masked out
+                       offs_n, KSINK,  # key positions of the block; keys < KSINK are sinks
+                       QUANT: tl.constexpr,  # p*S was rounded (otherwise nothing saturates)
+                       MAX_FINITE: tl.constexpr,  # FP8 format: saturation value
+                       ):
+    """Add one KV block to the per-row diagnostics (not a contract step: they change nothing)."""
+    sink = (offs_n < KSINK)[None, :]
+    pos = p > 0.0
+    under = pos & (pq == 0.0)
+    n_underflow += tl.sum((under & ~sink).to(tl.int32), 1)
+    n_underflow_sink += tl.sum((under & sink).to(tl.int32), 1)
+    n_terms += tl.sum((pos & ~sink).to(tl.int32), 1)
+    n_terms_sink += tl.sum((pos & sink).to(tl.int32), 1)
+    if QUANT:
+        n_saturated += tl.sum((visible & (x > MAX_FINITE)).to(tl.int32), 1)
+    return n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink
+
+
+@triton.jit
+def _load_operand(ptrs, mask, scale_ptr,
+                  QUANT: tl.constexpr,  # cast to FP8 on load: fp8_round(t / s) * s (False: a plain load)
+                  MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_FINITE: tl.constexpr,  # that FP8 format
+                  ):
+    """Load an operand tile (masked entries 0); with QUANT put it on the FP8 grid scaled by s = *scale_ptr.
+    ``tl.div_rn``, not ``/``: compiled, a float32 ``/`` is the approximate ``div.full.f32``."""
+    t = tl.load(ptrs, mask=mask, other=0.0)
+    if QUANT:
+        s = tl.load(scale_ptr)  # s_t of this (batch, head)
+        t = fp8_round(tl.div_rn(t, s), MAN_BITS, EMIN, MAX_FINITE) * s
+    return t
+
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulator, row sum, row max
+                    n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink,  # diagnostics, then issue 13's:
+                    n_underflow_scale, n_groups_flushed,  # non-sink keys in flushed groups, flushed groups
+                    q,  # [BLOCK_M, HEAD_D] query rows (already cast when QK_QUANT)
+                    k_base, v_base, stride_kn, stride_vn,  # K and V of this (batch, head), their row strides
+                    offs_m, offs_d,  # query positions, head-dimension offsets
+                    N_K, sm_scale, p_scale, KSINK, tau, log2s, scale_ptr,  # as in _attn_fwd (scale_ptr: s_q, s_k, s_v)
+                    HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
+                    BLOCK_N: tl.constexpr,  # keys per KV block
+                    REVERSE: tl.constexpr,  # visit KV blocks last to first
+                    CAUSAL: tl.constexpr,  # top-left causal mask: key j visible to query i iff j <= i
+                    QUANT: tl.constexpr,  # round p*S to the FP8 grid (False: no rounding)
+                    MAN_BITS: tl.constexpr,  # FP8 format: stored mantissa bits
+                    EMIN: tl.constexpr,  # FP8 format: exponent of the smallest normal
+                    MAX_FINITE: tl.constexpr,  # FP8 format: saturation value
+                    ROWSUM_ROUNDED: tl.constexpr,  # l sums p_q / S (exp2_offset: p_q) instead of the unrounded value
+                    EXP2_OFFSET: tl.constexpr,  # scale_mode="exp2_offset": x = exp2(s·LOG2E - (m·LOG2E - log2 S))
+                    LAZY: tl.constexpr,  # rescale_threshold > 0: the max moves only when (bm - m)·LOG2E > tau
+                    QK_QUANT: tl.constexpr, QK_MAN_BITS: tl.constexpr, QK_EMIN: tl.constexpr,  # K cast: on, format
+                    QK_MAX_FINITE: tl.constexpr,  # K cast format: saturation value
+                    V_QUANT: tl.constexpr, V_MAN_BITS: tl.constexpr, V_EMIN: tl.constexpr,  # V cast: on, format
+                    V_MAX_FINITE: tl.constexpr,  # V cast format: saturation value
+                    MX: tl.constexpr, GROUP: tl.constexpr,  # P microscaled: 0 no, 1 nvfp4, 2 mxfp4; keys per group
+                    PER_ROW: tl.constexpr,  # scale_mode="per_row": x = p·S_r per row and block (nvfp4)
+                    ):
+    """Steps 1-5 and the diagnostics over every KV block for BLOCK_M rows; returns the state in argument order."""
+    n_blocks = tl.cdiv(N_K, BLOCK_N)
+    for i in range(0, n_blocks):
+        blk = n_blocks - 1 - i if REVERSE else i
+        offs_n = blk * BLOCK_N + tl.arange(0, BLOCK_N)
+        key_ok = offs_n < N_K
+        kT = _load_operand(k_base + offs_n[None, :] * stride_kn + offs_d[:, None], key_ok[None, :], scale_ptr + 1,
+                           QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
+        v = _load_operand(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok[:, None], scale_ptr + 2,
+                          V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE)
+        # step 1: scores
+        s = tl.dot(q, kT, input_precision="ieee") * sm_scale  # fp32 with exact products (no TF32)
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        # step 2: running max
+        m_new = new_max(m_i, tl.max(s, 1), tau, LAZY)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
+        p, alpha = exp_block(s, m_i, m_safe, log2s, EXP2_OFFSET)  # p: exp(s - m), or x under EXP2_OFFSET
+        # step 3: cast
+        x, pq, d_blk, n_saturated, n_underflow_scale, n_groups_flushed = cast_p(  # d_blk: S, or S_r per row
+            p, p_scale, offs_n, KSINK, n_saturated, n_underflow_scale, n_groups_flushed, QUANT, MAN_BITS, EMIN,
+            MAX_FINITE, EXP2_OFFSET, MX, GROUP, PER_ROW)
+        # step 4: row sum
+        l_rnd = tl.sum(pq, 1) if EXP2_OFFSET else tl.sum(pq, 1) / d_blk  # rowsum(p_q) / S (or S_r; exp2: / 1)
+        l_i = l_i * alpha + (l_rnd if ROWSUM_ROUNDED else tl.sum(p, 1))
+        # step 5: accumulate
+        acc = acc * alpha[:, None] + per_row_div(tl.dot(pq, v, input_precision="ieee"), d_blk, PER_ROW)
+        m_i = m_new
+        n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink = _count_diagnostics(  # (on p, or x)
+            n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, p, x, pq, visible, offs_n, KSINK,
+            QUANT, MAX_FINITE)
+    return (acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, n_underflow_scale,
+            n_groups_flushed)
+
+
+@triton.jit
+def _store_diagnostics(Diag, pid_bh, N_Q, offs_m, row_ok,
+                       n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, n_underflow_scale,
+                       n_groups_flushed):
+    """One plane per name of kernels.contract.DIAGNOSTICS, in that order (not a contract step)."""
+    plane = tl.num_programs(1) * N_Q
+    dbase = Diag + pid_bh * N_Q + offs_m
+    tl.store(dbase, n_underflow, mask=row_ok)
+    tl.store(dbase + plane, n_underflow_sink, mask=row_ok)
+    tl.store(dbase + 2 * plane, n_saturated, mask=row_ok)
+    tl.store(dbase + 3 * plane, n_terms, mask=row_ok)
+    tl.store(dbase + 4 * plane, n_terms_sink, mask=row_ok)
+    tl.store(dbase + 5 * plane, n_underflow_scale, mask=row_ok)
+    tl.store(dbase + 6 * plane, n_groups_flushed, mask=row_ok)
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, Out, Diag,
+              Sink,  # [B*H] float32 learned sink logits (read only when SINK_MODE > 0)
+              OpScale,  # [B*H, 3] float32 operand scales s_q, s_k, s_v (read only under QK_QUANT / V_QUANT)
+              stride_qz, stride_qh, stride_qm,  # Q strides: batch, head, row (last dim contiguous)
+              stride_kz, stride_kh, stride_kn,  # K strides
+              stride_vz, stride_vh, stride_vn,  # V strides
+              stride_oz, stride_oh, stride_om,  # Out strides
+              H, N_Q, N_K,  # heads, query length, key length
+              sm_scale,  # score scale, usually 1/sqrt(d)
+              p_scale,  # S: P is multiplied by S before the FP8 cast
+              KSINK,  # keys at positions < KSINK count as sinks in the diagnostics
+              tau,  # rescale_threshold (log2 units; LAZY only)
+              log2s,  # kernels.contract.log2_scale(S): the exp2 offset (EXP2_OFFSET only)
+              HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
+              BLOCK_M: tl.constexpr,  # query rows per program
+              BLOCK_N: tl.constexpr,  # keys per KV block
+              REVERSE: tl.constexpr,  # visit KV blocks last to first
+              CAUSAL: tl.constexpr,  # top-left causal mask: key j visible to query i iff j <= i
+              QUANT: tl.constexpr,  # round p*S to the FP8 grid (False: no rounding)
+              MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_FINITE: tl.constexpr,  # FP8 format of P
+              ROWSUM_ROUNDED: tl.constexpr,  # l sums p_q / S (exp2_offset: p_q) instead of the unrounded value
+              EXP2_OFFSET: tl.constexpr,  # scale_mode="exp2_offset": S enters inside exp2; out = acc / l
+              LAZY: tl.constexpr,  # rescale_threshold > 0: lazy rescaling (the max may stay stale)
+              SINK_MODE: tl.constexpr,  # 0: no sink logit; 1: "init" (seeds m and l); 2: "final" (joins l at step 6)
+              QK_QUANT: tl.constexpr, QK_MAN_BITS: tl.constexpr, QK_EMIN: tl.constexpr,  # Q, K cast: on, format
+              QK_MAX_FINITE: tl.constexpr,  # Q, K cast format: saturation value
+              V_QUANT: tl.constexpr, V_MAN_BITS: tl.constexpr, V_EMIN: tl.constexpr,  # V cast: on, format
+              V_MAX_FINITE: tl.constexpr,  # V cast format: saturation value
+              MX: tl.constexpr, GROUP: tl.constexpr,  # P microscaled: 0 no, 1 nvfp4, 2 mxfp4; keys per group
+              PER_ROW: tl.constexpr,  # scale_mode="per_row": x = p·S_r, S_r = 2688 / the block's row max of p
+              ):
+    """BLOCK_M query rows of one (batch, head) over all KV blocks. Diag: int32 [7, B*H, N_Q] (DIAGNOSTICS)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    z = pid_bh // H
+    h = pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    row_ok = offs_m < N_Q
+    scale_ptr = OpScale + 3 * pid_bh  # s_q of this (batch, head); s_k and s_v follow it
+    q = _load_operand(Q + z * stride_qz + h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
+                      row_ok[:, None], scale_ptr, QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
+    m_i, l_i = init_state(Sink + pid_bh, log2s, BLOCK_M, SINK_MODE, EXP2_OFFSET)
+    acc = tl.zeros([BLOCK_M, HEAD_D], tl.float32)
+    zero = tl.zeros([BLOCK_M], tl.int32)  # each of the seven diagnostic counts starts at 0
+    (acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, n_underflow_scale,
+     n_groups_flushed) = _attn_fwd_inner(
+        acc, l_i, m_i, zero, zero, zero, zero, zero, zero, zero, q,
+        K + z * stride_kz + h * stride_kh, V + z * stride_vz + h * stride_vh, stride_kn, stride_vn,
+        offs_m, offs_d, N_K, sm_scale, p_scale, KSINK, tau, log2s, scale_ptr,
+        HEAD_D, BLOCK_N, REVERSE, CAUSAL, QUANT, MAN_BITS, EMIN, MAX_FINITE, ROWSUM_ROUNDED, EXP2_OFFSET, LAZY,
+        QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE, V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE, MX, GROUP, PER_ROW)
+    # step 6: normalise
+    l_i = sink_final(l_i, m_i, Sink + pid_bh, log2s, SINK_MODE, EXP2_OFFSET)
+    out = acc / l_i[:, None] if EXP2_OFFSET else acc / (l_i * p_scale)[:, None]
+    tl.store(Out + z * stride_oz + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :], out,
+             mask=row_ok[:, None])
+    _store_diagnostics(Diag, pid_bh, N_Q, offs_m, row_ok, n_underflow, n_underflow_sink, n_saturated, n_terms,
+                       n_terms_sink, n_underflow_scale, n_groups_flushed)
+
+
+# ============================================================================= launchers
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreted(fn):
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return InterpretedFunction(fn)
+
+
+_INTERPRET_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _interpreting():
+    """Run Triton's interpreter for the launches inside, whatever TRITON_INTERPRET says.
+
+    Inside an interpreted kernel every ``@triton.jit`` callee must run interpreted too,
+    including Triton's own standard library (``tl.sum``, ``tl.max``, ...), which was
+    created as compiled ``JITFunction`` objects when triton was imported. So, for the
+    duration, calling a ``JITFunction`` runs its interpreted twin.
+    """
+    import triton
+    from triton.runtime.jit import JITFunction
+
+    with _INTERPRET_LOCK:
+        original_call = JITFunction.__call__
+        previous = triton.knobs.runtime.interpret
+        JITFunction.__call__ = lambda self, *args, **kwargs: _interpreted(self.fn)(*args, **kwargs)
+        triton.knobs.runtime.interpret = True
+        try:
+            yield
+        finally:
+            JITFunction.__call__ = original_call
+            triton.knobs.runtime.interpret = previous
+
+
+def _launch(kernel, grid, device: torch.device, *args, **kwargs):
+    """Launch ``kernel`` compiled on CUDA tensors, interpreted on CPU tensors."""
+    if device.type == "cuda":
+        return kernel[grid](*args, **kwargs)
+    with _interpreting():
+        return _interpreted(kernel.fn)[grid](*args, **kwargs)
+
+
+def triton_quantize(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn", *, block: int = 1 << 16) -> torch.Tensor:
+    """Round float32 ``x`` to the FP8 grid with the Triton helper ``fp8_round``."""
+    f = get_format(fmt)
+    if x.dtype != torch.float32:
+        raise ValueError(f"x must be float32, got {x.dtype}")
+    xc = x.contiguous().view(-1)
+    y = torch.empty_like(xc)
+    n = xc.numel()
+    if n:
+        grid = (triton_cdiv(n, block),)
+        _launch(_quantize_kernel, grid, x.device, xc, y, n, MAN_BITS=f.man_bits, EMIN=f.emin,
+                MAX_FINITE=f.max_finite, BLOCK=block)
+    return y.view(x.shape)
+
+
+def triton_builtin_cast(x: torch.Tensor, *, block: int = 1 << 12) -> torch.Tensor:
+    """Triton's built-in ``.to(tl.float8e4nv)`` round trip. Wrong when interpreted; see tests."""
+    xc = x.contiguous().view(-1)
+    y = torch.empty_like(xc)
+    n = xc.numel()
+    _launch(_builtin_cast_kernel, (triton_cdiv(n, block),), x.device, xc, y, n, BLOCK=block)
+    return y.view(x.shape)
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | MXFormat | None, causal: bool,
+                     ksink: int, block_m: int, block_n: int, sm_scale: float, rowsum_rounded: bool,
+                     scale_mode: str = "multiply", rescale_threshold: float = 0.0, sink_logit=None,
+                     sink_mode: str = "final", qk_fmt: FP8Format | None = None, qk_scale="tensor",
+                     v_fmt: FP8Format | None = None, v_scale="tensor"):
+    """Launch the attention kernel. Arguments are validated by :func:`kernels.attention`.
+
+    q [B,H,Nq,d], k and v [B,H_kv,Nk,d] (H_kv dividing H; expanded here): float32, one device; d a
+    multiple of 16, zero-padded here to the next power of two and cut back on return. ``sink_logit``:
+    None or float32 [B, H] on that device. The policy options are those of docs/interfaces.md
+    ("P policies of deployed kernels"); the operand scales are computed here, in float32. ``fmt`` may be
+    an :class:`~kernels.formats.microscaling.MXFormat` (docs/interfaces.md, "P in FP4 with microscaling").
+    Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq])``.
+    """
+    B, H, Nq, d = q.shape
+    Nk = k.shape[-2]
+    k, v = expand_kv(k, H), expand_kv(v, H)  # grouped-query attention: each query head gets its K, V copy
+    dp = 1 << (d - 1).bit_length()  # tl.arange needs a power of two: zero-pad d (zero products add exact 0)
+    if dp != d:
+        q, k, v = (torch.nn.functional.pad(t, (0, dp - d)) for t in (q, k, v))
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.empty_like(q)
+    diag = torch.zeros(len(DIAGNOSTICS), B * H, Nq, dtype=torch.int32, device=q.device)
+    op_scale = operand_scales(q, k, v, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale)
+    sink = (torch.zeros(1, dtype=torch.float32, device=q.device) if sink_logit is None
+            else sink_logit.to(torch.float32).expand(B, H).reshape(B * H).contiguous())  # [H] or [B, H]
+    exp2_offset = scale_mode == "exp2_offset"
+    grid = (triton_cdiv(Nq, block_m), B * H)
+    e4m3 = get_format("e4m3fn")  # format constants of a cast that is off (QUANT, QK_QUANT or V_QUANT False)
+    mx = isinstance(fmt, MXFormat)  # microscaled P: fp8_round takes its E2M1 elements' parameters
+    f, fqk, fv = (t if t is not None else e4m3 for t in (fmt.element if mx else fmt, qk_fmt, v_fmt))
+    _launch(
+        _attn_fwd, grid, q.device,
+        q, k, v, out, diag, sink, op_scale,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        H, Nq, Nk, float(sm_scale), float(scale), int(ksink), float(rescale_threshold),
+        log2_scale(scale) if exp2_offset else 0.0,
+        HEAD_D=dp, BLOCK_M=block_m, BLOCK_N=block_n, REVERSE=reverse, CAUSAL=causal,
+        QUANT=fmt is not None and not mx, MAN_BITS=f.man_bits, EMIN=f.emin, MAX_FINITE=f.max_finite,
+        ROWSUM_ROUNDED=rowsum_rounded, EXP2_OFFSET=exp2_offset, LAZY=rescale_threshold > 0,
+        SINK_MODE=SINK_MODE_CODE[None if sink_logit is None else sink_mode],
+        QK_QUANT=qk_fmt is not None, QK_MAN_BITS=fqk.man_bits, QK_EMIN=fqk.emin, QK_MAX_FINITE=fqk.max_finite,
+        V_QUANT=v_fmt is not None, V_MAN_BITS=fv.man_bits, V_EMIN=fv.emin, V_MAX_FINITE=fv.max_finite,
+        MX=MX_CODE[fmt.name] if mx else 0, GROUP=fmt.group if mx else 1, PER_ROW=scale_mode == "per_row",
+    )
+    out = out if dp == d else out[..., :d].contiguous()
+    return out, {n: diag[i].to(torch.int64).view(B, H, Nq) for i, n in enumerate(DIAGNOSTICS)}

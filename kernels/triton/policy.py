@@ -1,0 +1,118 @@
+"""The P-policy options of the Triton kernel (docs/interfaces.md, "P policies of deployed kernels").
+
+``@triton.jit`` helpers that :mod:`kernels.triton.kernel` calls at its step markers (the
+markers themselves stay in ``_attn_fwd_inner`` / ``_attn_fwd``), and the host-side operand
+scales. Each helper takes its option as a constexpr; with the option off it emits exactly the
+operations the kernel had before the option existed, so default calls stay bit-identical.
+
+* :func:`new_max`: the running-max rule, eager (``max(m, bm)``) or lazy (``rescale_threshold``).
+* :func:`exp_block`: ``p = exp(s − m)`` or the exp2-offset ``x`` (``scale_mode``), and ``alpha``.
+* :func:`init_state` / :func:`sink_final`: a learned sink logit seeds ``(m, l)`` or joins ``l``
+  after the last block (``sink_logit``, ``sink_mode``).
+* :func:`operand_scales`: the per-(batch, head) scales ``s_t``, computed on the host in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.contract import LOG2E, SINK_MODES
+from kernels.formats import FP8Format
+
+__all__ = ["new_max", "exp_block", "init_state", "sink_final", "operand_scales", "SINK_MODE_CODE"]
+
+_LOG2E = tl.constexpr(LOG2E)  # kernels.contract.LOG2E, as a compile-time float32 constant
+# The kernel's SINK_MODE constexpr: 0 = no sink logit, then 1 + the index in kernels.contract.SINK_MODES.
+SINK_MODE_CODE = {None: 0, **{mode: i + 1 for i, mode in enumerate(SINK_MODES)}}
+assert SINK_MODE_CODE["init"] == 1 and SINK_MODE_CODE["final"] == 2  # the kernel tests these numbers
+
+
+@triton.jit
+def new_max(m_i, bm, tau,
+            LAZY: tl.constexpr,  # tau > 0: the max moves only when (bm - m)·LOG2E > tau
+            ):
+    """Step 2's running max: ``max(m, bm)``, or the lazy rule (``m == -inf`` or ``(bm - m)·LOG2E > tau``)."""
+    if LAZY:
+        move = (m_i == float("-inf")) | ((bm - m_i) * _LOG2E > tau)
+        m_new = tl.where(move, bm, m_i)
+    else:
+        m_new = tl.maximum(m_i, bm)
+    return m_new
+
+
+@triton.jit
+def exp_block(s, m_i, m_safe, log2s,
+              EXP2_OFFSET: tl.constexpr,  # x = exp2(s·LOG2E - (m·LOG2E - log2 S)) instead of p = exp(s - m)
+              ):
+    """Step 2's exponentials: ``(p, alpha)`` (multiply) or ``(x, alpha)`` (exp2_offset), float32 in contract order."""
+    if EXP2_OFFSET:
+        p = tl.exp2(s * _LOG2E - (m_safe * _LOG2E - log2s)[:, None])
+        alpha = tl.exp2(m_i * _LOG2E - m_safe * _LOG2E)
+    else:
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+    return p, alpha
+
+
+@triton.jit
+def init_state(sink_ptr, log2s,
+               BLOCK_M: tl.constexpr,  # query rows per program
+               SINK_MODE: tl.constexpr,  # 0: no sink logit; 1: "init" seeds (m, l); 2: "final" (step 6)
+               EXP2_OFFSET: tl.constexpr,  # the sink's own value is exp2(σ·LOG2E - (σ·LOG2E - log2 S)), not 1
+               ):
+    """The row state before the first block: ``(m, l) = (-inf, 0)``, or ``(σ, v_sink)`` for an init sink."""
+    if SINK_MODE == 1:
+        sig = tl.load(sink_ptr)
+        m_i = tl.zeros([BLOCK_M], tl.float32) + sig
+        if EXP2_OFFSET:
+            l_i = tl.zeros([BLOCK_M], tl.float32) + tl.exp2(sig * _LOG2E - (sig * _LOG2E - log2s))
+        else:
+            l_i = tl.full([BLOCK_M], 1.0, tl.float32)
+    else:
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+    return m_i, l_i
+
+
+@triton.jit
+def sink_final(l_i, m_i, sink_ptr, log2s,
+               SINK_MODE: tl.constexpr,  # 2: "final" adds the sink to l with the final (possibly stale) max
+               EXP2_OFFSET: tl.constexpr,  # add exp2(σ·LOG2E - (m·LOG2E - log2 S)) instead of exp(σ - m)
+               ):
+    """Step 6's sink term: ``l + exp(σ - m_safe)`` (or its exp2-offset form) for a final sink, else ``l``."""
+    if SINK_MODE == 2:
+        sig = tl.load(sink_ptr)
+        m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
+        if EXP2_OFFSET:
+            l_i = l_i + tl.exp2(sig * _LOG2E - (m_safe * _LOG2E - log2s))
+        else:
+            l_i = l_i + tl.exp(sig - m_safe)
+    return l_i
+
+
+# ============================================================================= host side
+
+
+def _scale_of(t: torch.Tensor, fmt: FP8Format, scale) -> torch.Tensor:
+    """float32 [B, H]: amax|t| per (batch, head) / max_finite in float32 (1 where amax is 0), or the float."""
+    B, H = t.shape[:2]
+    if isinstance(scale, str):  # "tensor", checked by kernels.attention
+        amax = t.abs().amax(dim=(-2, -1))
+        s = amax / torch.tensor(fmt.max_finite, dtype=torch.float32, device=t.device)
+        return torch.where(amax == 0, torch.ones_like(s), s)
+    return torch.full((B, H), float(scale), dtype=torch.float32, device=t.device)
+
+
+def operand_scales(q, k, v, *, qk_fmt: FP8Format | None, qk_scale, v_fmt: FP8Format | None,
+                   v_scale) -> torch.Tensor:
+    """float32 [B*H, 3]: the operand scales s_q, s_k, s_v of each (batch, head); 1 where no cast applies."""
+    B, H = q.shape[:2]
+    out = torch.ones(B * H, 3, dtype=torch.float32, device=q.device)
+    if qk_fmt is not None:
+        out[:, 0] = _scale_of(q, qk_fmt, qk_scale).reshape(-1)
+        out[:, 1] = _scale_of(k, qk_fmt, qk_scale).reshape(-1)
+    if v_fmt is not None:
+        out[:, 2] = _scale_of(v, v_fmt, v_scale).reshape(-1)
+    return out.contiguous()
