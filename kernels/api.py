@@ -47,7 +47,7 @@ class AttentionResult:
     underflow_scale: torch.Tensor | None = None
     groups_flushed: torch.Tensor | None = None
 
-    def __post_init__(self):  # results built before issue 13's diagnostics: zeros
+    def __post_init__(self):  # results built without the FP4 diagnostics: zeros
         for name in ("underflow_scale", "groups_flushed"):
             if getattr(self, name) is None:
                 setattr(self, name, torch.zeros_like(self.underflow))

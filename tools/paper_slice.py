@@ -14,7 +14,7 @@ torch thread, a fresh process each,
 ``--jobs`` at a time, as ``snakemake --cores`` would). Measured: the kernel and reference seconds the
 shard's timing table records. Prints one line per experiment with the estimate, the measurement,
 their ratio and the paper preset's whole estimate for that experiment; exits 1 when a ratio is
-outside [1/1.5, 1.5] (issue 11: the estimate within a factor of 1.5).
+outside [1/1.5, 1.5] (the estimate within a factor of 1.5).
 
 The conformance check (the Triton interpreter) and the real model are not estimated by the plan, so
 not measured here.

@@ -6,7 +6,7 @@ RUN_DIR is a checkout where ``snakemake --cores all`` ran (its ``results/timing/
 shards' ``reference_s + kernel_s``). The estimate is :func:`kernels.pipeline.plan.plan_rows` for RUN_DIR's
 config.yaml under the preset, with this machine's calibration (made now if there is none), as the plan
 printed before the run. Prints one line per estimated experiment with the ratio estimate / measured, and
-exits 1 when a ratio lies outside ``--within`` (1.5: the factor issue 11 asks for). Run it on an idle
+exits 1 when a ratio lies outside ``--within`` (1.5 by default). Run it on an idle
 machine: a busy one stretches the measured side, not the estimate.
 """
 

@@ -104,7 +104,7 @@ POLICY_CASES = (
     ("vllm-init-sink", dict(sink="init", scale=1.0)),
     ("final-sink", dict(sink="final", scale=256.0, order="reverse", scale_mode="exp2_offset")),
     ("fp8-operands", dict(qk_fmt="e4m3fn", v_fmt="e4m3fn", scale=256.0, order="reverse")),
-    # microscaled FP4 P (issue 13): the group reshape and max, E4M3/E8M0 scales and per-row S_r, compiled
+    # microscaled FP4 P: the group reshape and max, E4M3/E8M0 scales and per-row S_r, compiled
     ("nvfp4-s2048", dict(fmt="nvfp4", scale=2048.0)),
     ("nvfp4-per-row", dict(fmt="nvfp4", scale_mode="per_row")),
     ("mxfp4-reverse", dict(fmt="mxfp4", order="reverse")),

@@ -6,7 +6,7 @@ attention kernel with the P-cast contract (:func:`_attn_fwd`, whose KV loop is
 :func:`_attn_fwd_inner`; each contract step is marked ``# step N: name``, as in the
 emulator and the test oracle; the P-policy options of docs/interfaces.md, "P policies of
 deployed kernels", enter at those markers as constexprs and runtime arguments, their helpers in
-:mod:`kernels.triton.policy`; microscaled FP4 P, nvfp4 / mxfp4 and ``scale_mode="per_row"`` (issue 13),
+:mod:`kernels.triton.policy`; microscaled FP4 P, nvfp4 / mxfp4 and ``scale_mode="per_row"``,
 enters at steps 3-5 through :mod:`kernels.triton.fp4`). Then the launchers (:func:`triton_attention`,
 :func:`triton_quantize`, :func:`triton_builtin_cast`): CUDA tensors launch the kernels
 compiled; CPU tensors launch them through Triton's interpreter (see :func:`_interpreting`),
@@ -101,7 +101,7 @@ def _load_operand(ptrs, mask, scale_ptr,
 
 @triton.jit
 def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulator, row sum, row max
-                    n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink,  # diagnostics, then issue 13's:
+                    n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink,  # diagnostics, then the FP4 ones:
                     n_underflow_scale, n_groups_flushed,  # non-sink keys in flushed groups, flushed groups
                     q,  # [BLOCK_M, HEAD_D] query rows (already cast when QK_QUANT)
                     k_base, v_base, stride_kn, stride_vn,  # K and V of this (batch, head), their row strides

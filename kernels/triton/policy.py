@@ -2,8 +2,8 @@
 
 ``@triton.jit`` helpers that :mod:`kernels.triton.kernel` calls at its step markers (the
 markers themselves stay in ``_attn_fwd_inner`` / ``_attn_fwd``), and the host-side operand
-scales. Each helper takes its option as a constexpr; with the option off it emits exactly the
-operations the kernel had before the option existed, so default calls stay bit-identical.
+scales. Each helper takes its option as a constexpr; with the option off it emits none of the
+option's operations, so a default call runs the plain contract.
 
 * :func:`new_max`: the running-max rule, eager (``max(m, bm)``) or lazy (``rescale_threshold``).
 * :func:`exp_block`: ``p = exp(s − m)`` or the exp2-offset ``x`` (``scale_mode``), and ``alpha``.

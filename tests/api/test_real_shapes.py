@@ -1,4 +1,4 @@
-"""Shapes of real models (issue 10, part 6): grouped-query attention and head dimensions that are
+"""Shapes of real models: grouped-query attention and head dimensions that are
 multiples of 16 but not powers of two (80, 96, ...), in all three implementations.
 
 The loop oracle indexes the key/value head of each query head itself (``h // (H / H_kv)``) and

@@ -157,7 +157,7 @@ def test_learned_sink_logit_collapses_only_the_policy_that_seeds_the_max(tmp_pat
     assert float(rows["reverse S=256"]["rel_mse"]) < 1e-2 < float(rows["vllm-unified"]["rel_mse"])
 
 
-# ----------------------------------------------------------------------------- bad input before any work (issue 10)
+# ----------------------------------------------------------------------------- bad input before any work
 
 
 @pytest.fixture()

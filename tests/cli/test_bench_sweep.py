@@ -1,4 +1,4 @@
-"""pcast-bench: ``--sweep`` (kernels.attention_calls in runs/s against its P·V floor, issue 11) and the
+"""pcast-bench: ``--sweep`` (kernels.attention_calls in runs/s against its P·V floor) and the
 default mode's output, at tiny shapes. Never asserts speed: only what is measured and how it is reported."""
 
 import json

@@ -242,7 +242,7 @@ def test_scales_is_keyword_only_and_required():
 def test_sweep_stack_rows_are_those_of_one_call_per_scale():
     """kernels.pipeline.runs._sweep_stack (one attention_calls call a stack, the reference's non-sink sums
     shared) against the rows one attention_values call per (order, scale) and one reference_attention per
-    item give, in the same order: counts equal, errors within 1e-9 relative (issue 11: the reference is
+    item give, in the same order: counts equal, errors within 1e-9 relative (the reference is
     the same float64 softmax summed in another order)."""
     from kernels.contract import combo_label
     from kernels.pipeline import runs

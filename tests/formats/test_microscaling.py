@@ -1,4 +1,4 @@
-"""The microscaled FP4 quantizers (issue 13) against an independent, first-principles oracle.
+"""The microscaled FP4 quantizers against an independent, first-principles oracle.
 
 The oracle below shares nothing with :mod:`kernels.formats.rounding` or :mod:`kernels.formats.microscaling`:
 

@@ -1,4 +1,4 @@
-"""The fp4 experiment in the pipeline (issue 13, item 4): the tidy table of a tiny real run (columns,
+"""The fp4 experiment in the pipeline: the tidy table of a tiny real run (columns,
 determinism, counts that agree), the summary on a synthetic table whose answers are known, T7, F11, the
 FP4 section of the verdict through the registry, and the config checks."""
 

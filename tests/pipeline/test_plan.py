@@ -154,7 +154,7 @@ def test_cpu_estimate_follows_the_calibration_and_the_grid():
 
 
 def test_job_memory_is_bounded_by_config_settings_not_by_the_grid():
-    """Issue 11, item 4: a job's peak memory depends on max_batch_items and seeds_per_shard, not on how
+    """A job's peak memory depends on max_batch_items and seeds_per_shard, not on how
     long the Δ grid is or how many seeds the experiment has (more of either means more jobs or more
     stacks, each of bounded size)."""
     cfg = pconfig.resolve_preset(CONFIG)

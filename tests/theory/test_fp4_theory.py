@@ -199,7 +199,7 @@ def test_critical_delta_flush_measured(S1, seeds):
     slope = (ft.group_flush_fraction(dc + 1e-3, S1) - ft.group_flush_fraction(dc - 1e-3, S1)) / 2e-3
     measured = dc - (mean[dc] - 0.5) / slope  # local linearisation at dc
     assert abs(measured - dc) < 0.1, (measured, dc)
-    assert abs(measured - lead) < 0.5, (measured, lead)  # issue 13's acceptance, against the closed form
+    assert abs(measured - lead) < 0.5, (measured, lead)  # within 0.5 of the closed form
     assert lead == pytest.approx(ft.flush_threshold(S1) - 1.029375 + 1.734060, abs=1e-4)
 
 

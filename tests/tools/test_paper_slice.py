@@ -1,4 +1,4 @@
-"""tools/paper_slice.py: a slice of a preset measured against the run plan's estimate (issue 11, item 4).
+"""tools/paper_slice.py: a slice of a preset measured against the run plan's estimate.
 Run here on the smoke preset (tiny shapes); the paper slice itself is a measurement, in the README."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Microscaled FP4 P (docs/interfaces.md, "P in FP4 with microscaling", issue 13) in all three implementations.
+"""Microscaled FP4 P (docs/interfaces.md, "P in FP4 with microscaling") in all three implementations.
 
 The interpreted Triton kernel, the emulator and the plain loop of tests/support/loop_contract.py agree on nvfp4
 and mxfp4 (static S and per_row), both orders, causal or not, odd shapes, with and without sink keys:

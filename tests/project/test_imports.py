@@ -1,0 +1,150 @@
+"""The package's import graph: no cycles, and each trade imports only the trades below it.
+
+The graph is read with ``ast`` from every module of ``kernels/``: ``import kernels.x``,
+``from kernels.x import y`` and relative imports, at module level and inside functions alike (a
+lazy import is still a dependency). A module's trade is its first package under ``kernels``; the
+root modules (``kernels/__init__.py``, ``api.py``, ``api_multi.py``) form the ``api`` trade.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "kernels"
+
+#: Each trade and the trades it may import (its own modules are always allowed).
+ALLOWED = {
+    "formats": set(),
+    "contract": {"formats"},
+    "reference": {"contract", "formats"},
+    "theory": {"contract", "formats"},
+    "emulator": {"contract", "formats", "reference"},
+    "triton": {"contract", "formats", "reference"},
+    "policies": {"contract", "formats"},
+    "api": {"contract", "formats", "reference", "theory", "emulator", "triton", "policies"},
+    "conformance": {"api", "contract", "formats", "reference", "theory", "emulator", "triton", "policies"},
+    "models": {"api", "contract", "formats", "reference", "theory", "emulator", "triton", "policies"},
+}
+ALLOWED["analysis"] = {"models", "policies", "theory", "contract", "formats"}
+ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis"}
+ALLOWED["cli"] = set(ALLOWED["pipeline"]) | {"pipeline"}
+ROOT_MODULES = {"kernels", "kernels.api", "kernels.api_multi"}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = p.relative_to(ROOT).with_suffix("").parts
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return mods
+
+
+def _imports(name: str, path: Path, mods) -> set[str]:
+    """The kernels modules that ``name`` imports (a name imported from a package counts as the
+    submodule when there is one of that name)."""
+    out = set()
+    base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "kernels"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                mod = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] != "kernels":
+                continue
+            for a in node.names:
+                out.add(f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod)
+    return out - {name}
+
+
+def trade(module: str) -> str:
+    return "api" if module in ROOT_MODULES else module.split(".")[1]
+
+
+@pytest.fixture(scope="module")
+def graph():
+    mods = _modules()
+    return {n: _imports(n, p, mods) for n, p in mods.items()}
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each a cycle or several."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph.get(v, ()):
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _upward(graph) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, bs in graph.items() for b in bs
+                  if trade(a) != trade(b) and trade(b) not in ALLOWED[trade(a)])
+
+
+def test_every_module_belongs_to_a_known_trade(graph):
+    assert len(graph) > 40
+    unknown = sorted({trade(m) for m in graph} - set(ALLOWED))
+    assert not unknown, f"modules of unknown trades {unknown}: add each to ALLOWED with what it may import"
+    assert {"kernels.formats.rounding", "kernels.emulator.core", "kernels.triton.kernel",
+            "kernels.theory.collapse"} <= set(graph)
+
+
+def test_no_import_cycles(graph):
+    assert _cycles(graph) == []
+
+
+def test_no_upward_imports(graph):
+    assert _upward(graph) == []
+
+
+def test_the_trades_form_a_partial_order():
+    """ALLOWED itself has no cycle: no two trades may import each other, directly or through others."""
+    tgraph = {t: set(deps) for t, deps in ALLOWED.items()}
+    assert _cycles(tgraph) == []
+
+
+def test_the_checks_can_fail():
+    """A cycle and an upward edge, planted in a copy of a small graph, are both reported."""
+    g = {"kernels.formats.fp8": {"kernels.formats.rounding"}, "kernels.formats.rounding": {"kernels.formats.fp8"},
+         "kernels.theory.collapse": {"kernels.emulator.core"}, "kernels.emulator.core": set()}
+    assert _cycles(g) == [["kernels.formats.fp8", "kernels.formats.rounding"]]
+    assert _upward(g) == ["kernels.theory.collapse -> kernels.emulator.core"]
+
+
+def test_relative_imports_are_resolved(tmp_path):
+    """``from ..x import y`` inside a subpackage resolves to the right module."""
+    pkg = tmp_path / "m.py"
+    pkg.write_text("from ..formats import fp8\nfrom . import core\nimport kernels.contract\n")
+    mods = {"kernels.formats.fp8": None, "kernels.emulator.core": None}
+    got = _imports("kernels.emulator.m", pkg, mods)
+    assert got == {"kernels.formats.fp8", "kernels.emulator.core", "kernels.contract"}
