@@ -1,9 +1,12 @@
 """Fixtures shared across test modules: one smoke-preset run of the whole workflow per session.
 
-``smoke_run`` is the one full pipeline run of the test suite; ``test_pipeline`` and
-``test_figures`` read its outputs and dry-run against it. A test that changes a file of that run
-puts it back as it was (bytes and modification time) before it returns, and a test that needs
-another run makes its own copy (:func:`repo_copy.copy_repo`), so test order does not matter.
+``smoke_run`` is the one full pipeline run of the test suite; ``test_pipeline``, ``test_figures``
+and others read its outputs and dry-run against it. A test that changes a file of that run puts it
+back as it was (bytes and modification time) before it returns, and a test that needs another run
+makes its own copy (:func:`repo_copy.copy_repo`), so test order does not matter.
+
+Under pytest-xdist every test that uses ``smoke_run`` is sent to one worker (the ``xdist_group``
+"smoke", with ``--dist loadgroup``), so the run is made once and no two tests touch it at once.
 """
 
 from __future__ import annotations
@@ -44,6 +47,13 @@ def smoke_run(tmp_path_factory) -> Path:
     assert proc.returncode == 0, (f"the smoke run failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n"
                                   f"{proc.stderr[-6000:]}")
     return repo
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that use the smoke run share one xdist worker (see the module docstring)."""
+    for item in items:
+        if "smoke_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("smoke"))
 
 
 @pytest.fixture

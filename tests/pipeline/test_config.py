@@ -1,10 +1,12 @@
 """The pipeline's configuration: presets, grids, shards, and bad values stopping the run early.
 
-The bad-config cases run the real workflow (``snakemake --cores 1``, not a dry run, so a check
-that failed to fire would start writing files) in a temporary copy of the repository, with the
-bad value supplied through ``--configfile`` (or ``--config``). Each must fail before any job,
-print a message that names the key and what is allowed, and leave no ``results/`` behind.
-Snakemake prints its errors on stdout, so stdout and stderr are searched together.
+Every bad-config case runs through :func:`kernels.pipeline.validation.load_config`, the function
+``workflow/rules/common.smk`` calls before any job, on the config Snakemake would hand it (the bad
+value merged in as ``--configfile`` or ``--config`` would). One case for each way a refusal can
+arise (``WORKFLOW_CASES``) also runs the real workflow (``snakemake --cores 1``, not a dry run, so a
+check that failed to fire would start writing files) in a temporary copy of the repository: it must
+fail before any job, print a message that names the key and what is allowed, and leave no
+``results/`` behind. Snakemake prints its errors on stdout, so stdout and stderr are searched together.
 
 The ``statistics:`` and ``claims:`` sections are checked key by key without Snakemake:
 :func:`refusal` runs what ``load_config`` in ``workflow/rules/common.smk`` runs on the merged
@@ -27,6 +29,7 @@ from snakemake.utils import validate
 
 from kernels import contract
 from kernels.pipeline import config as pconfig
+from kernels.pipeline import validation as pvalidation
 from kernels.pipeline.tables import format_value
 
 from repo_copy import copy_repo
@@ -228,8 +231,52 @@ BAD = {
 }
 
 
+#: The cases that also run the real workflow, one for each way a refusal can arise: the schema on
+#: config.yaml as given, the preset merge, the schema after the merge, the claims schema, the checks
+#: of check_config, a section missing from a replaced config, and the policies' own checks.
+WORKFLOW_CASES = ("unknown_top_level_key", "unknown_preset", "scale_zero", "claims_level_out_of_range",
+                  "ksink_ge_n", "missing_experiment", "unknown_policy")
+
+
+def _snakemake_config(case: str) -> tuple[dict, dict]:
+    """The config and the ``--config`` overrides Snakemake hands to common.smk for a BAD case:
+    ``--configfile`` merged over config.yaml (lists replaced), ``--config`` on top of both."""
+    overrides, extra, _ = BAD[case]
+    if overrides is None:  # --replace-workflow-config with a whole config lacking the threshold section
+        cfg = copy.deepcopy(CONFIG)
+        del cfg["experiments"]["threshold"]
+    else:
+        cfg = pconfig.deep_merge(copy.deepcopy(CONFIG), overrides)
+    cli = {}
+    for arg in extra[1:] if extra[:1] == ["--config"] else []:
+        key, value = arg.split("=", 1)
+        cli[key] = yaml.safe_load(value)
+    return pconfig.deep_merge(cfg, cli), cli
+
+
+def _check_message(text: str, needles) -> None:
+    assert "Invalid configuration" in text, text
+    line = next(ln for ln in text.splitlines() if "Invalid configuration" in ln)
+    for needle in needles:
+        assert needle in line, f"{needle!r} not in: {line}"
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_config_stops_before_any_job(case, repo_copy, tmp_path):
+def test_bad_config_is_refused_naming_the_key(case):
+    """Every case through what common.smk runs before any job (kernels.pipeline.validation)."""
+    cfg, cli = _snakemake_config(case)
+    with pytest.raises(pconfig.ConfigError) as err:
+        pvalidation.load_config(cfg, cli)
+    _check_message(str(err.value), BAD[case][2])
+
+
+def test_the_good_config_is_not_refused():
+    cfg = copy.deepcopy(CONFIG)
+    assert pvalidation.load_config(cfg, {})["preset"] == CONFIG["preset"]
+
+
+@pytest.mark.parametrize("case", WORKFLOW_CASES)
+def test_bad_config_stops_the_workflow_before_any_job(case, repo_copy, tmp_path):
     overrides, extra, needles = BAD[case]
     args = ["snakemake", "--cores", "1"]
     cfg = tmp_path / "bad.yaml"
@@ -245,10 +292,7 @@ def test_bad_config_stops_before_any_job(case, repo_copy, tmp_path):
     res = subprocess.run(args, cwd=repo_copy, capture_output=True, text=True, timeout=300)
     text = res.stdout + res.stderr
     assert res.returncode != 0, text
-    assert "Invalid configuration" in text, text
-    line = next(ln for ln in text.splitlines() if "Invalid configuration" in ln)
-    for needle in needles:
-        assert needle in line, f"{needle!r} not in: {line}"
+    _check_message(text, needles)
     assert not (repo_copy / "results").exists(), "a bad config left results/ behind"
     assert not re.search(r"^rule \w+:", res.stdout, re.M), "a job was scheduled"
 

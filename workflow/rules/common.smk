@@ -28,48 +28,27 @@ import os
 import sys
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 from kernels import contract
 from kernels.analysis import registry
 from kernels.pipeline import config as pconfig
 from kernels.pipeline import plan
+from kernels.pipeline import validation as pvalidation
 
 min_version("9.0")
 
-CONFIG_SCHEMA = "../schemas/config.schema.yaml"
-CLAIMS_SCHEMA = "../schemas/claims.schema.yaml"
-
-
-def validate_config(cfg, stage, schema=CONFIG_SCHEMA):
-    """snakemake.utils.validate with a message that names the key; raises WorkflowError."""
-    try:
-        validate(cfg, schema)
-    except WorkflowError as e:
-        err = e.__context__
-        if err is None or not hasattr(err, "absolute_path"):
-            raise
-        message = pconfig.schema_message(err, schema.rsplit("/", 1)[-1])
-        raise WorkflowError(f"Invalid configuration ({stage}): {message}") from None
-
 
 def load_config(cfg, overrides):
-    """Validate, merge the preset (then the command line again), validate, check; return the result."""
-    validate_config(cfg, "config.yaml with command-line overrides")
+    """Validate, merge the preset (then the command line again), validate, check; return the
+    result (kernels.pipeline.validation.load_config, which the tests run without Snakemake).
+    """
     try:
-        merged = pconfig.resolve_preset(cfg, overrides)
+        return pvalidation.load_config(
+            cfg, overrides, os.path.join(workflow.basedir, "workflow", "schemas")
+        )
     except pconfig.ConfigError as e:
-        raise WorkflowError(f"Invalid configuration: {e}") from None
-    stage = f"after merging preset {merged.get('preset')!r}"
-    validate_config(merged, stage)
-    validate_config(merged, stage, CLAIMS_SCHEMA)
-    try:
-        pconfig.check_config(merged)
-    except pconfig.ConfigError as e:
-        raise WorkflowError(
-            f"Invalid configuration (preset {merged.get('preset')!r}): {e}"
-        ) from None
-    return merged
+        raise WorkflowError(str(e)) from None
 
 
 _merged = load_config(config, workflow.config_settings.overwrite_config)

@@ -1,0 +1,64 @@
+"""Reading config.yaml as the workflow does: both schemas, the preset merged, then the checks.
+
+:func:`load_config` is what ``workflow/rules/common.smk`` runs before any job, and what the tests
+run on hundreds of bad configs without starting Snakemake. Every refusal is one
+:class:`~kernels.pipeline.config.ConfigError` whose message starts ``Invalid configuration`` and
+names the config key and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from kernels.pipeline.config import ConfigError, check_config, resolve_preset, schema_message
+
+__all__ = ["SCHEMA_DIR", "CONFIG_SCHEMA", "CLAIMS_SCHEMA", "validate_config", "load_config"]
+
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
+CONFIG_SCHEMA = "config.schema.yaml"
+CLAIMS_SCHEMA = "claims.schema.yaml"
+
+
+def validate_config(cfg: dict, stage: str, schema: str = CONFIG_SCHEMA, schema_dir: Path = SCHEMA_DIR) -> None:
+    """``snakemake.utils.validate`` (which also fills the schema's defaults into ``cfg``), with a
+    message that names the key.
+
+    Raises:
+        ConfigError: ``Invalid configuration (<stage>): config key '...' ...; allowed: ...``.
+    """
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    try:
+        validate(cfg, str(Path(schema_dir) / schema))
+    except WorkflowError as e:
+        err = e.__context__
+        if err is None or not hasattr(err, "absolute_path"):
+            raise
+        raise ConfigError(f"Invalid configuration ({stage}): {schema_message(err, schema)}") from None
+
+
+def load_config(cfg: dict, overrides: Mapping | None = None, schema_dir: Path = SCHEMA_DIR) -> dict:
+    """Validate ``cfg`` (config.yaml with the command line's ``--configfile`` and ``--config``
+    merged in, as Snakemake hands it over), merge its preset under ``overrides`` (the ``--config``
+    values, which beat the preset), validate the result against both schemas, then
+    :func:`~kernels.pipeline.config.check_config`. Returns the merged config; ``cfg`` gains the
+    schemas' defaults, as under Snakemake.
+
+    Raises:
+        ConfigError: the first refusal, naming the key and what is allowed.
+    """
+    validate_config(cfg, "config.yaml with command-line overrides", CONFIG_SCHEMA, schema_dir)
+    try:
+        merged = resolve_preset(cfg, overrides)
+    except ConfigError as e:
+        raise ConfigError(f"Invalid configuration: {e}") from None
+    stage = f"after merging preset {merged.get('preset')!r}"
+    validate_config(merged, stage, CONFIG_SCHEMA, schema_dir)
+    validate_config(merged, stage, CLAIMS_SCHEMA, schema_dir)
+    try:
+        check_config(merged)
+    except ConfigError as e:
+        raise ConfigError(f"Invalid configuration (preset {merged.get('preset')!r}): {e}") from None
+    return merged
