@@ -7,16 +7,15 @@ p·S value lies within the fp32 score error of an FP8 rounding boundary.
 """
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 import kernels
-from kernels.conformance import explain, fragile_elements
+from kernels.conformance import explain
 from kernels.contract import COMBOS, DIAGNOSTICS, ORDERS, PAPER_SCALES
 
-from loop_contract import loop_attention
+from three_way import check_three, covering, sink_inputs
 
 # The paper's four combinations in E4M3FN, then saturation (S = 448) and no rounding.
 PAPER_CASES = [(order, scale, "e4m3fn") for order, scale in COMBOS]
@@ -24,70 +23,32 @@ CASES = PAPER_CASES + [("forward", 448.0, "e4m3fn"), ("reverse", 448.0, "e4m3fn"
                        ("reverse", 256.0, None)]
 
 
-def sink_inputs(seed, nq, nk, d, *, delta=7.0, ksink=4, b=1, h=2):
-    """Random q, k, v [b, h, n, d] whose first ksink keys score about delta above the rest."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, h, nq, d, generator=g)
-    k = torch.randn(b, h, nk, d, generator=g)
-    v = torch.randn(b, h, nk, d, generator=g)
-    # push the sink keys along the mean query direction so most rows see a strong sink
-    qm = q.mean(2, keepdim=True)
-    k[:, :, :ksink] += qm * (delta * math.sqrt(d) / qm.pow(2).sum(-1, keepdim=True))
-    return q, k, v
-
-
-def as_result(out, diag):
-    return SimpleNamespace(out=out, **diag)
-
-
-# The keywords of kernels.attention that kernels.conformance.fragile_elements takes.
-_MODEL_KEYS = ("order", "scale", "fmt", "causal", "block_n", "sm_scale", "scale_mode", "rescale_threshold",
-               "sink_logit", "sink_mode", "qk_fmt", "qk_scale")
-
-
-def model(q, k, **kw):
-    """fragile_elements of the call with keywords ``kw`` (those of kernels.attention)."""
-    return fragile_elements(q, k, **{n: kw[n] for n in _MODEL_KEYS if n in kw})
-
-
-def check_three(q, k, v, *, block_m=64, rowsum="unrounded", **kw):
-    """Triton (interpreted), emulator and loop agree on one call (keywords ``kw`` of kernels.attention),
-    every difference explained; returns (triton result, emulator result, explain's reports)."""
-    tri = kernels.attention(q, k, v, backend="triton", block_m=block_m, rowsum=rowsum, **kw)
-    assert tri.backend == "triton-interpreted"
-    emu = kernels.attention(q, k, v, backend="emulator", block_m=block_m, rowsum=rowsum, **kw)
-    assert emu.backend == "emulator"
-    loop = as_result(*loop_attention(q, k, v, rowsum=rowsum, **kw))
-    fr = model(q, k, **kw)
-    reps = {}
-    for name, a, b in (("triton/emulator", tri, emu), ("loop/emulator", loop, emu), ("triton/loop", tri, loop)):
-        rep = explain(a, b, q, k, v, fragile=fr, **kw)
-        assert rep["explained"], f"{name}: {rep['why']}"
-        # The output bound widens only on rows that hold a boundary element; elsewhere 1e-5 holds.
-        if rep["diag_equal"]:
-            assert rep["max_rel_diff"] <= 1e-5 or rep["fragile_elements"] > 0, name
-        reps[name] = rep
-    return tri, emu, reps
-
-
 SMALL = [(1, 1), (63, 63), (64, 64), (200, 200), (100, 200), (200, 63)]
+OTHER_D_SHAPES = [(1, 1), (63, 63), (200, 200)]
 
 
 @pytest.mark.parametrize("order,scale,fmt", CASES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("nq,nk", SMALL)
 def test_three_implementations_agree_small(order, scale, fmt, causal, nq, nk):
+    """The emulator against the loop on the whole grid; the interpreted kernel too on a covering
+    subset (each case x causal once, each shape 2-3 times)."""
     q, k, v = sink_inputs(nq * 1000 + nk, nq, nk, 64, ksink=min(4, nk))
-    check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=min(4, nk))
+    where = (CASES.index((order, scale, fmt)), int(causal), SMALL.index((nq, nk)))
+    check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=min(4, nk),
+                triton=covering(where, (len(CASES), 2, len(SMALL))))
 
 
 @pytest.mark.parametrize("order,scale,fmt", PAPER_CASES)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("nq,nk", [(1, 1), (63, 63), (200, 200)])
+@pytest.mark.parametrize("nq,nk", OTHER_D_SHAPES)
 @pytest.mark.parametrize("d", [16, 128])
 def test_three_implementations_agree_small_other_d(order, scale, fmt, causal, nq, nk, d):
+    """As above for d = 16 and 128: the kernel on each case x causal x d once."""
     q, k, v = sink_inputs(nq * 1000 + nk + d, nq, nk, d, ksink=min(4, nk))
-    check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=min(4, nk))
+    where = (PAPER_CASES.index((order, scale, fmt)), int(causal), (16, 128).index(d), OTHER_D_SHAPES.index((nq, nk)))
+    check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=min(4, nk),
+                triton=covering(where, (len(PAPER_CASES), 2, 2, len(OTHER_D_SHAPES))))
 
 
 @pytest.mark.parametrize("order,scale,fmt,causal", [c + (False,) for c in PAPER_CASES] + [
@@ -95,7 +56,7 @@ def test_three_implementations_agree_small_other_d(order, scale, fmt, causal, nq
     ("reverse", 1.0, None, True)])
 def test_three_implementations_agree_n1024(order, scale, fmt, causal):
     q, k, v = sink_inputs(7, 1024, 1024, 64, h=1)
-    tri, _, _ = check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=4)
+    tri, _, _, _ = check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=4)
     if order == "forward" and scale == 1.0 and fmt and not causal:
         assert int(tri.underflow.sum()) > 0  # the comparison covered real underflow
 
@@ -116,7 +77,7 @@ def test_block_sizes_and_rowsum(block_m, block_n, rowsum):
 
 def test_saturation_is_counted_beyond_max():
     q, k, v = sink_inputs(10, 64, 128, 16)
-    tri, emu, _ = check_three(q, k, v, order="forward", scale=1024.0, fmt="e4m3fn", causal=False, ksink=4)
+    tri, emu, _, _ = check_three(q, k, v, order="forward", scale=1024.0, fmt="e4m3fn", causal=False, ksink=4)
     assert int(emu.saturated.sum()) > 0  # p = 1 at every row's max, and 1024 > 448
     assert torch.equal(tri.saturated, emu.saturated)
 

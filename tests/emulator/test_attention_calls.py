@@ -29,7 +29,6 @@ from kernels.contract import DIAGNOSTICS
 from kernels.pipeline.runs import value_stack
 from kernels.models.sinks import learned_sink, make_base
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 CPU = torch.device("cpu")
 DELTAS = [0.0, 4.0, 8.0, 12.0, 16.0]

@@ -28,7 +28,6 @@ SCALES = [1.0, 100.0, 256.0, 448.0, 512.0]
 H, H_KV = 4, 2
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def inputs(seed, n=100, d=16, *, ksink=4, delta=12.0, svs=(1.0, 0.25), batch=2):

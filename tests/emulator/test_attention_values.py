@@ -36,7 +36,6 @@ def inputs(seed, nq, nk, d=16, *, b=2, h=2, n_values=3):
     return q, k, values
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def assert_same_bits(a, b):

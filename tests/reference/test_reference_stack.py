@@ -22,7 +22,6 @@ from kernels.pipeline.runs import value_stack
 from kernels.reference import expand_kv, reference_attention, reference_stack
 from kernels.models.sinks import learned_sink, make_base
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 CPU = torch.device("cpu")
 REL_TOL = 1e-12

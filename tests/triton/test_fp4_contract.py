@@ -10,7 +10,6 @@ interpreter is slow.
 """
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,31 +19,14 @@ from kernels.conformance import compare, explain, fragile_elements
 from kernels.contract import DIAGNOSTICS
 from kernels.models.sinks import make_inputs
 
-from loop_contract import loop_attention
+import three_way
+from three_way import copy_result
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-_MODEL_KEYS = ("order", "scale", "fmt", "causal", "block_n", "scale_mode")
-
-
-def _copy(r):
-    return SimpleNamespace(out=r.out.clone(), **{n: getattr(r, n).clone() for n in DIAGNOSTICS})
-
-
-def check_three(q, k, v, *, block_m=32, rowsum="unrounded", **kw):
-    """Kernel (interpreted), emulator and loop on one call: every difference explained; returns their results."""
-    tri = kernels.attention(q, k, v, backend="triton", block_m=block_m, rowsum=rowsum, **kw)
-    assert tri.backend == "triton-interpreted"
-    emu = kernels.attention(q, k, v, backend="emulator", rowsum=rowsum, **kw)
-    out, diag = loop_attention(q, k, v, rowsum=rowsum, **kw)
-    loop = SimpleNamespace(out=out, **diag)
-    fr = fragile_elements(q, k, **{n: kw[n] for n in _MODEL_KEYS if n in kw})
-    for name, a, b in (("triton/emulator", tri, emu), ("loop/emulator", loop, emu), ("triton/loop", tri, loop)):
-        rep = explain(a, b, q, k, v, fragile=fr, **kw)
-        assert rep["explained"], f"{name}: {rep['why']}"
-        if rep["diag_equal"]:
-            assert rep["max_rel_diff"] <= 1e-5 or rep["fragile_elements"] > 0, name
-    return tri, emu, loop, fr
+def check_three(q, k, v, *, block_m=32, **kw):
+    """The three implementations on one call (tests/support/three_way.py), kernel block_m 32."""
+    return three_way.check_three(q, k, v, block_m=block_m, **kw)
 
 
 # (n, d, block_n, Δ, ksink, keywords): N not a multiple of the group or the block, Δ large enough to flush
@@ -112,8 +94,8 @@ def test_explain_rejects_a_count_off_by_one(flush_case, name):
     quiet = ~(fr["fragile"] | fr["fragile_flush"] | fr["fragile_saturation"]).any(-1)  # rows with no boundary case
     assert bool(quiet.any())
     row = tuple(int(i) for i in quiet.nonzero()[0])
-    assert explain(_copy(emu), emu, q, k, v, fragile=fr, **kw)["explained"]
-    bad = _copy(emu)
+    assert explain(copy_result(emu), emu, q, k, v, fragile=fr, **kw)["explained"]
+    bad = copy_result(emu)
     getattr(bad, name)[row] += 1
     rep = explain(bad, emu, q, k, v, fragile=fr, **kw)
     assert not rep["explained"] and name in rep["why"]
@@ -123,7 +105,7 @@ def test_explain_rejects_an_output_change_of_one_fp4_step(flush_case):
     q, k, v, kw, emu, fr = flush_case
     quiet = ~fr["fragile"].any(-1)
     row = tuple(int(i) for i in quiet.nonzero()[0])
-    bad = _copy(emu)
+    bad = copy_result(emu)
     bad.out[row] += 1e-4 * float(emu.out.abs().max())
     rep = explain(bad, emu, q, k, v, fragile=fr, **kw)
     assert not rep["explained"] and "differ" in rep["why"]

@@ -8,7 +8,6 @@ a real difference: it is no rubber stamp. Shapes are small: the interpreter is s
 """
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,15 +17,11 @@ import kernels
 from kernels.conformance import (EX2_APPROX_REL_ERR, EXP_REL_ERR_CPU, compare, explain, exp_rel_err_for,
                                  fragile_elements)
 from kernels.conformance.model import cast_operand
-from kernels.contract import DIAGNOSTICS, LOG2E
+from kernels.contract import LOG2E
 
 from loop_contract import cast_operand as loop_cast_operand
 from loop_contract import loop_attention
-from test_attention import as_result, check_three, model, sink_inputs
-
-
-def copy_result(r):
-    return SimpleNamespace(out=r.out.clone(), **{n: getattr(r, n).clone() for n in DIAGNOSTICS})
+from three_way import as_result, check_three, copy_result, model, sink_inputs
 
 
 # ------------------------------------------------------------------------- three implementations agree
@@ -51,7 +46,7 @@ def test_each_option_three_implementations_agree(case):
     q, k, v = sink_inputs(len(str(case)), case.pop("nq", 100), 150, 32)
     kw = dict(order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=4, block_n=64)
     kw.update(case)
-    tri, _, _ = check_three(q, k, v, **kw)
+    tri, _, _, _ = check_three(q, k, v, **kw)
     if kw.get("rescale_threshold", 0.0) > 3 and kw["scale"] == 256.0:
         assert int(tri.saturated.sum()) > 0  # the comparison covered saturation above max_finite
 
@@ -73,7 +68,7 @@ def test_combinations_three_implementations_agree(case):
     sink = torch.tensor([[7.0], [9.0]])  # [B, H]
     kw = dict(order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=4, block_n=64, sink_logit=sink)
     kw.update(case)
-    tri, emu, _ = check_three(q, k, v, **kw)
+    tri, emu, _, _ = check_three(q, k, v, **kw)
     assert int(tri.underflow.sum()) > 0  # the comparison covered real underflow
 
 
@@ -124,7 +119,7 @@ def test_a_lazy_decision_at_tau_makes_the_row_walk_fragile_and_is_said():
     kw["rescale_threshold"] = tau
     fr = model(q, k, **kw)
     assert bool(fr["walk_fragile"].all())
-    _, _, reps = check_three(q, k, v, **kw)
+    _, _, _, reps = check_three(q, k, v, **kw)
     assert all(r["walk_fragile_rows"] == 4 and "lazy-rescale decision" in r["why"] for r in reps.values())
     # Either walk is correct there: the eager walk (the max moves) is explained against the lazy model...
     eager = kernels.attention(q, k, v, backend="emulator", **{**kw, "rescale_threshold": 0.0})
