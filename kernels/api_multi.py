@@ -1,9 +1,9 @@
 """Several attention calls on the same q and k: value tensors, scales, or any list of calls.
 
 :func:`~kernels.attention_values`, :func:`~kernels.attention_scales` and :func:`~kernels.attention_calls`
-(docs/interfaces.md): each result is bit-identical to its own :func:`kernels.attention` call, and the emulator shares what
-the results do not depend on. Their arguments are :func:`kernels.attention`'s, checked by
-:mod:`kernels.api` before any work.
+(docs/interfaces.md): each result is bit-identical to its own :func:`kernels.attention` call, and the
+emulator shares what the results do not depend on. Their arguments are :func:`kernels.attention`'s,
+checked by :mod:`kernels.api` before any work.
 """
 
 from __future__ import annotations
