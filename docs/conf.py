@@ -1,6 +1,6 @@
 """Sphinx configuration: the user guide (Markdown, through MyST) and the API reference (autodoc).
 
-Build: ``python -m sphinx -W --keep-going -n -b html docs docs/_build/html`` (see docs/contributing.md).
+Build: ``python -m sphinx -W -n -b html docs docs/_build/html`` (see docs/contributing.md).
 Warnings are errors and cross-references are checked (nitpicky): a renamed function that a
 docstring or a page still names fails the build. Names outside this project (torch, numpy, ...)
 are not checked, since the build has no network for intersphinx.
