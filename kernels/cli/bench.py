@@ -12,7 +12,7 @@ run on one machine, interleaved, so the ratio is robust to a noisy machine:
 The headline figure is emulator / matmul-pair throughput.
 
 ``pcast-bench --sweep`` measures instead the multi-run engine :func:`kernels.attention_calls` on a
-collapse-shaped sweep, in runs per second, against its arithmetic floor (issue 11):
+collapse-shaped sweep, in runs per second, against its arithmetic floor:
 
 * inputs built as the sweep shards build them: ``kernels.models.sinks.make_base(0, n=N, d=D)``, then
   ``kernels.pipeline.runs.value_stack`` at ksink 4 over a Δ grid 0, 1, ..., ``--deltas``-1 (one

@@ -1,4 +1,4 @@
-"""Microscaled FP4 formats for P (issue 13): NVFP4 and MXFP4, bit-exact, in torch.
+"""Microscaled FP4 formats for P: NVFP4 and MXFP4, bit-exact, in torch.
 
 Both quantize groups of ``group`` consecutive values along the last axis (in attention: keys of one
 KV block) to E2M1 elements times one scale per group (docs/interfaces.md, "P in FP4 with

@@ -1,4 +1,4 @@
-"""Theory of P in microscaled FP4 (NVFP4, MXFP4) under sink keys (issue 13; docs/interfaces.md, "P in FP4").
+"""Theory of P in microscaled FP4 (NVFP4, MXFP4) under sink keys (docs/interfaces.md, "P in FP4").
 
 Model (:mod:`kernels.theory`'s, exactly what :func:`kernels.models.sinks.make_inputs` draws): per query row the
 ``n - k`` non-sink scores are iid ``N(0, sigma^2)`` and the ``k`` sink keys (positions ``0 .. k-1``)

@@ -1,4 +1,4 @@
-"""Theory of the P-policy options of :func:`kernels.attention` (docs/interfaces.md, issue 9).
+"""Theory of the P-policy options of :func:`kernels.attention` (docs/interfaces.md, "P policies").
 
 Beside :mod:`kernels.theory` (sink keys, eager max, S multiplied after exp), and in its model:
 the scores of one query row are iid ``N(0, sigma^2)``; keys are visited in blocks of ``block_n``,

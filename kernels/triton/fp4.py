@@ -1,8 +1,8 @@
-"""Microscaled FP4 P in the Triton kernel (docs/interfaces.md, "P in FP4 with microscaling", issue 13).
+"""Microscaled FP4 P in the Triton kernel (docs/interfaces.md, "P in FP4 with microscaling").
 
 ``@triton.jit`` helpers that :mod:`kernels.triton.kernel` calls at its step-3 and step-5 markers (the
 markers stay in ``_attn_fwd_inner``). With ``MX == 0`` (an FP8 format, or no cast) ``cast_p`` emits
-exactly the operations the kernel had before issue 13, so FP8 calls stay bit-identical.
+exactly the operations of the FP8 path, so FP8 calls stay bit-identical.
 
 * ``cast_p``: step 3, ``x = p·S`` (or ``p·S_r`` per row, or the exp2-offset x) and its rounding:
   FP8 by ``fp8_round``, or groups of ``GROUP`` keys inside the block with an NVFP4 / MXFP4 scale each;

@@ -6,7 +6,7 @@ attention kernel with the P-cast contract (:func:`_attn_fwd`, whose KV loop is
 :func:`_attn_fwd_inner`; each contract step is marked ``# step N: name``, as in the
 emulator and the test oracle; the P-policy options of docs/interfaces.md, "P policies of
 deployed kernels", enter at those markers as constexprs and runtime arguments, their helpers in
-:mod:`kernels.triton.policy`; microscaled FP4 P, nvfp4 / mxfp4 and ``scale_mode="per_row"`` (issue 13),
+:mod:`kernels.triton.policy`; microscaled FP4 P, nvfp4 / mxfp4 and ``scale_mode="per_row"``,
 enters at steps 3-5 through :mod:`kernels.triton.fp4`). Then the launchers (:func:`triton_attention`,
 :func:`triton_quantize`, :func:`triton_builtin_cast`): CUDA tensors launch the kernels
 compiled; CPU tensors launch them through Triton's interpreter (see :func:`_interpreting`),
