@@ -55,6 +55,7 @@ def test_readme_is_at_most_250_lines():
 
 
 def test_claims_table_matches_the_default_run_file():
+    assert DEFAULT_RUN["preset"] == "default", "docs/data/default_run.json must come from a default-preset run"
     rows = _claims_rows()
     claims = DEFAULT_RUN["claims"]
     seen = set()
