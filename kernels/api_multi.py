@@ -1,9 +1,9 @@
 """Several attention calls on the same q and k: value tensors, scales, or any list of calls.
 
-:func:`attention_values`, :func:`attention_scales` and :func:`attention_calls` (docs/interfaces.md):
-each result is bit-identical to its own :func:`kernels.attention` call, and the emulator shares what
-the results do not depend on. Their arguments are :func:`kernels.attention`'s, checked by
-:mod:`kernels.api` before any work.
+:func:`~kernels.attention_values`, :func:`~kernels.attention_scales` and :func:`~kernels.attention_calls`
+(docs/interfaces.md): each result is bit-identical to its own :func:`kernels.attention` call, and the
+emulator shares what the results do not depend on. Their arguments are :func:`kernels.attention`'s,
+checked by :mod:`kernels.api` before any work.
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ __all__ = ["attention_values", "attention_scales", "attention_calls"]
 
 
 def attention_values(q: torch.Tensor, k: torch.Tensor, values, **kwargs) -> list[AttentionResult]:
-    """:func:`attention` of q and k against each value tensor of ``values``, sharing the P path.
+    """:func:`~kernels.attention` of q and k against each value tensor of ``values``, sharing the P path.
 
     P and every diagnostic depend on q and k only. The emulator therefore runs steps 1-4 once and
     steps 5-6 once per value tensor (each cast by ``v_fmt`` on its own); the other backends call
-    :func:`attention` once per value tensor. Either way result i is bit-identical to
+    :func:`~kernels.attention` once per value tensor. Either way result i is bit-identical to
     ``attention(q, k, values[i], **kwargs)``.
 
     Args:
-        q, k: as :func:`attention`. values: a non-empty list or tuple of float32 tensors, each of k's
-            shape [B, H, Nk, d] and on q's device. kwargs: any keywords of :func:`attention`.
+        q, k: as :func:`~kernels.attention`. values: a non-empty list or tuple of float32 tensors, each of k's
+            shape [B, H, Nk, d] and on q's device. kwargs: any keywords of :func:`~kernels.attention`.
 
-    Returns one :class:`AttentionResult` per value tensor (each with its own diagnostic tensors).
+    Returns one :class:`~kernels.AttentionResult` per value tensor (each with its own diagnostic tensors).
     Raises ValueError naming a bad argument, before any work.
     """
     args = _bound_args("attention_values", q, k, values, kwargs)
@@ -38,21 +38,21 @@ def attention_values(q: torch.Tensor, k: torch.Tensor, values, **kwargs) -> list
 
 
 def attention_scales(q: torch.Tensor, k: torch.Tensor, values, *, scales, **kwargs) -> list[list[AttentionResult]]:
-    """:func:`attention_values` at each scale S of ``scales``, sharing what does not depend on S.
+    """:func:`~kernels.attention_values` at each scale S of ``scales``, sharing what does not depend on S.
 
     With ``scale_mode="multiply"`` steps 1-2 (scores, running max, p = exp(s - m)) and the counts of
     p > 0 do not depend on S, so the emulator runs them once per chunk of rows and steps 3-6 once
     per scale (each on its own copy of the unrounded p); the saturation check is taken per scale.
     ``scale_mode="exp2_offset"`` folds log2 S into step 2, and the other backends share nothing,
-    so those call :func:`attention_values` once per scale. Either way ``result[i][j]`` is
+    so those call :func:`~kernels.attention_values` once per scale. Either way ``result[i][j]`` is
     bit-identical to ``attention_values(q, k, values, scale=scales[i], **kwargs)[j]``.
 
     Args:
-        q, k, values: as :func:`attention_values`. scales: a non-empty list or tuple of scales, each
-            a finite number > 0 (as ``scale`` of :func:`attention`; it overrides a policy's scale).
-        kwargs: any keywords of :func:`attention` but ``scale``.
+        q, k, values: as :func:`~kernels.attention_values`. scales: a non-empty list or tuple of scales, each
+            a finite number > 0 (as ``scale`` of :func:`~kernels.attention`; it overrides a policy's scale).
+        kwargs: any keywords of :func:`~kernels.attention` but ``scale``.
 
-    Returns one list per scale of one :class:`AttentionResult` per value tensor (each with its own
+    Returns one list per scale of one :class:`~kernels.AttentionResult` per value tensor (each with its own
     diagnostic tensors). Raises ValueError naming a bad argument, before any work."""
     if not isinstance(scales, (list, tuple)) or not scales:
         raise ValueError(f"scales={scales!r} is not allowed; allowed: a non-empty list or tuple of finite "
@@ -67,7 +67,7 @@ def attention_scales(q: torch.Tensor, k: torch.Tensor, values, *, scales, **kwar
 
 
 def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -> list[list[AttentionResult]]:
-    """Several :func:`attention_values` calls on the same q, k and values, sharing what their results do not
+    """Several :func:`~kernels.attention_values` calls on the same q, k and values, sharing what their results do not
     depend on (the multi-run entry point, docs/interfaces.md).
 
     Call i runs with the keywords ``{**common, **calls[i]}``; ``result[i][j]`` is bit-identical to
@@ -78,10 +78,10 @@ def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -
     machine). Other backends run the calls one by one.
 
     Args:
-        q, k, values: as :func:`attention_values`. calls: a non-empty list or tuple of dicts of keywords
-            of :func:`attention`. common: keywords every call takes unless it sets them itself.
+        q, k, values: as :func:`~kernels.attention_values`. calls: a non-empty list or tuple of dicts of keywords
+            of :func:`~kernels.attention`. common: keywords every call takes unless it sets them itself.
 
-    Returns one list per call of one :class:`AttentionResult` per value tensor (each with its own
+    Returns one list per call of one :class:`~kernels.AttentionResult` per value tensor (each with its own
     tensors). Raises ValueError naming a bad call (``calls[i]``) or argument, before any work."""
     if not isinstance(calls, (list, tuple)) or not calls:
         raise ValueError(f"calls={calls!r} is not allowed; allowed: a non-empty list or tuple of dicts of keywords "
@@ -109,7 +109,7 @@ def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -
 
 
 def _bound_args(who: str, q, k, values, kwargs: dict) -> dict:
-    """:func:`attention`'s arguments, defaults applied, for a call on several value tensors (``values[0]``
+    """:func:`~kernels.attention`'s arguments, defaults applied, for a call on several value tensors (``values[0]``
     stands for ``v``); raises ValueError naming a bad ``values`` or keyword."""
     if not isinstance(values, (list, tuple)) or not values:
         raise ValueError(f"values must be a non-empty list or tuple of tensors, got {type(values).__name__}"

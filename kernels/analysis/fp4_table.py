@@ -29,7 +29,7 @@ def _at(part: pd.DataFrame, delta: float) -> pd.Series | None:
 
 def cast_rows(summary: pd.DataFrame, delta: float) -> pd.DataFrame:
     """One row per cast (its forward curve): cast, fmt, scale_mode, scale, dc_pred, dc_meas, dc_lo, dc_hi,
-    dc_diff (|measured − closed form|), flushed_at_start, fr_ratio(_lo/_hi) and base_ratio(_lo/_hi) at ``delta``."""
+    dc_diff (``|measured − closed form|``), flushed_at_start, fr_ratio(_lo/_hi) and base_ratio(_lo/_hi) at ``delta``."""
     rows = []
     for key, part in curve_rows(summary, "forward"):
         first, at = part.iloc[0], _at(part, delta)

@@ -32,7 +32,7 @@ Degenerate data (documented behaviour, also tested):
 * both MSEs exactly 0 for a seed (e.g. an exact run): ``d = 0`` for that seed;
 * exactly one MSE 0: ``d = ±inf``. The ratio statistics keep the infinity (median ratio may be
   0 or inf); Wilcoxon, which only uses signs and ranks, replaces ±inf by a finite value larger
-  than every finite |d| (rank-preserving); the t-test and TOST are undefined (NaN) and the
+  than every finite ``|d|`` (rank-preserving); the t-test and TOST are undefined (NaN) and the
   ``note`` column says why;
 * all ``d`` identical (zero spread): Wilcoxon p = 1 when all are 0 (no evidence of a difference),
   else scipy's value; the t-test p is 1 when ``d == 0`` and 0 otherwise (t = ±inf); TOST

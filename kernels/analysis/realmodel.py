@@ -79,7 +79,7 @@ def head_summary(heads: pd.DataFrame) -> pd.DataFrame:
 
 
 def theory_errors(summary: pd.DataFrame, runs=(BASELINE, combo_label("forward", 256.0))) -> pd.DataFrame:
-    """|prediction - measurement| of the combinations ``runs``, per sink type: mean, max, heads."""
+    """``|prediction - measurement|`` of the combinations ``runs``, per sink type: mean, max, heads."""
     s = summary[summary["run"].isin(runs)].copy()
     s["abs_error"] = s["pred_error"].abs()
     g = s.groupby("sink_type")["abs_error"]

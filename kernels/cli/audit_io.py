@@ -123,7 +123,7 @@ def load_policies(path: str) -> dict:
 
 def check_tensors(q, k, *, ksink: int | None, sm_scale: float | None) -> None:
     """What the loaded tensors allow, before any work: ``0 <= ksink < Nk`` (``None``: ``--ksink auto``,
-    nothing to check) and scores finite in float32 (max |q·k|·sm_scale from a float64 product, one head
+    nothing to check) and scores finite in float32 (max ``|q·k|·sm_scale`` from a float64 product, one head
     at a time)."""
     import torch
 

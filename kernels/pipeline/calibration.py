@@ -1,5 +1,5 @@
 """The run plan's calibration (:mod:`kernels.pipeline.plan`): the parts of its CPU-time model measured on
-this machine, on one thread, as the jobs run them. :func:`load_calibration` makes it
+this machine, on one thread, as the jobs run them. ``load_calibration`` makes it
 once per machine and keeps it; the model and the meaning of each part are in that module's docstring."""
 
 from __future__ import annotations

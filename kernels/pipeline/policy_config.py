@@ -130,7 +130,7 @@ def check_policies(exp: Mapping, user_policies: Mapping | None = None) -> None:
 
 
 def policy_shard_spec(exp: Mapping, user_policies: Mapping | None, base: dict) -> dict:
-    """The policies shard's spec: ``base`` (seeds, shapes, grids of :func:`config.shard_spec`) plus
+    """The policies shard's spec: ``base`` (seeds, shapes, grids of :func:`kernels.pipeline.config.shard_spec`) plus
     the sink kinds, ksink, every listed policy's resolved keywords and every variant's casts."""
     return {**base, "sink_kinds": list(exp["sink_kinds"]), "ksink": int(exp["ksink"]),
             "policies": resolve_policies(exp, user_policies), "variants": resolve_variants(exp)}

@@ -23,7 +23,7 @@ from kernels.pipeline.files import atomic_write_text
 
 __all__ = [
     "format_value", "csv_text", "parse_value", "read_csv", "tidy_layout", "merge_tidy", "merge_timing",
-    "summarize_benchmarks",
+    "benchmark_groups", "summarize_benchmarks",
 ]
 
 # How a column's text parses back (for sorting and duplicate checks); any other column is text.
@@ -127,26 +127,35 @@ def merge_timing(paths: Sequence[str | os.PathLike], out_csv: str | os.PathLike)
 # ----------------------------------------------------------------------------- benchmarks
 
 
-def summarize_benchmarks(bench_dir: str | os.PathLike = "results/benchmarks") -> str:
-    """A Markdown table of the wall time per step from Snakemake's ``benchmark:`` files.
+def benchmark_groups(bench_dir: str | os.PathLike = "results/benchmarks") -> dict[str, list[float]]:
+    """The wall seconds of every job in Snakemake's ``benchmark:`` files, grouped by step.
 
-    Steps are the benchmark paths without the shard: ``sweeps/collapse`` sums its shards'
-    files, ``claims/fig_collapse`` is one job. Columns: jobs, total seconds, slowest job.
+    Steps are the benchmark paths without the shard: ``sweeps/collapse`` holds its shards' times,
+    ``claims/fig_collapse`` one job's, ``realmodel/realmodel_heads`` one per layer.
     """
     groups: dict[str, list[float]] = {}
     root = os.fspath(bench_dir)
     for dirpath, _, files in os.walk(root):
-        for f in files:
+        for f in sorted(files):
             if not f.endswith(".tsv"):
                 continue
             rel = os.path.relpath(os.path.join(dirpath, f), root)
             parts = rel[:-4].split(os.sep)
-            if parts[-1].startswith("shard"):
+            if parts[-1].startswith(("shard", "layer")):
                 parts = parts[:-1]
             with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
                 rows = list(csv.reader(fh, delimiter="\t"))
             if len(rows) >= 2:
                 groups.setdefault("/".join(parts), []).append(float(rows[-1][0]))
+    return groups
+
+
+def summarize_benchmarks(bench_dir: str | os.PathLike = "results/benchmarks") -> str:
+    """A Markdown table of the wall time per step from Snakemake's ``benchmark:`` files.
+
+    Steps as :func:`benchmark_groups` makes them. Columns: jobs, total seconds, slowest job.
+    """
+    groups = benchmark_groups(bench_dir)
     lines = ["| step | jobs | total s | slowest job s |", "| --- | ---: | ---: | ---: |"]
     for key in sorted(groups):
         ts = groups[key]

@@ -37,7 +37,7 @@ even, and in half the cases ``a - (a - c) = c + 2^-20``: x = 448.0003 > 448, sat
 448 by the cast: a 7e-7 relative error); small and negative maxima overshoot at other rates
 (:func:`offset_overshoot` gives them all, bit for bit). Each move of
 the max to t therefore adds ``rate(t)`` saturated keys, ``rate`` the local mean of the overshoot
-over consecutive float32 values of m (:func:`overshoot_rate`), integrated against the density of
+over consecutive float32 values of m (:func:`~kernels.theory.lazy.overshoot_rate`), integrated against the density of
 the moves in the same walk.
 """
 
@@ -144,7 +144,7 @@ def _rate_table(S: float, fmt: str) -> tuple[np.ndarray, np.ndarray]:
 
 def overshoot_rate(m, S: float, fmt: str | FP8Format = "e4m3fn") -> np.ndarray:
     """The local rate of :func:`offset_overshoot` at scores ``m``: its mean over 4096 consecutive float32
-    values, tabulated every 0.05 on |m| <= 128 and interpolated (0 outside: far beyond any score here).
+    values, tabulated every 0.05 on ``|m| <= 128`` and interpolated (0 outside: far beyond any score here).
     All zeros when ``log2 S`` is an integer (S a power of two: x at the max is S exactly)."""
     f = _fmt(fmt)
     if float(log2_scale(S)).is_integer():
@@ -222,7 +222,7 @@ def saturation_fraction(tau: float, S: float, fmt: str | FP8Format = "e4m3fn", s
 
     With ``S·2^τ <= max_finite`` the answer is 0 (see :func:`kernels.theory.policy.best_lazy_scale`),
     and with τ = 0 (eager) unless ``S > max_finite``, except for exp2_offset with a non-integer
-    ``log2 S``: the key at each new max may overshoot in float32 (:func:`overshoot_rate`, the module
+    ``log2 S``: the key at each new max may overshoot in float32 (:func:`~kernels.theory.lazy.overshoot_rate`, the module
     docstring); for S = 448 maxima between about 1 and 17.19 never overshoot, maxima from 17.19
     to 22.18 do half the time.
 

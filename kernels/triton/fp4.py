@@ -1,14 +1,14 @@
 """Microscaled FP4 P in the Triton kernel (docs/interfaces.md, "P in FP4 with microscaling").
 
 ``@triton.jit`` helpers that :mod:`kernels.triton.kernel` calls at its step-3 and step-5 markers (the
-markers stay in ``_attn_fwd_inner``). With ``MX == 0`` (an FP8 format, or no cast) :func:`cast_p` emits
-the FP8 cast alone, so FP8 calls take the same operations whether or not FP4 is compiled in.
+markers stay in ``_attn_fwd_inner``). With ``MX == 0`` (an FP8 format, or no cast) ``cast_p`` emits
+exactly the operations of the FP8 path, so FP8 calls stay bit-identical.
 
-* :func:`cast_p`: step 3, ``x = p·S`` (or ``p·S_r`` per row, or the exp2-offset x) and its rounding:
+* ``cast_p``: step 3, ``x = p·S`` (or ``p·S_r`` per row, or the exp2-offset x) and its rounding:
   FP8 by ``fp8_round``, or groups of ``GROUP`` keys inside the block with an NVFP4 / MXFP4 scale each;
   plus the microscaled formats' diagnostics (saturated, underflow_scale, groups_flushed).
-* :func:`group_scale`: a group's scale from its amax (E4M3 of ``float32(amax / 6)``, or E8M0 from bits).
-* :func:`per_row_div`: step 5's division of the block's ``p_q·V`` by ``S_r`` (``scale_mode="per_row"``).
+* ``group_scale``: a group's scale from its amax (E4M3 of ``float32(amax / 6)``, or E8M0 from bits).
+* ``per_row_div``: step 5's division of the block's ``p_q·V`` by ``S_r`` (``scale_mode="per_row"``).
 
 Every division is ``tl.div_rn`` (IEEE, round to nearest): compiled, a float32 ``/`` is ``div.full.f32``.
 The E2M1 and E4M3 roundings are the kernel's own bit-exact ``fp8_round`` (:mod:`kernels.triton.rounding`).

@@ -5,9 +5,9 @@ markers themselves stay in ``_attn_fwd_inner`` / ``_attn_fwd``), and the host-si
 scales. Each helper takes its option as a constexpr; with the option off it emits none of the
 option's operations, so a default call runs the plain contract.
 
-* :func:`new_max`: the running-max rule, eager (``max(m, bm)``) or lazy (``rescale_threshold``).
-* :func:`exp_block`: ``p = exp(s − m)`` or the exp2-offset ``x`` (``scale_mode``), and ``alpha``.
-* :func:`init_state` / :func:`sink_final`: a learned sink logit seeds ``(m, l)`` or joins ``l``
+* ``new_max``: the running-max rule, eager (``max(m, bm)``) or lazy (``rescale_threshold``).
+* ``exp_block``: ``p = exp(s − m)`` or the exp2-offset ``x`` (``scale_mode``), and ``alpha``.
+* ``init_state`` / ``sink_final``: a learned sink logit seeds ``(m, l)`` or joins ``l``
   after the last block (``sink_logit``, ``sink_mode``).
 * :func:`operand_scales`: the per-(batch, head) scales ``s_t``, computed on the host in float32.
 """

@@ -75,4 +75,6 @@ def test_ci_runs_exactly_the_readme_test_command():
     ci_cmd = [ln for ln in ci.splitlines() if ln.strip() and not ln.startswith("#") and not ln.startswith("set ")]
     # the service start-up its tests need (a single-node SLURM for tests/cluster/test_cluster.py), then the command
     services = ["tests/cluster/start-slurm.sh"]
-    assert ci_cmd == services + cmd
+    # then the docs build, the README's command for it
+    docs = [ln for ln in readme.split("<!-- docs-command -->")[1].split("```")[1].splitlines()[1:] if ln.strip()]
+    assert ci_cmd == services + cmd + docs

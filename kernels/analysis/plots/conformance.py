@@ -44,7 +44,7 @@ def _draw(ax, conf: pd.DataFrame, combos) -> list[dict]:
 
 
 def fig_conformance(conformance: pd.DataFrame, *, linthresh: float = 1e-9):
-    """F6: Triton kernel vs emulator per combination: max |Δout| per row of the conformance table
+    """F6: Triton kernel vs emulator per combination: max ``|Δout|`` per row of the conformance table
     (symlog axis: exact agreement shows as 0), filled where all diagnostics agree, open where
     they differ but every difference is explained, a cross where not explained."""
     use_style()

@@ -8,7 +8,7 @@ choice and threshold comes from ``claims.audit`` in config.yaml:
 * ``floor_variant``: the variant whose P-cast error is read against its V-cast floor
   (``deployed``: FP8 Q, K, V; the floor is the same call with P unrounded);
 
-* ``max_abs_error``: the theory predicts a collapse when |measured Δc − predicted Δc| is at most
+* ``max_abs_error``: the theory predicts a collapse when ``|measured Δc − predicted Δc|`` is at most
   this, or when neither crosses the crossing level on the Δ grid (or both already at its first Δ).
   With lazy rescaling (τ > 0) the law is an upper bound of the underflow (the max may be stale),
   so the measured collapse only has to come no earlier than the predicted one less this;

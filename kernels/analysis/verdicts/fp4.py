@@ -6,7 +6,7 @@ every threshold from ``claims.fp4`` in config.yaml:
 * the derived optimal static S₁ of NVFP4 (``kernels.theory.fp4.optimal_first_level_scale``) and its
   closed-form group-flush Δc with the experiment's ksink, σ, n and block_n;
 * per static NVFP4 S₁ of the grid, forward order: the measured group-flush Δc against the closed form,
-  agreeing when |measured − closed form| <= ``max_abs_error``, or when neither crosses on the Δ grid (the
+  agreeing when ``|measured − closed form|`` <= ``max_abs_error``, or when neither crosses on the Δ grid (the
   closed form beyond its last Δ); PASS when every S₁ agrees, FAIL when none does, PARTIAL otherwise,
   INCONCLUSIVE without the closed form;
 * at ``delta``: every cast's MSE ratio forward / reverse next to the FP8 baseline's, and its MSE over

@@ -6,7 +6,7 @@ summary (:func:`kernels.analysis.realmodel.output_summary`), with ``claims.realm
 * ``band``: in what fraction of heads C5's improvement (MSE forward S=1 / reverse S=256) lies in it,
   above it, below it; the largest ratio and its head;
 * ``combos`` and ``max_abs_error``: the Gaussian theory (measured Δ, σ, detected sinks) predicts a
-  head's non-sink underflow when |predicted − measured| ≤ max_abs_error; told apart for clean-sink
+  head's non-sink underflow when ``|predicted − measured|`` ≤ max_abs_error; told apart for clean-sink
   heads (one sink, key 0: the theory's own setting) and the rest, with the three reasons measured
   (positional structure: measured − key-shuffled; tail shape: predicted − key-shuffled; several sinks);
 * how far the output moves: the embedding cosine of forward S=1 and reverse S=256 and of every policy.

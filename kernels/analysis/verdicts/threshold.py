@@ -31,7 +31,7 @@ def _knee_details(knees: pd.DataFrame, nums: dict) -> list[str]:
 def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame, cfg: Mapping) -> dict:
     """Measured Δc (underflow fraction crossing 1/2) against the closed form, per ksink and S.
 
-    PASS: every configuration's crossing was measured and |measured − predicted| <= tolerance.
+    PASS: every configuration's crossing was measured and ``|measured − predicted|`` <= tolerance.
     PARTIAL: some within tolerance (others outside or not measurable on the grid). FAIL: none
     within. The MSE knee (:func:`kernels.analysis.summaries.knee_summary`) is reported next to
     Δc, not gated.

@@ -16,7 +16,7 @@ __all__ = ["claim_c1", "claim_c2"]
 def claim_c1(collapse: pd.DataFrame, cfg: Mapping) -> dict:
     """Measured pooled underflow fraction against the exact and the leading-order prediction.
 
-    Criterion (cfg): max |measured − exact| <= ``max_abs_error`` over every Δ (and sink_v_scale)
+    Criterion (cfg): max ``|measured − exact|`` <= ``max_abs_error`` over every Δ (and sink_v_scale)
     of ``combos``. PASS also needs the leading-order Φ law within ``leading_max_abs_error``;
     when only the exact model is within tolerance the verdict is PARTIAL (the law's form holds,
     its leading-order constant does not).

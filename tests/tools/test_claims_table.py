@@ -1,0 +1,69 @@
+"""tools/claims_table.py on a synthetic run: steps grouped, job times summed per claim, bad runs refused."""
+
+import json
+
+import pytest
+
+from claims_table import STEPS, fmt_seconds, main, summarize
+from kernels.pipeline.tables import benchmark_groups
+
+HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+
+
+def _bench(root, rel, seconds):
+    f = root / "results" / "benchmarks" / f"{rel}.tsv"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text(HEADER + f"{seconds}\t0:00:01\t1\t1\t1\t1\t0\t0\t1\t1\n")
+
+
+def _run(tmp_path, claims=("C1", "C4")):
+    """Every step of STEPS at 1 s per job, except two shards of sweeps/collapse (2.5 s and 4 s) and three
+    realmodel_heads layers."""
+    steps = {s for ids in STEPS.values() for s in ids}
+    for s in steps - {"sweeps/collapse", "realmodel/realmodel_heads"}:
+        _bench(tmp_path, s, 1.0)
+    _bench(tmp_path, "sweeps/collapse/shard000", 2.5)
+    _bench(tmp_path, "sweeps/collapse/shard001", 4.0)
+    for layer in range(3):
+        _bench(tmp_path, f"realmodel/realmodel_heads/layer{layer}", 1.0)
+    (tmp_path / "figures").mkdir()
+    doc = {"preset": "smoke", "claims": {c: {"verdict": "PASS", "evidence": ["fig_x"]} for c in claims}}
+    (tmp_path / "figures" / "claims.json").write_text(json.dumps(doc))
+    return len(steps)
+
+
+def test_groups_drop_the_shard_and_the_layer(tmp_path):
+    _run(tmp_path)
+    groups = benchmark_groups(tmp_path / "results" / "benchmarks")
+    assert sorted(groups["sweeps/collapse"]) == [2.5, 4.0]
+    assert groups["realmodel/realmodel_heads"] == [1.0, 1.0, 1.0]
+    assert "realmodel/realmodel_heads/layer0" not in groups
+
+
+def test_job_time_per_claim_sums_its_steps(tmp_path):
+    n_steps = _run(tmp_path)
+    s = summarize(tmp_path)
+    # C1: inputs, tidy, stats, fig at 1 s each, and the two collapse shards
+    assert s["claims"]["C1"]["job_s"] == pytest.approx(4 + 6.5)
+    assert s["claims"]["C4"]["job_s"] == pytest.approx(len(STEPS["C4"]) - 1 + 6.5)
+    assert s["all_jobs"] == n_steps - 2 + 2 + 3
+    assert s["steps"]["sweeps/collapse"] == {"jobs": 2, "total_s": 6.5, "slowest_s": 4.0}
+
+
+def test_a_claim_without_steps_or_a_missing_step_is_refused(tmp_path):
+    _run(tmp_path, claims=("C1", "C9"))
+    with pytest.raises(ValueError, match="'C9'"):
+        summarize(tmp_path)
+    (tmp_path / "results" / "benchmarks" / "claims" / "fig_collapse.tsv").unlink()
+    with pytest.raises(ValueError, match="claims/fig_collapse"):
+        summarize(tmp_path)
+
+
+def test_json_and_seconds_format(tmp_path, capsys):
+    _run(tmp_path)
+    out = tmp_path / "run.json"
+    assert main(["--run", str(tmp_path), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["claims"]["C1"]["verdict"] == "PASS"
+    assert "C4" in capsys.readouterr().out
+    assert [fmt_seconds(x) for x in (0.4, 46, 59.6, 60, 125.2, 946.1)] == \
+        ["0 s", "46 s", "1 min 00 s", "1 min 00 s", "2 min 05 s", "15 min 46 s"]

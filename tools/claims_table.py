@@ -1,0 +1,97 @@
+"""The README's claims table, checked against a finished run: each claim's verdict and job time.
+
+After a run (``snakemake --cores all``), ``python tools/claims_table.py`` reads ``figures/claims.json``
+and the ``benchmark:`` files in ``results/benchmarks/`` and prints, per claim, its verdict and the job
+time of the steps its command runs (the sum of their jobs' wall times: what the command costs on one
+core; two cores overlap them). ``--json docs/data/default_run.json`` writes the same summary; the
+README's runtime and verdict columns are checked against that file by ``tests/project/test_docs.py``.
+
+Usage: python tools/claims_table.py [--run DIR] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from kernels.pipeline.tables import benchmark_groups  # noqa: E402
+
+
+def _chain(experiment: str) -> list[str]:
+    """The steps that make an experiment's tidy table: its inputs, its shards, the merge."""
+    shards = "conformance/conformance" if experiment == "conformance" else f"sweeps/{experiment}"
+    return [f"inputs/{experiment}", shards, f"tidy/{experiment}"]
+
+
+_REALMODEL = ["realmodel/realmodel_capture", "realmodel/realmodel_heads", "realmodel/realmodel_outputs",
+              "claims/stats_realmodel"]
+
+#: The benchmark steps each claim's command runs, as the rules' inputs in workflow/rules/ chain them.
+STEPS: dict[str, list[str]] = {
+    "C1": _chain("collapse") + ["claims/stats_collapse", "claims/fig_collapse"],
+    "C2": _chain("collapse") + ["claims/stats_collapse", "claims/fig_collapse"],
+    "C3": _chain("scales") + ["claims/stats_scales", "claims/fig_theory_scale", "claims/table_scales"],
+    "C4": _chain("threshold") + _chain("collapse") + ["claims/stats_threshold", "claims/stats_paired",
+                                                      "claims/fig_threshold", "claims/table_thresholds"],
+    "C5": _chain("collapse") + _chain("scales") + ["claims/stats_collapse", "claims/stats_paired",
+                                                   "claims/stats_scales", "claims/fig_mse",
+                                                   "claims/fig_improvement", "claims/table_paired_tests"],
+    "C6": _chain("collapse") + ["claims/stats_collapse", "claims/stats_paired", "claims/table_paired_tests",
+                                "claims/fig_mse"],
+    "conformance": _chain("conformance") + ["claims/fig_conformance", "claims/table_conformance"],
+    "audit": _chain("policies") + ["claims/stats_policies", "claims/fig_policies", "claims/table_policies"],
+    "realmodel": _REALMODEL + ["claims/fig_realmodel_heads", "claims/fig_realmodel_theory",
+                               "claims/fig_realmodel_outputs", "claims/table_realmodel"],
+    "fp4": _chain("fp4") + ["claims/stats_fp4", "claims/fig_fp4", "claims/table_fp4"],
+}
+
+
+def fmt_seconds(s: float) -> str:
+    """Seconds as the README writes them: ``46 s``, ``2 min 05 s``."""
+    s = round(s)
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60:02d} s"
+
+
+def summarize(run: str | os.PathLike = ".") -> dict:
+    """Verdict, evidence and job time per claim, and the job time of every step, of the run in ``run``."""
+    with open(os.path.join(run, "figures", "claims.json"), encoding="utf-8") as fh:
+        doc = json.load(fh)
+    groups = benchmark_groups(os.path.join(run, "results", "benchmarks"))
+    missing = sorted({s for steps in STEPS.values() for s in steps} - set(groups))
+    if missing:
+        raise ValueError(f"no benchmark files for steps {missing} in {run}/results/benchmarks")
+    claims = {}
+    for cid, c in doc["claims"].items():
+        if cid not in STEPS:
+            raise ValueError(f"claim {cid!r} of claims.json has no entry in tools/claims_table.py STEPS")
+        claims[cid] = {"verdict": c["verdict"], "evidence": list(c["evidence"]),
+                       "job_s": round(sum(sum(groups[s]) for s in STEPS[cid]), 1)}
+    steps = {k: {"jobs": len(v), "total_s": round(sum(v), 1), "slowest_s": round(max(v), 1)}
+             for k, v in sorted(groups.items())}
+    total = round(sum(sum(v) for v in groups.values()), 1)
+    return {"preset": doc["preset"], "claims": claims, "steps": steps, "all_job_s": total,
+            "all_jobs": sum(len(v) for v in groups.values())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", default=".", help="the finished run's root (holding figures/ and results/)")
+    ap.add_argument("--json", help="write the summary here (docs/data/default_run.json for the default preset)")
+    args = ap.parse_args(argv)
+    summary = summarize(args.run)
+    for cid, c in summary["claims"].items():
+        print(f"{cid:12s} {c['verdict']:13s} {fmt_seconds(c['job_s']):>12s}  {' '.join(c['evidence'])}")
+    print(f"{'all':12s} {'':13s} {fmt_seconds(summary['all_job_s']):>12s}  ({summary['all_jobs']} jobs)")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(summary, fh, indent=1, sort_keys=True, ensure_ascii=False)
+            fh.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
