@@ -82,8 +82,8 @@ def one_hot(n: int = 512, positions=(0, 1, 31, 32, 63, 64, 127, 128, 255, 256, 5
         r = torch.full((n,), FAR)
         r[j] = 0.0
         rows.append(r)
-    return Probe(f"one-hot-{n}", "a single key holds all the weight: every policy must return its V exactly "
-                 "(P = S is exact in every format) wherever the key lies", "out equals v[hot key] exactly",
+    return Probe(f"one-hot-{n}", "a single key holds all the weight: every policy must return its V (P = S is "
+                 "exact in every format) wherever the key lies", "out equals v[hot key] to within n·exp(-60)",
                  _rows(rows))
 
 
