@@ -40,9 +40,9 @@ def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0) 
 
     pol = as_policy(policy)
     for probe in default_probes() if probes is None else probes:
-        got = run_box(fn, probe, device).out
-        want = expected(probe, pol).out[0, 0]
-        err = row_mismatches(got, want)
+        obs = run_box(fn, probe, device)
+        got, want = obs.out, expected(probe, pol).out[0, 0]
+        err = row_mismatches(got, want, obs.dtype)
         bad = int((err > 1).sum())
         if bad > allow * err.numel():
             r = int(err.argmax())

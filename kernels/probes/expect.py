@@ -30,10 +30,12 @@ class ProbeError(RuntimeError):
 
 @dataclass(frozen=True)
 class Observed:
-    """A black box's output on one probe (float32 [Nq, d], CPU) and the probe's name."""
+    """A black box's output on one probe (float32 [Nq, d], CPU), the probe's name and the dtype the box
+    returned (a bf16 or fp16 output widens the tolerance by one ulp of that dtype)."""
 
     probe: str
     out: torch.Tensor
+    dtype: torch.dtype = torch.float32
 
 
 def as_policy(candidate, name: str | None = None) -> Policy:
@@ -93,12 +95,14 @@ def run_box(fn, probe, device: str | torch.device = "cpu") -> Observed:
     if out.device != q.device:
         raise ProbeError(f"probe {probe.name!r}: the callable returned a tensor on {out.device}; expected it on "
                          f"the inputs' device {q.device}")
-    return Observed(probe.name, out.detach().to("cpu", torch.float32)[0, 0])
+    return Observed(probe.name, out.detach().to("cpu", torch.float32)[0, 0], out.dtype)
 
 
-def row_mismatches(actual: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
-    """Per row of [Nq, d]: the largest |actual − want| in units of ATOL + RTOL·|want| (> 1: outside)."""
+def row_mismatches(actual: torch.Tensor, want: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Per row of [Nq, d]: the largest |actual − want| in units of ATOL + RTOL·|want| (> 1: outside); an
+    output returned in a narrower ``dtype`` (bf16, fp16) may also be one ulp of that dtype off."""
     want = want.to(torch.float64)
-    err = (actual.to(torch.float64) - want).abs() / (ATOL + RTOL * want.abs())
+    rtol = RTOL + (torch.finfo(dtype).eps if dtype in (torch.bfloat16, torch.float16) else 0.0)
+    err = (actual.to(torch.float64) - want).abs() / (ATOL + rtol * want.abs())
     err = torch.where(torch.isnan(err), torch.full_like(err, float("inf")), err)
     return err.amax(dim=-1)

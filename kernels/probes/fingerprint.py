@@ -101,7 +101,7 @@ def distance(observed, probes, digests, policy: Policy) -> tuple[float, tuple]:
     """Fraction of probe rows outside tolerance, and the (probe, row, error) that is farthest."""
     bad, total, worst = 0, 0, ("", -1, 0.0)
     for obs, probe, dg in zip(observed, probes, digests):
-        err = row_mismatches(obs.out, _expected_out(probe, policy, dg))
+        err = row_mismatches(obs.out, _expected_out(probe, policy, dg), obs.dtype)
         bad += int((err > 1).sum())
         total += err.numel()
         i = int(err.argmax())

@@ -12,7 +12,7 @@ from kernels.probes import ProbeError, assert_policy, default_probes, fingerprin
 EXP_ULP = 2.0 ** -23  # one float32 ulp at 1: ex2.approx is within 2 of them
 
 
-def _box(policy=None, backend="emulator", jitter: float = 0.0, **options):
+def _box(policy=None, backend="emulator", jitter: float = 0.0, dtype=torch.float32, **options):
     """An attention callable with a fixed policy; ``jitter``: move every non-zero score by up to that much
     (absolute, seeded) and every output by up to 2 ulp, as a GPU exp error moves P by up to 2 ulp."""
     def fn(q, k, v, *, sink_logit=None):
@@ -23,12 +23,12 @@ def _box(policy=None, backend="emulator", jitter: float = 0.0, **options):
         if jitter:
             g = torch.Generator().manual_seed(7)
             out = out * (1 + 2 * EXP_ULP * (torch.rand(out.shape, generator=g) * 2 - 1))
-        return out
+        return out.to(dtype)
     return fn
 
 
-def _confusion(jitter: float) -> dict:
-    return {name: fingerprint(_box(name, jitter=jitter), params=False) for name in POLICIES}
+def _confusion(jitter: float, dtype=torch.float32) -> dict:
+    return {name: fingerprint(_box(name, jitter=jitter, dtype=dtype), params=False) for name in POLICIES}
 
 
 def _assert_diagonal(found: dict) -> None:
@@ -50,6 +50,11 @@ def test_confusion_matrix_every_preset_through_the_emulator():
 def test_confusion_matrix_with_a_gpu_exp_error():
     # scores moved by up to 2^-22 (P by up to ~2 ulp before its cast), outputs by up to 2 ulp
     _assert_diagonal(_confusion(2.0 ** -22))
+
+
+def test_confusion_matrix_with_bf16_outputs():
+    # a kernel that writes bf16: the tolerance widens by one bf16 ulp, and every preset is still told apart
+    _assert_diagonal(_confusion(2.0 ** -22, torch.bfloat16))
 
 
 @pytest.mark.parametrize("options, order, scale, block_n", [
