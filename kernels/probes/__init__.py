@@ -20,7 +20,8 @@ from kernels.probes.fingerprint import PARAM_GRID, TOLERANCE_NOTE, Fingerprint, 
 from kernels.probes.inputs import PROBES, Probe, default_probes, make_probe
 
 __all__ = ["Probe", "PROBES", "make_probe", "default_probes", "expected", "exact", "run_box", "ProbeError",
-           "fingerprint", "Fingerprint", "Param", "PARAM_GRID", "TOLERANCE_NOTE", "assert_policy"]
+           "fingerprint", "Fingerprint", "Param", "PARAM_GRID", "TOLERANCE_NOTE", "ALLOW", "row_mismatches",
+           "assert_policy"]
 
 
 def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0) -> None:

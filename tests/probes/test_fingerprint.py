@@ -123,3 +123,12 @@ def test_the_default_probe_set_is_small():
     rows = sum(p.shape[0] for p in default_probes())
     assert 60 <= rows <= 100  # ALLOW = 2% is one row
     assert max(p.shape[1] for p in default_probes()) <= 2048
+
+
+def test_candidates_no_probe_tells_apart_come_back_as_a_group():
+    # block_m never changes a number (query rows are independent): two such candidates form a group
+    same = {"fa3": POLICIES["fa3"], "fa3-m64": POLICIES["fa3"].replace(name="fa3-m64", block_m=64),
+            "fa4": POLICIES["fa4"]}
+    fp = fingerprint(_box("fa3"), candidates=same, params=False)
+    assert fp.policy == ("fa3", "fa3-m64")
+    assert fingerprint(_box("fa4"), candidates=same, params=False).policy == "fa4"
