@@ -8,10 +8,10 @@ import torch
 
 from kernels.policies import POLICIES
 from kernels.probes import PROBES, default_probes, exact, expected, make_probe
-from kernels.probes.inputs import UNIFORM_SIZES, boundary, learned_sink, mass, one_hot, uniform
+from kernels.probes.inputs import BOUNDARY_LENGTHS, UNIFORM_SIZES, boundary, learned_sink, mass, one_hot, uniform
 
 
-@pytest.mark.parametrize("probe", [*default_probes(), boundary(33)], ids=lambda p: p.name)
+@pytest.mark.parametrize("probe", [*default_probes(), *(boundary(n) for n in BOUNDARY_LENGTHS)], ids=lambda p: p.name)
 def test_scores_are_the_logits_bit_for_bit(probe):
     q, k, v, _ = probe.tensors()
     d = q.shape[-1]
@@ -67,6 +67,18 @@ def test_uniform_gives_the_mean_of_v_up_to_131072_keys(n):
     assert torch.allclose(exact(probe)[0].double(), mean, atol=1e-12)
     got = expected(probe, "fa3").out[0, 0, 0].double()
     assert torch.allclose(got, mean, atol=n * 2.0 ** -24)
+
+
+@pytest.mark.parametrize("n, alone", [(128, False), (129, True)])
+def test_a_max_alone_in_its_block_is_seen_late_by_a_lazy_rescaling_kernel(n, alone):
+    # FA4 with the pre-fix FP8 offset (S = 256, tau = 4, 128-key blocks), the last key lifted by 2 log2
+    # units. Reverse order visits the last block first, so its max is right from the start: nothing
+    # saturates. Forward order at n = 129 finds the lifted key alone in a second block, 2 < tau above the
+    # stale max: it is cast at 256·2^2 = 1024 > 448 and saturates. At n = 128 it shares the only block.
+    pol = dict(POLICIES["fa4"].attention_kwargs(), scale=256.0, rescale_threshold=4.0)
+    assert int(expected(boundary(n, lifts=(2.0,)), pol).saturated.sum()) == 0
+    fwd = expected(boundary(n, lifts=(2.0,)), dict(pol, order="forward"))
+    assert int(fwd.saturated.sum()) == int(alone)
 
 
 def test_diagnostics_come_with_the_expected_output():
