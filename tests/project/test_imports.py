@@ -29,8 +29,9 @@ ALLOWED = {
     "conformance": {"api", "contract", "formats", "reference", "theory", "emulator", "triton", "policies"},
     "models": {"api", "contract", "formats", "reference", "theory", "emulator", "triton", "policies"},
 }
+ALLOWED["probes"] = {"api", "policies", "models", "conformance", "reference", "theory", "contract", "formats"}
 ALLOWED["analysis"] = {"models", "policies", "theory", "contract", "formats"}
-ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis"}
+ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes"}
 ALLOWED["cli"] = set(ALLOWED["pipeline"]) | {"pipeline"}
 ROOT_MODULES = {"kernels", "kernels.api", "kernels.api_multi"}
 

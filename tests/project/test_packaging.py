@@ -55,7 +55,7 @@ def test_console_scripts_name_callable_entry_points():
     import importlib
 
     scripts = _pyproject()["project"]["scripts"]
-    assert set(scripts) == {"pcast-audit", "pcast-bench", "pcast-gpu-check"}
+    assert set(scripts) == {"pcast-audit", "pcast-bench", "pcast-fingerprint", "pcast-gpu-check"}
     for name, target in scripts.items():
         module, func = target.split(":")
         assert module.startswith("kernels.cli."), name

@@ -1,0 +1,227 @@
+"""The public 2026 reports of FP8-P failures, each rebuilt as a case and checked (table T9).
+
+A case holds its source (repository, PR or issue, link), the kernel's P policy as the report describes it,
+the fixture as the report describes it, and one :class:`Measurement` per number the report printed: the
+number, the decimals it was printed with, and what this instrument computes for it. A measurement is PASS
+when the instrument's value rounds to the report's at the report's precision (within half a unit of the
+last printed digit), PARTIAL when it does not and the reason is known (or when it does but part of the
+fixture had to be assumed), INCONCLUSIVE when the report gives too little to rebuild the fixture (the
+reason is stated), FAIL otherwise. Reports that state a fix have
+the fix as measurements of their own. The reports are described here in this project's words.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from kernels.policies import POLICIES, Policy
+from kernels.probes.expect import exact, expected
+from kernels.probes.inputs import Probe, mass
+
+__all__ = ["Case", "Measurement", "CASES", "T9_COLUMNS", "t9_rows", "write_t9"]
+
+T9_COLUMNS = ("case", "source", "number", "link", "policy", "fixture", "measured", "report", "printed",
+              "instrument", "status", "reason")
+NEEDS_DECODE = "needs the decode options (split-KV, partition-normalised P), not built yet"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One number of a report: what it is, its value, the decimals printed, and how the instrument gets it."""
+
+    measured: str
+    report: float
+    decimals: int
+    compute: object = None  # a callable () -> float, or None when the fixture cannot be rebuilt
+    reason: str = ""  # why INCONCLUSIVE (compute None) or PARTIAL (computed, outside the precision)
+    assumed: bool = False  # the fixture is partly assumed: PARTIAL even within the precision
+
+    def evaluate(self) -> tuple[float | None, str]:
+        if self.compute is None:
+            return None, "INCONCLUSIVE"
+        value = float(self.compute())
+        close = abs(value - self.report) <= 0.5 * 10.0 ** -self.decimals * (1 + 1e-9)
+        if close:
+            return value, "PARTIAL" if self.assumed else "PASS"
+        return value, "PARTIAL" if self.reason else "FAIL"
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str
+    source: str  # repository
+    number: str  # "PR 5535", "issue 2577"
+    link: str
+    policy: str  # the policy as the report describes it (a preset name or explicit options)
+    fixture: str
+    measurements: tuple = field(default_factory=tuple)
+
+
+def _out(probe: Probe, policy, column: int = 0, row: int = 0) -> float:
+    return float(expected(probe, policy).out[0, 0, row, column])
+
+
+def _bf16(x: float) -> float:
+    return float(torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).float())
+
+
+# ----------------------------------------------------------------------------- aiter MLA decode
+_AITER_PROBE = mass(2048, depths=(7.0,))  # one logit at 0, 2,047 at -7, V = 1
+_UNSCALED = Policy("aiter-mla-unscaled", order="forward", scale=1.0)  # exp, then E4M3 with no scale
+_X448 = _UNSCALED.replace(name="aiter-mla-x448", scale=448.0)
+
+AITER_MLA = Case(
+    "aiter-mla-decode", "ROCm/aiter", "PR 5535", "https://github.com/ROCm/aiter/pull/5535",
+    "forward, S = 1 (multiply), E4M3, row sum of unrounded P; fix: S = 448",
+    "one query row; one logit at 0 and 2,047 at -7; V = 1 (correct output 1)",
+    (Measurement("unscaled FP8 oracle, mean output", 0.348843, 6, lambda: _out(_AITER_PROBE, _UNSCALED)),
+     Measurement("the kernel's mean output (bf16)", 0.349609, 6, lambda: _bf16(_out(_AITER_PROBE, _UNSCALED))),
+     Measurement("fix: P scaled by 448, mean output", 0.996377, 6, lambda: _out(_AITER_PROBE, _X448)),
+     Measurement("FP32 reference, mean output", 0.999993, 6, lambda: float(exact(_AITER_PROBE)[0, 0]),
+                 reason="the report's reference ran on its quantised Q and K, whose logits are not exactly 0 "
+                        "and -7; the exact output of the stated fixture is 1")),
+)
+
+# ----------------------------------------------------------------------------- aiter paged_attention_ragged
+def _rms_near_2_pow_minus_8() -> float:
+    """RMS relative E4M3 rounding error of P spread evenly over the subnormal step around 2^-8
+    ([1.5, 2.5)·2^-9: every such P rounds to 2^-8)."""
+    from kernels.formats.quantize import quantize
+
+    p = (1.5 + torch.arange(4096, dtype=torch.float64) / 4096) * 2.0 ** -9
+    q = quantize(p.to(torch.float32), "e4m3fn").double()
+    return float(((q - p) / p).pow(2).mean().sqrt())
+
+
+AITER_RAGGED = Case(
+    "aiter-paged-attention-ragged", "ROCm/aiter", "PR 5642", "https://github.com/ROCm/aiter/pull/5642",
+    "P normalised inside each 256-key partition, then cast to E4M3 with no scale (near 2^-8: subnormal)",
+    "aiter's FP8-KV test: head size 128, 8 KV heads, 128 keys (one partition); near-uniform attention",
+    (Measurement("greatest relative difference in aiter's test", 0.355, 3, None, NEEDS_DECODE),
+     Measurement("RMS error of P near 2^-8 (about)", 0.15, 2, _rms_near_2_pow_minus_8,
+                 "format-level estimate for P spread evenly over one subnormal step around 2^-8; the report "
+                 "does not give its P distribution, and the kernel path " + NEEDS_DECODE, assumed=True)),
+)
+
+# ----------------------------------------------------------------------------- FlyDSL dense FP8 attention
+FLYDSL = Case(
+    "flydsl-dense-fp8", "ROCm/FlyDSL", "PR 1020", "https://github.com/ROCm/FlyDSL/pull/1020",
+    "S = 1, E4M3, row sum of unrounded P; fix: S = 2^(log2 448 - tau), tau = 6 up to 4,096 keys, 4 above",
+    "V = 1 on peaked attention over thousands of keys (the logits and length behind the number are not given)",
+    (Measurement("mean output with V = 1", 0.637, 3, None,
+                 "the report gives neither the logits nor the sequence length behind 0.637"),),
+)
+
+
+# ----------------------------------------------------------------------------- FlashInfer SM120 prefill
+def _e4m3(x: float) -> float:
+    from kernels.formats.quantize import quantize
+
+    return float(quantize(torch.tensor([x], dtype=torch.float32), "e4m3fn")[0])
+
+
+def _largest_zero() -> float:
+    """log2 of the largest power of two that E4M3 rounds to 0 (RNE: half the smallest subnormal, a tie)."""
+    e = 0
+    while _e4m3(2.0 ** e) != 0.0:
+        e -= 1
+    return float(e)
+
+
+def _smallest_normal() -> float:
+    from kernels.formats import get_format
+
+    return math.log2(get_format("e4m3fn").min_normal)
+
+
+def _subnormal_step() -> float:
+    return math.log2(_e4m3(2.0 ** -7 + 2.0 ** -9) - _e4m3(2.0 ** -7))  # one grid step below the normals
+
+
+FLASHINFER = Case(
+    "flashinfer-sm120-prefill", "flashinfer-ai/flashinfer", "PR 5020", "https://github.com/flashinfer-ai/flashinfer/pull/5020",
+    "P in (0, 1] cast to E4M3 with no scale, row sum of unrounded P; fix: S = 2^8 by exp2 offset",
+    "the mechanism's thresholds (the report prints no output numbers)",
+    (Measurement("log2 of the largest P rounded to zero", -10, 0, _largest_zero),
+     Measurement("log2 of the smallest normal P", -6, 0, _smallest_normal),
+     Measurement("log2 of the subnormal step", -9, 0, _subnormal_step)),
+)
+
+
+# ----------------------------------------------------------------------------- FlashAttention-4 SM100 FP8
+_FA4_OFFSET8 = POLICIES["fa4"].replace(name="fa4-offset8-tau4", scale=256.0, rescale_threshold=4.0)
+_FA4_FIXED = _FA4_OFFSET8.replace(name="fa4-offset4-tau4", scale=2.0 ** math.floor(math.log2(448) - 4.0))
+
+
+def _stale(lift: float, n: int = 256) -> Probe:
+    """Key 0 at ``lift`` (natural units) above n − 1 keys at 0: reverse order sees it last, one block late."""
+    row = torch.zeros(n)
+    row[0] = lift
+    return Probe(f"stale-max-{lift:g}", "the max arrives one block late", "out[...,1]", row[None].to(torch.float32))
+
+
+def _dominant_loss(policy: Policy) -> float:
+    """Fraction of the dominant key's weight lost at a lift just under tau (4 log2 units)."""
+    probe = _stale((4.0 - 2.0 ** -10) / math.log2(math.e))
+    return 1.0 - _out(probe, policy, column=1) / float(exact(probe)[0, 1])
+
+
+def _saturation_onset(policy: Policy) -> float:
+    """The smallest lift (natural units) at which a P saturates, to 1e-5 by bisection."""
+    lo, hi = 0.0, 2.0
+    while hi - lo > 1e-5:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if int(expected(_stale(mid), policy).saturated.sum()) else (mid, hi)
+    return hi
+
+
+FA4 = Case(
+    "fa4-sm100-fp8", "Dao-AILab/flash-attention", "issues 2577, 2716; PRs 2694, 2713, 2717",
+    "https://github.com/Dao-AILab/flash-attention/pull/2717",
+    "reverse, exp2 offset 8 (S = 256), lazy rescale tau = 4, E4M3, 128-key blocks; fix: offset "
+    "floor(log2 448 - tau) = 4 (S = 16)",
+    "256 keys at 0 but key 0, lifted by just under tau (the max found one block late); random-data tables "
+    "of the reports are not rebuildable",
+    (Measurement("headroom before P clips (PR 2694, natural units)", 0.56, 2, lambda: _saturation_onset(_FA4_OFFSET8)),
+     Measurement("dominant key's weight lost (PR 2713: 1 - 448/4096)", 0.89, 2, lambda: _dominant_loss(_FA4_OFFSET8)),
+     Measurement("fix (PR 2717): dominant key's weight lost (the PR: no saturation)", 0.0, 2, lambda: _dominant_loss(_FA4_FIXED)),
+     Measurement("cosine similarity at 128 keys (issue 2577)", 0.86, 2, None,
+                 "random FP8 inputs and a bf16 reference on a B300; the data are not given"),
+     Measurement("rel_l2 error, logit std 2.0, offset 8 (PR 2694)", 0.361, 3, None,
+                 "random FP8 inputs against the bf16 kernel on a B300; the data are not given")),
+)
+
+CASES = (AITER_MLA, AITER_RAGGED, FLYDSL, FLASHINFER, FA4)
+
+
+def t9_rows(cases=CASES) -> list[dict]:
+    """One row per measurement of every case (columns :data:`T9_COLUMNS`)."""
+    rows = []
+    for c in cases:
+        for m in c.measurements:
+            value, status = m.evaluate()
+            rows.append({"case": c.key, "source": c.source, "number": c.number, "link": c.link, "policy": c.policy,
+                         "fixture": c.fixture, "measured": m.measured, "report": f"{m.report:.{m.decimals}f}",
+                         "printed": f"{m.decimals} decimals", "instrument":
+                         "" if value is None else f"{value:.{m.decimals + 2}f}", "status": status,
+                         "reason": m.reason if status in ("INCONCLUSIVE", "PARTIAL") else ""})
+    return rows
+
+
+def write_t9(csv_path, md_path, cases=CASES) -> list[dict]:
+    """Write table T9 as CSV and Markdown; return its rows."""
+    rows = t9_rows(cases)
+    with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=T9_COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    cols = ("case", "number", "measured", "report", "instrument", "status", "reason")
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]).replace("|", "/") for c in cols) + " |" for r in rows]
+    Path(md_path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return rows

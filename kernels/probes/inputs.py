@@ -1,0 +1,181 @@
+"""Named, deterministic probe inputs: each one a logit pattern per query row that exposes one part of a P policy.
+
+A probe is given by its logits, not by q and k: query row r of a probe with logits ``L`` [Nq, Nk] gets
+``q_r = sqrt(d)·e_r`` and key j gets ``k_j[r] = L[r, j]``, so ``s = q·kᵀ/sqrt(d)`` is ``L`` exactly in
+float32 (one non-zero product, a power-of-two scale) for any implementation that computes the scores
+in float32 with the default ``sm_scale = 1/sqrt(d)``. d is 16, 64 or 256 (the powers of four, whose
+square root is a power of two), the smallest that holds Nq rows. V's columns are the observables:
+column 0 is 1 (``out[..., 0] − 1`` is the mass the row lost), column 1 marks key 0 (the first key's
+weight), column 2 marks the keys after it, columns 3.. hold fixed values in {−1, 0, 1} from a seeded
+generator (a per-key signature that moves when any single weight moves).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["Probe", "PROBES", "make_probe", "probe_names", "default_probes", "UNIFORM_SIZES", "BOUNDARY_LENGTHS"]
+
+UNIFORM_SIZES = (128, 1024, 8192, 131072)  # N of the uniform probes
+BOUNDARY_LENGTHS = (31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)  # Nk at and across tile edges
+FAR = -60.0  # a logit whose exp is ~1e-26 of the max: every FP8 P cast sends it to 0
+_SEED = 20260  # V's signature columns
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe: its name, what it is for, what to read, the logits [Nq, Nk] and an optional learned sink."""
+
+    name: str
+    purpose: str
+    observable: str
+    logits: torch.Tensor = field(repr=False)  # float32 [Nq, Nk]
+    sink_logit: float | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.logits.shape)
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """q [1, 1, Nq, d], k and v [1, 1, Nk, d] (float32, CPU) and the sink logit ([1] float32 or None)."""
+        nq, nk = self.shape
+        d = next(x for x in (16, 64, 256) if x >= max(nq, 3 + 1))
+        q = torch.zeros(1, 1, nq, d, dtype=torch.float32)
+        q[0, 0, torch.arange(nq), torch.arange(nq)] = math.sqrt(d)
+        k = torch.zeros(1, 1, nk, d, dtype=torch.float32)
+        k[0, 0, :, :nq] = self.logits.T
+        sink = None if self.sink_logit is None else torch.tensor([self.sink_logit], dtype=torch.float32)
+        return q, k, _values(nk, d), sink
+
+
+def _values(nk: int, d: int) -> torch.Tensor:
+    v = torch.zeros(1, 1, nk, d, dtype=torch.float32)
+    v[..., 0] = 1.0
+    v[0, 0, 0, 1] = 1.0
+    v[0, 0, 1:, 2] = 1.0
+    g = torch.Generator().manual_seed(_SEED)
+    v[0, 0, :, 3:] = torch.randint(-1, 2, (nk, d - 3), generator=g).to(torch.float32)
+    return v
+
+
+def _rows(rows: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(rows).to(torch.float32)
+
+
+# ----------------------------------------------------------------------------- the probes
+
+def mass(n: int = 2048, depths=(0.0, 2.0, 4.0, 5.0, 6.0, 6.5, 7.0, 7.5, 8.0, 9.0, 10.0, 12.0)) -> Probe:
+    """One key at 0 and n − 1 keys at −x, one row per depth x."""
+    rows = [torch.cat([torch.zeros(1), torch.full((n - 1,), -float(x))]) for x in depths]
+    return Probe(f"mass-{n}", "lost mass: a key at 0 and a tail of n-1 keys at -x; the tail's P crosses the "
+                 "format's underflow as x grows (where depends on S, the format and the mode)",
+                 "out[...,0] - 1 (V = 1) is the mass lost; out[...,2] the tail's share", _rows(rows))
+
+
+def one_hot(n: int = 512, positions=(0, 1, 31, 32, 63, 64, 127, 128, 255, 256, 511)) -> Probe:
+    """One key at 0, every other key at FAR; one row per position of the hot key."""
+    rows = []
+    for j in positions:
+        r = torch.full((n,), FAR)
+        r[j] = 0.0
+        rows.append(r)
+    return Probe(f"one-hot-{n}", "a single key holds all the weight: every policy must return its V (P = S is "
+                 "exact in every format) wherever the key lies", "out equals v[hot key] to within n·exp(-60)",
+                 _rows(rows))
+
+
+def two_hot(n: int = 256, gaps=tuple(0.25 * i for i in range(1, 17))) -> Probe:
+    """Key 0 at 0 and key n−1 at −g (the rest at FAR); one row per gap g."""
+    rows = []
+    for g in gaps:
+        r = torch.full((n,), FAR)
+        r[0], r[-1] = 0.0, -float(g)
+        rows.append(r)
+    return Probe(f"two-hot-{n}", "two keys at the two ends: the second's P = exp(-g)·S is rounded to the format; "
+                 "its rounding error depends on S, the mode and the format, and the order decides which key "
+                 "sets the max first", "out[...,1] (first key's weight) vs out[...,2] (the second's)", _rows(rows))
+
+
+def uniform(n: int) -> Probe:
+    """Every logit 0: P = S for every key."""
+    return Probe(f"uniform-{n}", f"uniform attention over {n} keys: P = S exactly, so every policy must return "
+                 "the mean of V (a kernel that normalises P inside a partition puts 1/partition on its format's "
+                 "grid instead)", "out equals mean(v) to float32 summation", torch.zeros(1, n))
+
+
+def sink_tail(n: int = 1024, depths=(3.0, 5.0, 7.0, 9.0, 11.0, 13.0)) -> Probe:
+    """Key 0 at +4 (an attention sink), keys after it at −x: one row per depth x."""
+    rows = [torch.cat([torch.full((1,), 4.0), torch.full((n - 1,), -float(x))]) for x in depths]
+    return Probe(f"sink-tail-{n}", "a sink key 4 above zero and a tail at -x: the tail's P is exp(-x-4)·S, "
+                 "underflowing earlier than with no sink (the paper's collapse)", "out[...,2] is the tail's "
+                 "share; out[...,0] - 1 the mass lost", _rows(rows))
+
+
+def lagging_max(n: int = 512, step: int = 16, slopes=(0.15, 0.3, 0.45, 0.6, 0.9, 1.2, 2.0, 3.0)) -> Probe:
+    """A staircase of logits (a new level every ``step`` keys), rising (+slope) or falling (−slope) by key
+    index: one row per signed slope. The spread widens along the row while the max lags behind it."""
+    level = torch.arange(n) // step
+    top = float(level[-1])
+    rows = []
+    for c in slopes:
+        rows.append(c * (level - top))  # rising: the max arrives last
+        rows.append(-c * level)  # falling: the max is the first key
+    return Probe(f"lagging-max-{n}", "a widening spread whose max arrives late in the visiting order: forward "
+                 "order on a rising row (reverse on a falling one) casts early blocks against a stale max; "
+                 "where the max moves exposes the block size, and with lazy rescaling P overshoots S "
+                 "(saturation when S·2^tau > max)", "every column; out[...,0] - 1", _rows(rows))
+
+
+def boundary(n: int, lifts=(0.5, 2.0, 5.0)) -> Probe:
+    """n keys at 0, the last one lifted by a few log2 units: one row per lift (log2 units)."""
+    rows = []
+    for lift in lifts:
+        r = torch.zeros(n)
+        r[-1] = lift / math.log2(math.e)
+        rows.append(r)
+    return Probe(f"boundary-{n}", "sequence length at or across a tile edge with the max on the last key: "
+                 "alone in its block when n = tile + 1, so a forward or lazily rescaled kernel casts every "
+                 "other key against a max that is wrong by the lift", "every column", _rows(rows))
+
+
+def learned_sink(n: int = 256, sigma: float = 6.0, depths=(0.0, 1.0, 2.0, 3.0)) -> Probe:
+    """A learned sink logit sigma above every key; keys at −x: one row per depth x."""
+    rows = [torch.full((n,), -float(x)) for x in depths]
+    return Probe(f"learned-sink-{n}", "a learned sink logit above every key: seeding the running max with it "
+                 "(sink_mode='init') casts every key at exp(-sigma-x)·S, adding it after the last block "
+                 "('final') casts them at exp(-x)·S", "out[...,0] (the keys' share; the sink has no V)",
+                 _rows(rows), sink_logit=sigma)
+
+
+PROBES = {
+    "mass": mass, "one-hot": one_hot, "two-hot": two_hot, "uniform": uniform, "sink-tail": sink_tail,
+    "lagging-max": lagging_max, "boundary": boundary, "learned-sink": learned_sink,
+}
+
+
+def probe_names() -> tuple[str, ...]:
+    return tuple(PROBES)
+
+
+def make_probe(name: str, *args, **kwargs) -> Probe:
+    """The probe ``name`` (a key of :data:`PROBES`) built with its arguments.
+
+    Raises:
+        ValueError: naming ``name`` and the allowed names.
+    """
+    if name not in PROBES:
+        raise ValueError(f"probe={name!r} is not allowed; allowed: {', '.join(PROBES)}")
+    if name == "uniform" and not args and "n" not in kwargs:
+        kwargs["n"] = UNIFORM_SIZES[0]
+    if name == "boundary" and not args and "n" not in kwargs:
+        kwargs["n"] = 129
+    return PROBES[name](*args, **kwargs)
+
+
+def default_probes() -> tuple[Probe, ...]:
+    """The probe set :func:`kernels.probes.fingerprint` runs (small sizes; every row distinct)."""
+    return (mass(), two_hot(), lagging_max(), sink_tail(), one_hot(), boundary(65), boundary(129),
+            learned_sink(), uniform(1024))

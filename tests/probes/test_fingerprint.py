@@ -1,0 +1,134 @@
+"""fingerprint and assert_policy on black boxes whose policy is known: every preset through the emulator
+(a confusion matrix), the same with outputs moved by a GPU exp error, two policies that are no preset,
+and a subset through the interpreted Triton kernel."""
+
+import pytest
+import torch
+
+import kernels
+from kernels.policies import POLICIES
+from kernels.probes import ProbeError, assert_policy, default_probes, fingerprint
+
+EXP_ULP = 2.0 ** -23  # one float32 ulp at 1: ex2.approx is within 2 of them
+
+
+def _box(policy=None, backend="emulator", jitter: float = 0.0, dtype=torch.float32, **options):
+    """An attention callable with a fixed policy; ``jitter``: move every non-zero score by up to that much
+    (absolute, seeded) and every output by up to 2 ulp, as a GPU exp error moves P by up to 2 ulp."""
+    def fn(q, k, v, *, sink_logit=None):
+        if jitter:
+            g = torch.Generator().manual_seed(int(k.shape[2]) + int(q.shape[2]))
+            k = k + jitter * (torch.rand(k.shape, generator=g) * 2 - 1) * (k != 0)
+        out = kernels.attention(q, k, v, policy=policy, sink_logit=sink_logit, backend=backend, **options).out
+        if jitter:
+            g = torch.Generator().manual_seed(7)
+            out = out * (1 + 2 * EXP_ULP * (torch.rand(out.shape, generator=g) * 2 - 1))
+        return out.to(dtype)
+    return fn
+
+
+def _confusion(jitter: float, dtype=torch.float32) -> dict:
+    return {name: fingerprint(_box(name, jitter=jitter, dtype=dtype), params=False) for name in POLICIES}
+
+
+def _assert_diagonal(found: dict) -> None:
+    for name, fp in found.items():
+        got = fp.policy if isinstance(fp.policy, tuple) else (fp.policy,)
+        assert name in got, f"{name} identified as {fp.policy!r}; distances {fp.distance}"
+        assert set(got) <= {name}, f"{name} also matched another preset: {fp.policy!r}"
+
+
+def test_confusion_matrix_every_preset_through_the_emulator():
+    found = _confusion(0.0)
+    assert len(found) == len(POLICIES) == 12  # a 12 x 12 matrix
+    _assert_diagonal(found)
+    for name, fp in found.items():
+        assert fp.distance[name] == 0.0
+        assert min(d for n, d in fp.distance.items() if n != name) > 0.05  # a margin well above ALLOW
+
+
+def test_confusion_matrix_with_a_gpu_exp_error():
+    # scores moved by up to 2^-22 (P by up to ~2 ulp before its cast), outputs by up to 2 ulp
+    _assert_diagonal(_confusion(2.0 ** -22))
+
+
+def test_confusion_matrix_with_bf16_outputs():
+    # a kernel that writes bf16: the tolerance widens by one bf16 ulp, and every preset is still told apart
+    _assert_diagonal(_confusion(2.0 ** -22, torch.bfloat16))
+
+
+@pytest.mark.parametrize("options, order, scale, block_n", [
+    (dict(order="forward", scale=64.0), "forward", 64.0, 64),
+    (dict(order="reverse", scale=16.0, block_n=32), "reverse", 16.0, 32),
+])
+def test_a_policy_that_is_no_preset_gets_none_and_its_options(options, order, scale, block_n):
+    fp = fingerprint(_box(**options))
+    assert fp.policy is None
+    assert (fp.params["order"].value, fp.params["scale"].value, fp.params["block_n"].value) == (order, scale, block_n)
+    for name in ("order", "scale", "block_n", "fmt"):
+        assert fp.params[name].confidence == 1.0, fp.params[name]
+    # exp2 offset and multiply differ only in P's float32 rounding: honestly ambiguous on these probes
+    assert set(fp.params["scale_mode"].consistent) == {"multiply", "exp2_offset"}
+
+
+def test_explicit_candidates_and_a_preset_found_among_them():
+    fp = fingerprint(_box("fa4"), candidates=["fa3", "fa4", {"order": "reverse", "scale": 256.0,
+                                                               "scale_mode": "exp2_offset", "rescale_threshold": 4.0}],
+                     params=False)
+    assert fp.policy == "fa4" and set(fp.distance) == {"fa3", "fa4", "options-2"}
+
+
+@pytest.mark.parametrize("name", ["fa4", "vllm-unified"])
+def test_presets_through_the_interpreted_triton_kernel(name):
+    fp = fingerprint(_box(name, backend="triton"), params=False)
+    got = fp.policy if isinstance(fp.policy, tuple) else (fp.policy,)
+    assert got == (name,), fp.distance
+
+
+def test_assert_policy_passes_and_fails_naming_probe_expected_actual():
+    assert_policy(_box("fa3"), "fa3")
+    with pytest.raises(AssertionError) as e:
+        assert_policy(_box("reverse-s256"), "fa3")  # the same order and S, but 64-key blocks and multiply
+    msg = str(e.value)
+    assert "probe " in msg and "expected " in msg and "actual " in msg and "'fa3'" in msg
+    with pytest.raises(AssertionError, match="probe 'mass-2048'"):
+        assert_policy(_box("hpc-ops-s1"), {"order": "forward", "scale": 256.0, "block_n": 128})
+
+
+def _bad(kind):
+    def fn(q, k, v, *, sink_logit=None):
+        if kind == "raises":
+            raise RuntimeError("no kernel for d=16")
+        out = torch.zeros_like(q)
+        return {"shape": out[..., :8], "dtype": out.to(torch.int32), "device": out.to("meta"),
+                "type": out.tolist()}[kind]
+    return fn
+
+
+@pytest.mark.parametrize("kind, words", [("raises", "raised on probe"), ("shape", "shape"), ("dtype", "dtype"),
+                                         ("device", "device"), ("type", "expected a tensor")])
+def test_a_bad_callable_gets_a_clear_error(kind, words):
+    with pytest.raises(ProbeError, match=words):
+        fingerprint(_bad(kind), params=False)
+
+
+def test_bad_candidates_are_named():
+    with pytest.raises(ValueError, match="policy='nope'"):
+        fingerprint(_box("fa3"), candidates=["nope"])
+    with pytest.raises(ValueError, match="scale"):
+        fingerprint(_box("fa3"), candidates=[{"scale": -1.0}])
+
+
+def test_the_default_probe_set_is_small():
+    rows = sum(p.shape[0] for p in default_probes())
+    assert 60 <= rows <= 100  # ALLOW = 2% is one row
+    assert max(p.shape[1] for p in default_probes()) <= 2048
+
+
+def test_candidates_no_probe_tells_apart_come_back_as_a_group():
+    # block_m never changes a number (query rows are independent): two such candidates form a group
+    same = {"fa3": POLICIES["fa3"], "fa3-m64": POLICIES["fa3"].replace(name="fa3-m64", block_m=64),
+            "fa4": POLICIES["fa4"]}
+    fp = fingerprint(_box("fa3"), candidates=same, params=False)
+    assert fp.policy == ("fa3", "fa3-m64")
+    assert fingerprint(_box("fa4"), candidates=same, params=False).policy == "fa4"

@@ -1,0 +1,88 @@
+"""The probe inputs: their scores are the stated logits bit for bit, and what the emulator expects on them
+agrees with values computed here by hand (float64, the FP8 grid written out)."""
+
+import math
+
+import pytest
+import torch
+
+from kernels.policies import POLICIES
+from kernels.probes import PROBES, default_probes, exact, expected, make_probe
+from kernels.probes.inputs import BOUNDARY_LENGTHS, UNIFORM_SIZES, boundary, learned_sink, mass, one_hot, uniform
+
+
+@pytest.mark.parametrize("probe", [*default_probes(), *(boundary(n) for n in BOUNDARY_LENGTHS)], ids=lambda p: p.name)
+def test_scores_are_the_logits_bit_for_bit(probe):
+    q, k, v, _ = probe.tensors()
+    d = q.shape[-1]
+    s = (q[0, 0] @ k[0, 0].T) * (1.0 / math.sqrt(d))
+    assert torch.equal(s, probe.logits)
+    assert v.shape[-1] == d and bool((v[0, 0, :, 0] == 1).all())
+    assert probe.purpose and probe.observable
+
+
+def test_every_probe_name_builds_and_a_bad_name_is_refused():
+    for name in PROBES:
+        assert make_probe(name).name.startswith(name)
+    with pytest.raises(ValueError, match="probe='massive' is not allowed"):
+        make_probe("massive")
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_one_hot_returns_the_hot_keys_value_under_every_preset(name):
+    probe = one_hot()
+    _, _, v, _ = probe.tensors()
+    hot = probe.logits.argmax(dim=1)
+    # far keys visited before the hot one are cast against their own max, then weighted by exp(-60)
+    got = expected(probe, name).out[0, 0]
+    assert torch.allclose(got, v[0, 0, hot], rtol=0, atol=probe.shape[1] * math.exp(-60.0))
+
+
+def test_mass_probe_matches_hand_computed_fp8_values():
+    probe = mass(2048, depths=(7.0,))
+    e7 = math.exp(-7.0)
+    unscaled = expected(probe, "forward-s1").out[0, 0, 0, 0].item()  # exp(-7) < 2^-10 rounds to 0 in E4M3
+    assert unscaled == pytest.approx(1 / (1 + 2047 * e7), rel=1e-6)
+    # S = 448: x = 448·exp(-7) = 0.4085 lies in [0.25, 0.5), where E4M3's step is 2^-5: it rounds to 13·2^-5
+    scaled = expected(probe, {"order": "forward", "scale": 448.0}).out[0, 0, 0, 0].item()
+    assert scaled == pytest.approx((448 + 2047 * 13 / 32) / (448 * (1 + 2047 * e7)), rel=1e-6)
+    assert exact(probe)[0, 0].item() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_learned_sink_init_and_final_match_hand_values():
+    n, sigma = 256, 6.0
+    probe = learned_sink(n, sigma, depths=(0.0,))
+    final = expected(probe, "forward-s1").out[0, 0, 0, 0].item()  # P = 1 exact; the sink joins l at the end
+    assert final == pytest.approx(n / (n + math.exp(sigma)), rel=1e-6)
+    # init: the max starts at sigma, P = exp(-6) = 1.27·2^-9 rounds to 2^-9; l starts at the sink's 1
+    init = expected(probe, "vllm-unified").out[0, 0, 0, 0].item()
+    assert init == pytest.approx(n * 2.0 ** -9 / (1 + n * math.exp(-sigma)), rel=1e-6)
+
+
+@pytest.mark.parametrize("n", [UNIFORM_SIZES[0], UNIFORM_SIZES[-1]])
+def test_uniform_gives_the_mean_of_v_up_to_131072_keys(n):
+    probe = uniform(n)
+    _, _, v, _ = probe.tensors()
+    mean = v[0, 0].double().mean(dim=0)
+    assert torch.allclose(exact(probe)[0].double(), mean, atol=1e-12)
+    got = expected(probe, "fa3").out[0, 0, 0].double()
+    assert torch.allclose(got, mean, atol=n * 2.0 ** -24)
+
+
+@pytest.mark.parametrize("n, alone", [(128, False), (129, True)])
+def test_a_max_alone_in_its_block_is_seen_late_by_a_lazy_rescaling_kernel(n, alone):
+    # FA4 with the pre-fix FP8 offset (S = 256, tau = 4, 128-key blocks), the last key lifted by 2 log2
+    # units. Reverse order visits the last block first, so its max is right from the start: nothing
+    # saturates. Forward order at n = 129 finds the lifted key alone in a second block, 2 < tau above the
+    # stale max: it is cast at 256·2^2 = 1024 > 448 and saturates. At n = 128 it shares the only block.
+    pol = dict(POLICIES["fa4"].attention_kwargs(), scale=256.0, rescale_threshold=4.0)
+    assert int(expected(boundary(n, lifts=(2.0,)), pol).saturated.sum()) == 0
+    fwd = expected(boundary(n, lifts=(2.0,)), dict(pol, order="forward"))
+    assert int(fwd.saturated.sum()) == int(alone)
+
+
+def test_diagnostics_come_with_the_expected_output():
+    probe = mass(2048, depths=(7.0, 9.0))
+    r = expected(probe, "forward-s1")
+    assert r.underflow[0, 0].tolist() == [2047, 2047] and r.terms[0, 0].tolist() == [2048, 2048]
+    assert expected(probe, "fa3").underflow[0, 0].tolist() == [0, 0]  # 256·exp(-9) = 0.0316 is normal
