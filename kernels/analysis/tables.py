@@ -234,7 +234,9 @@ def thresholds(thr: pd.DataFrame, knees: pd.DataFrame | None, level: float) -> T
     caption = ("T3. Critical sink strength: δk = E[max of ksink N(0,1)], predicted Δc = 6.93 + ln S − δk, the "
                "exact model's crossing, and the measured Δc where the seed-mean underflow fraction crosses 1/2 "
                "(linear interpolation on the Δ grid, bootstrap-over-seeds CI); C4 asks |difference| within the "
-               f"side of that CI facing the prediction, widened over the {len(thr)} rows (level {level:g}). MSE knee: the first Δ where MSE(forward S) ≥ 2× MSE(reverse S=256) in the collapse "
+               f"side of that CI facing the prediction, widened over the {len(thr)} rows (level {level:g}), plus the "
+               "closed form's own offset μ3(M_k)/6 at the crossing. MSE knee: the first Δ where MSE(forward S) ≥ 2× "
+               "MSE(reverse S=256) in the collapse "
                "experiment (ksink = 4).")
     return Table(table_thresholds(thr, knees, level), thr, caption, "tab:thresholds")
 

@@ -1,7 +1,8 @@
 """Named P policies of deployed FP8 attention kernels (docs/interfaces.md, "Named policies").
 
 A :class:`Policy` is a set of :func:`kernels.attention` keywords with a name, the public source it
-was read from (``owner/repo@commit path``: the commit of the version read) and the month it was read. :data:`POLICIES` holds the presets: what FlashAttention-3,
+was read from (``owner/repo@commit path``: the commit of the version read) and the month it was read.
+:data:`POLICIES` holds the presets: what FlashAttention-3,
 FlashAttention-4, SageAttention2, FlashInfer, hpc-ops, vLLM and the Triton tutorial do with P, and
 the paper's four combinations. A user's own policies come from the ``policies:`` section of
 config.yaml (:func:`policies_from_config`). Presets describe the P path only: ``qk_fmt`` and

@@ -18,7 +18,8 @@ evaluate the criterion at all (e.g. a Δ grid too coarse to contain a crossing, 
 preset); it is never used to soften a claim that the data contradicts.
 
 One module per claim group: :mod:`.underflow` (C1, C2), :mod:`.scale` (C3), :mod:`.threshold`
-(C4), :mod:`.mse` (C5, C6), :mod:`.paper` (the abstract's numbers), :mod:`.audit` (deployed P policies, from the policies experiment),
+(C4), :mod:`.mse` (C5, C6), :mod:`.paper` (the abstract's numbers), :mod:`.audit` (deployed P
+policies, from the policies experiment),
 :mod:`.realmodel` (a pretrained model's heads and outputs), :mod:`.fp4` (P in microscaled FP4, from the
 fp4 experiment), :mod:`.conformance`; here, all of them at
 once and their output.
@@ -46,8 +47,10 @@ from kernels.analysis.verdicts.threshold import claim_c4
 from kernels.analysis.verdicts.underflow import claim_c1, claim_c2
 
 __all__ = [
-    "VERDICTS", "Subcase", "combine", "subcase_verdict", "family_z", "ci_tolerance", "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6",
-    "claim_paper", "claim_audit", "claim_realmodel", "claim_fp4", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json", "intervals",
+    "VERDICTS", "Subcase", "combine", "subcase_verdict", "family_z", "ci_tolerance",
+    "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
+    "claim_realmodel", "claim_fp4", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json",
+    "intervals",
 ]
 
 

@@ -126,7 +126,8 @@ def claim_audit(policies: pd.DataFrame | None, cfg: Mapping, *, confidence: floa
         return result(AUDIT, "INCONCLUSIVE", crit, {}, [f"no rows of the {variant} variant"])
     cells, details, nums = [], [], {}
     tols = [f"Δc: the side of the measured crossing's bootstrap CI (level {confidence:g}) facing the theory, widened "
-            "over the audited curves (Bonferroni), plus the grid's interpolation error of the theory's own curve", f"saturation: mean saturated fraction > {sat:g} "
+            "over the audited curves (Bonferroni), plus the grid's interpolation error of the theory's own curve",
+            f"saturation: mean saturated fraction > {sat:g} "
             "(claims.audit.saturation_threshold)", f"V-cast floor: CI of the ratio wholly above {factor:g}×"]
     found = list(curves(policies, variant))
     m = sum(bool(np.isfinite(part.iloc[0]["dc_meas"])) for _, part in found)

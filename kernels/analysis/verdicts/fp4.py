@@ -7,7 +7,8 @@ every threshold from ``claims.fp4`` in config.yaml:
   closed-form group-flush Δc with the experiment's ksink, σ, n and block_n;
 * per static NVFP4 S₁ of the grid, forward order: the measured group-flush Δc against the closed form,
   agreeing when |measured − closed form| lies within the measured crossing's bootstrap CI (the side
-  facing the closed form, widened over the static S₁: :func:`kernels.analysis.tolerance.ci_tolerance`), or when neither crosses on the Δ grid (the
+  facing the closed form, widened over the static S₁: :func:`kernels.analysis.tolerance.ci_tolerance`),
+  or when neither crosses on the Δ grid (the
   closed form beyond its last Δ); PASS when every S₁ agrees, FAIL when none does, PARTIAL otherwise,
   INCONCLUSIVE without the closed form;
 * at ``delta``: every cast's MSE ratio forward / reverse next to the FP8 baseline's, and its MSE over

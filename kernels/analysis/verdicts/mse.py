@@ -88,8 +88,17 @@ def claim_c5(paired: pd.DataFrame, cfg: Mapping, baseline_fraction: pd.Series | 
                                     f"{sum(c.verdict == 'PASS' for c in these)} of {len(these)} fixes in band"))
     nums.update(cells=len(cells), in_band=sum(c.verdict == "PASS" for c in cells))
     details = [f"{nums['in_band']} of {len(cells)} sub-cases (reading x sink_v_scale x fix) in band; the readings' "
-               "verdicts and each sub-case are listed above"]
+               "verdicts and each sub-case are listed above", _open_parameters(p)]
     return result("C5", combine(cells), crit, nums, details, scoped=readings + cells, tolerances=tols)
+
+
+def _open_parameters(p: pd.DataFrame) -> str:
+    """Which values of the parameter the paper leaves open (the sinks' value norm) the data tests, and why."""
+    norms = sorted(p["sink_v_scale"].unique()) if "sink_v_scale" in p.columns else []
+    return ("open in the paper, the sinks' value norm: tested at sink_v_scale " + ", ".join(f"{v:g}" for v in norms)
+            + " (0: sinks that carry no value, as learned sinks usually do; 1: the generator's unit-norm values; "
+            "values between: small ones); each gets its own verdict beneath") if norms else \
+        "the sinks' value norm is not a column of the data: one setting"
 
 
 def _trivial(paired: pd.DataFrame, pair, col: str, alpha: float) -> pd.DataFrame:
@@ -147,6 +156,7 @@ def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None) 
             cells.append(_equivalence_cell(g, grid, col, alpha, tag))
     details.append(f"{sum(c.verdict == 'PASS' for c in cells)} of {len(cells)} sub-cases (pair x sink_v_scale) "
                    "equivalent at every Δ")
+    details.append(_open_parameters(paired))
     readings = _by_norm(cells)
     if dc_onset is not None and np.isfinite(dc_onset):
         details.append(f"for reference: predicted Δc(S=256) = {short(dc_onset, 4)}, where forward S=256 starts collapsing")

@@ -1,4 +1,5 @@
-"""C3: S = 256 is bit-exact, on the dp envelope, with the widest coverage among powers of two (theory); its measured MSE next to every other scale."""
+"""C3: S = 256 is bit-exact, on the dp envelope, with the widest coverage among powers of two (theory);
+its measured MSE next to every other scale (scoped)."""
 
 from __future__ import annotations
 

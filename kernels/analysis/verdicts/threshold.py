@@ -88,8 +88,8 @@ def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping,
     details.append(f"underflow crossings within tolerance: {sum(x.verdict == 'PASS' for x in subs[:len(thresholds)])} "
                    f"of {len(thresholds)}; largest |measured − predicted| {short(thresholds['diff'].abs().max())}")
     if knees is not None and len(knees):
-        details.append(f"MSE knees within ±{short(w, 3)}σ of Δc: {sum(x.verdict == 'PASS' for x in subs[len(thresholds):])} "
-                       f"of {len(knees)}")
+        within = sum(x.verdict == "PASS" for x in subs[len(thresholds):])
+        details.append(f"MSE knees within ±{short(w, 3)}σ of Δc: {within} of {len(knees)}")
     nums = {"crossings_within": sum(s.verdict == "PASS" for s in subs if s.name.startswith("underflow")),
             "knees_within": sum(s.verdict == "PASS" for s in subs if s.name.startswith("precision")),
             "max_abs_diff": float(thresholds["diff"].abs().max()), "onset_span": w}
