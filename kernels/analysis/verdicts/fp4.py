@@ -7,7 +7,8 @@ every threshold from ``claims.fp4`` in config.yaml:
   closed-form group-flush Δc with the experiment's ksink, σ, n and block_n;
 * per static NVFP4 S₁ of the grid, forward order: the measured group-flush Δc against the closed form,
   agreeing when |measured − closed form| lies within the measured crossing's bootstrap CI (the side
-  facing the closed form, widened over the static S₁: :func:`kernels.analysis.tolerance.ci_tolerance`),
+  facing the closed form, widened over the static S₁: :func:`kernels.analysis.tolerance.ci_tolerance`, plus
+  the Δ grid's interpolation error of the closed form's own curve),
   or when neither crosses on the Δ grid (the
   closed form beyond its last Δ); PASS when every S₁ agrees, FAIL when none does, PARTIAL otherwise,
   INCONCLUSIVE without the closed form;
@@ -40,7 +41,7 @@ def _agreement(r, confidence: float, m: int, last_delta: float) -> tuple[str, st
     if not np.isfinite(pred):
         return "INCONCLUSIVE", "no closed form"
     if np.isfinite(meas):
-        tol = ci_tolerance(meas, r["dc_lo"], r["dc_hi"], pred, level=confidence, m=m)
+        tol = ci_tolerance(meas, r["dc_lo"], r["dc_hi"], pred, level=confidence, m=m) + float(r.get("dc_grid_error", 0.0))
         ok = abs(meas - pred) <= tol
         return ("PASS" if ok else "FAIL"), f"|difference| = {abs(meas - pred):.3f} {'≤' if ok else '>'} {tol:.3f}"
     ok = pred > last_delta and dc_text(r) == "never"
@@ -65,7 +66,7 @@ def claim_fp4(summary: pd.DataFrame | None, cfg: Mapping, *, confidence: float =
     crit = ("per static NVFP4 S1, forward order: |measured − closed-form group-flush Δc| within the crossing's "
             f"widened bootstrap CI (or both beyond the Δ grid); MSE ratios read at Δ = {delta:g}")
     tols = [f"Δc: the side of the measured crossing's bootstrap CI (level {confidence:g}) facing the closed form, "
-            "widened over the static S1 (Bonferroni)"]
+            "widened over the static S1 (Bonferroni), plus the grid's interpolation error of the closed form's own curve"]
     if summary is None or summary.empty:
         return result(FP4, "INCONCLUSIVE", crit, {}, ["no fp4 data"], tolerances=tols)
     rows, last = cast_rows(summary, delta), float(summary["delta"].max())
