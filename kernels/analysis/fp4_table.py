@@ -16,6 +16,7 @@ import pandas as pd
 
 from kernels.analysis.fp4 import curve_rows
 from kernels.analysis.policies import require
+from kernels.analysis.summaries import crossing
 from kernels.analysis.tables import Table
 from kernels.analysis.text import short
 
@@ -27,9 +28,22 @@ def _at(part: pd.DataFrame, delta: float) -> pd.Series | None:
     return hit.iloc[0] if len(hit) else None
 
 
+def _grid_error(part: pd.DataFrame, dc_pred: float, level: float) -> float:
+    """|crossing of the predicted group-flush curve interpolated on the measured Δ grid − dc_pred| (0 without one)."""
+    if "pred_groups_flushed" not in part or not np.isfinite(dc_pred):
+        return 0.0
+    pred = part["pred_groups_flushed"].to_numpy(float)
+    if not np.isfinite(pred).all():
+        return 0.0
+    on_grid = crossing(part["delta"].to_numpy(float), pred, level)
+    return abs(on_grid - dc_pred) if np.isfinite(on_grid) else 0.0
+
+
 def cast_rows(summary: pd.DataFrame, delta: float) -> pd.DataFrame:
     """One row per cast (its forward curve): cast, fmt, scale_mode, scale, dc_pred, dc_meas, dc_lo, dc_hi,
-    dc_diff (``|measured − closed form|``), flushed_at_start, fr_ratio(_lo/_hi) and base_ratio(_lo/_hi) at ``delta``."""
+    dc_diff (|measured − closed form|), dc_grid_error (how far the closed form's own curve, interpolated
+    linearly on the same Δ grid, crosses from dc_pred), flushed_at_start, fr_ratio(_lo/_hi) and
+    base_ratio(_lo/_hi) at ``delta``."""
     rows = []
     for key, part in curve_rows(summary, "forward"):
         first, at = part.iloc[0], _at(part, delta)
@@ -38,6 +52,7 @@ def cast_rows(summary: pd.DataFrame, delta: float) -> pd.DataFrame:
                      "scale": float(key["scale"]), "delta": float(delta), "dc_pred": float(first["dc_pred"]),
                      "dc_meas": float(first["dc_meas"]), "dc_lo": float(first["dc_lo"]), "dc_hi": float(first["dc_hi"]),
                      "dc_diff": abs(float(first["dc_meas"]) - float(first["dc_pred"])),
+                     "dc_grid_error": _grid_error(part, float(first["dc_pred"]), float(first["crossing_level"])),
                      "flushed_at_start": float(first["flushed_at_start"]),
                      "crossing_level": float(first["crossing_level"]),
                      **{c: get(c) for c in ("fr_ratio", "fr_ratio_lo", "fr_ratio_hi", "base_ratio", "base_ratio_lo",

@@ -171,8 +171,9 @@ def collapse_summary(df: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
 
     Columns: the configuration columns, ``combo``, ``backend`` (the backends that ran, joined by
     ``+``), ``n_seeds``, ``underflow``/``terms`` (summed over seeds), ``underflow_frac_mean``
-    (the pooled fraction, what the theory predicts), ``underflow_frac_median/_lo/_hi`` (median and
-    central ``level`` interval over seeds), ``underflow_sink_frac_mean``, ``mse_median/_lo/_hi``,
+    (the pooled fraction, what the theory predicts), ``underflow_frac_se`` (its standard error: the
+    standard deviation over seeds / sqrt(seeds); 0 with one seed), ``underflow_frac_median/_lo/_hi``
+    (median and central ``level`` interval over seeds), ``underflow_sink_frac_mean``, ``mse_median/_lo/_hi``,
     ``pred_leading`` and ``pred_exact`` (kernels.theory.underflow_fraction; NaN where the theory
     does not apply, e.g. causal rows) and ``pred_expected_count`` = ``pred_exact * terms``.
     """
@@ -186,6 +187,8 @@ def collapse_summary(df: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         out["underflow_frac_mean"] = out["underflow"] / out["terms"]
         out["underflow_sink_frac_mean"] = out["underflow_sink"] / out["terms_sink"]
+    se = g["underflow_frac"].agg(lambda s: float(s.std(ddof=1)) / np.sqrt(len(s)) if len(s) > 1 else 0.0)
+    out["underflow_frac_se"] = se.to_numpy(float)
     for value in ("underflow_frac", "mse"):
         si = seed_interval(df, keys, value, level).drop(columns=["n_seeds", f"{value}_mean"])
         out = out.merge(si, on=keys, how="left")

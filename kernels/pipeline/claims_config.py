@@ -4,8 +4,8 @@
 :func:`check_analysis` checks what it cannot say, on the merged config, before any job:
 
 * every number finite (a schema's bounds let NaN through);
-* each ``[lo, hi]`` band ordered, lo < hi (``claims.C5.band``, ``claims.realmodel.band``), and
-  ``claims.C5.far_above >= claims.C5.band[1]``;
+* each ``[lo, hi]`` band ordered, lo < hi (``claims.C5.band``, each of ``claims.C5.moderate``,
+  ``claims.paper.band``, ``claims.realmodel.band``), and ``claims.C5.far_above >= claims.C5.band[1]``;
 * every combination, scale and variant named is one that the experiment its reader reads runs
   under the merged config (a user may shrink an experiment's ``order`` or ``scale`` grid):
 
@@ -16,7 +16,8 @@
                                                       ``collapse`` (F3, F4 via ``paired.csv``)
   ``statistics.reference``, ``.fixes``, ``.pairs``    ``collapse`` (``stats.paired``, F4)
   ``claims.C1.combos``, ``claims.C2.*_combo``         ``collapse`` (``stats.collapse``)
-  ``claims.C5.baseline``, ``.fixes``, ``claims.C6``   ``collapse`` (``paired.csv``)
+  ``claims.C5.baseline``, ``.fixes``, ``claims.C6``   ``collapse`` (``paired.csv``; ``claims.C6.trivial_pair``
+                                                      too)
   ``claims.C3.scale``, ``.compare_scale``             ``experiments.scales.scale`` (``stats.scales``)
   ``claims.audit.variant``, ``.floor_variant``        ``experiments.policies.variants``
   ``claims.realmodel.combos``                         ``kernels.contract.COMBO_LABELS`` (what
@@ -178,6 +179,10 @@ def _check_claims(claims: Mapping, stats: Mapping, exps: Mapping) -> None:
         for j, label in enumerate(pair):
             _run_by(f"claims.C6.pairs[{i}][{j}]", label, exps, "collapse")
         _in_pairs(f"claims.C6.pairs[{i}]", pair, pairs, "the pair")
+    _in_pairs("claims.C6.trivial_pair", claims["C6"]["trivial_pair"], pairs, "the pair")
+    for i, window in enumerate(c5["moderate"]):
+        _check_band(f"claims.C5.moderate[{i}]", window)
+    _check_band("claims.paper.band", claims["paper"]["band"])
     variants = list(exps[POLICY_EXPERIMENT]["variants"])
     for field in ("variant", "floor_variant"):
         v = claims["audit"][field]

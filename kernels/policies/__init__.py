@@ -1,7 +1,8 @@
 """Named P policies of deployed FP8 attention kernels (docs/interfaces.md, "Named policies").
 
 A :class:`Policy` is a set of :func:`kernels.attention` keywords with a name, the public source it
-was read from and the month it was read. :data:`POLICIES` holds the presets: what FlashAttention-3,
+was read from (``owner/repo@commit path``: the commit of the version read) and the month it was read.
+:data:`POLICIES` holds the presets: what FlashAttention-3,
 FlashAttention-4, SageAttention2, FlashInfer, hpc-ops, vLLM and the Triton tutorial do with P, and
 the paper's four combinations. A user's own policies come from the ``policies:`` section of
 config.yaml (:func:`policies_from_config`). Presets describe the P path only: ``qk_fmt`` and
@@ -58,7 +59,7 @@ _RULES = {
     "v_scale": (_operand_scale, f"{', '.join(OPERAND_SCALES)} or a finite number > 0"),
     "block_m": (lambda x: is_allowed(x, BLOCK_SIZES), f"a power of two from {BLOCK_SIZES[0]} to {BLOCK_SIZES[-1]}"),
     "block_n": (lambda x: is_allowed(x, BLOCK_SIZES), f"a power of two from {BLOCK_SIZES[0]} to {BLOCK_SIZES[-1]}"),
-    "source": (lambda x: isinstance(x, str), "a string (repository and file)"),
+    "source": (lambda x: isinstance(x, str), "a string (repository@commit and file)"),
     "read": (lambda x: isinstance(x, str), "a string (the month the source was read, YYYY-MM)"),
 }
 
@@ -120,12 +121,14 @@ class Policy:
 POLICY_KEYS = tuple(f.name for f in dataclasses.fields(Policy) if f.name != "name")
 
 # ----------------------------------------------------------------------------- presets
-# Facts from /work/shared/reference/implementations.md; block sizes, FA4's threshold and its FP8
-# offset were looked up in the public sources named beside each preset (read only, nothing copied).
+# Block sizes, FA4's threshold and its FP8 offset were looked up in the public sources named beside
+# each preset (read only, nothing copied). Each source is pinned as owner/repo@commit path: the
+# commit of the version read, so a later change upstream cannot silently change what it cites.
 # Block sizes here must be powers of two in 16..256 (kernels.contract.BLOCK_SIZES); where a kernel
 # uses another tile, the nearest power of two is taken and said so. block_m has no effect on the
 # numbers (query rows are independent); block_n decides where the running max can move.
 
+_HPC_OPS = "Tencent/hpc-ops@5b005f2659a33738e1220f58f00f71de652983c6 src/attention/prefill/kernels.cuh"
 _PRESETS = (
     # FlashAttention-3 FP8: softmax.h scale_apply_exp2 subtracts Max_offset = 8 from the scaled max
     # inside exp2 (x in [0, 256]) -> exp2_offset, S = 2^8; n_block walks from the last block down
@@ -133,7 +136,8 @@ _PRESETS = (
     # tile_size.h tile_size_fwd_sm90 gives 192 x 160 for FP8 with hdim <= 64 (the paper's d = 64):
     # block_m 192 is as near 128 as 256, 128 taken; block_n 160 -> 128 (nearest power of two).
     Policy("fa3", order="reverse", scale=256.0, scale_mode="exp2_offset", block_m=128, block_n=128,
-           source="Dao-AILab/flash-attention hopper/softmax.h", read=READ),
+           source="Dao-AILab/flash-attention@7a802796e12ab36fc9830089c418497c1552bd53 hopper/softmax.h",
+           read=READ),
     # FlashAttention-4 (Blackwell, CuTe DSL): exp2 offset, reverse block order, lazy rescaling in
     # SoftmaxSm100.update_row_max (flash_attn/cute/softmax.py): the max stays stale while it grows
     # by less than rescale_threshold in log2 units. Threshold 8.0 (flash_fwd_sm100.py, "Tunable
@@ -143,7 +147,9 @@ _PRESETS = (
     # also asks for S = 256 (the pre-fix FP8 offset 8): POLICIES["fa4"].replace(scale=256.0), which
     # saturates (256*2^8 > 448). Tiles: m_block_size = n_block_size = 128 (FlashAttentionForwardSm100).
     Policy("fa4", order="reverse", scale=1.0, scale_mode="exp2_offset", rescale_threshold=8.0,
-           block_m=128, block_n=128, source="Dao-AILab/flash-attention flash_attn/cute/softmax.py", read=READ),
+           block_m=128, block_n=128,
+           source="Dao-AILab/flash-attention@ff88962827fa0da43ed770edc5029fcb3fd3d62c flash_attn/cute/softmax.py",
+           read=READ),
     # SageAttention2 (sm89): exp2(s - m + S_FP8_OFFSET) with S_FP8_OFFSET = 8.807 (attn_utils.cuh),
     # forward order. Assumption: S = 448 (log2_scale 8.807355); the kernel's literal 8.807 is
     # S = 2^8.807 = 447.89, 0.025% smaller: P within 0.025% of an FP8 rounding boundary may round
@@ -151,33 +157,36 @@ _PRESETS = (
     # clamped to 448) where the kernel stays below it. PV two-level accumulation is not modelled
     # ("Not built"). Tiles: CTA_Q = 128, CTA_K = 64 (sm89_qk_int8_sv_f8_accum_f32_attn_inst_buf.cu).
     Policy("sage2", order="forward", scale=448.0, scale_mode="exp2_offset", block_m=128, block_n=64,
-           source="thu-ml/SageAttention csrc/qattn/attn_utils.cuh", read=READ),
+           source="thu-ml/SageAttention@ca3dc4074fbdb84071b53c738c0958dc30d935f4 csrc/qattn/attn_utils.cuh", read=READ),
     # FlashInfer Hopper FP8 prefill: P multiplied by 448 (the FP8 type's max) after exp, reverse
     # order (quantization/mainloop_mma.cuh). Tiles (prefill_sm90.cuh, FP8, hdim 64): CTA_Q = 192
     # (as near 128 as 256, 128 taken), CTA_KV = 128.
     Policy("flashinfer-hopper", order="reverse", scale=448.0, scale_mode="multiply", block_m=128, block_n=128,
-           source="flashinfer-ai/flashinfer include/flashinfer/attention/hopper/quantization/mainloop_mma.cuh",
+           source=("flashinfer-ai/flashinfer@1cc390cd72d21b923c6c57ba24356865111049e7 "
+                   "include/flashinfer/attention/hopper/quantization/mainloop_mma.cuh"),
            read=READ),
     # hpc-ops prefill FP8: multiply by 256 after exp, forward order, reciprocal folded into the V
     # scale (src/attention/prefill/kernels.cuh). Tiles: kTileM = kTileN = 128
     # (warp_spec_with_kvcache_fp8_dim128.cu).
     Policy("hpc-ops", order="forward", scale=256.0, scale_mode="multiply", block_m=128, block_n=128,
-           source="Tencent/hpc-ops src/attention/prefill/kernels.cuh", read=READ),
+           source=_HPC_OPS, read=READ),
     # hpc-ops before the change the paper motivated: S = 1, otherwise the same.
     Policy("hpc-ops-s1", order="forward", scale=1.0, scale_mode="multiply", block_m=128, block_n=128,
-           source="Tencent/hpc-ops src/attention/prefill/kernels.cuh", read=READ),
+           source=_HPC_OPS, read=READ),
     # vLLM unified Triton attention: P = exp(S - m) (multiply, S = 1), P.to(V.dtype); with learned
     # sinks the running max starts at the sink logit and L at 1 (sink_mode="init"). Tiles: BLOCK_M
     # = 16 (num_queries_per_kv <= 16), TILE_SIZE_PREFILL = 32 (at least 32 for fp8).
     Policy("vllm-unified", order="forward", scale=1.0, scale_mode="multiply", sink_mode="init",
-           block_m=16, block_n=32, source="vllm-project/vllm vllm/attention/ops/triton_unified_attention.py",
+           block_m=16, block_n=32, source=("vllm-project/vllm@1c98a4967619bdc682aaf2f15eec6c3302d64368 "
+                                         "vllm/attention/ops/triton_unified_attention.py"),
            read=READ),
     # Triton tutorial 06: p = exp2(qk*sm_scale*log2e - m) with no offset, then p.to(float8e5):
     # exp2 form with log2 S = 0 -> exp2_offset, S = 1, E5M2 (assumption: exp2_offset is the nearer
     # contract form; at S = 1 it differs from "multiply" in the fp32 rounding of p only). Tiles:
     # autotuned over BLOCK_M in {64, 128}, BLOCK_N in {32, 64}; the largest, 128 x 64, taken.
     Policy("triton-tutorial", order="forward", scale=1.0, scale_mode="exp2_offset", fmt="e5m2",
-           block_m=128, block_n=64, source="triton-lang/triton python/tutorials/06-fused-attention.py",
+           block_m=128, block_n=64, source=("triton-lang/triton@dc6ee3ed2cf9b2b436544d6153351f9bc679cc61 "
+                                           "python/tutorials/06-fused-attention.py"),
            read=READ),
 )
 

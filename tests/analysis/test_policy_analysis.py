@@ -203,12 +203,12 @@ def test_audit_words_follow_the_data(summary, cfgs, dcs):
     flipped = stats.policies(data.make_policies(dcs=moved, sat_level=0.0, peak=2.0, deltas=DELTAS), cfgs[0])
     f = claim_audit(flipped, audit_cfg)
     assert f["verdict"] == "FAIL" or f["verdict"] == "PARTIAL"
-    assert "→ NOT predicted" in _line(f, "forward-s1") and "outside ±0.5" in _line(f, "forward-s1")
+    assert "→ NOT predicted" in _line(f, "forward-s1") and "outside ±" in _line(f, "forward-s1")
     assert "never saturates on this grid" in _line(f, "lazy-s256")
     assert "stays within 2× the V-cast floor" in _line(f, "forward-s1")
     assert f["numbers"]["not_predicted"] == 7  # the collapsing curves: 3 policies x 2 key settings, init logit
-    # the thresholds are config's: a laxer tolerance predicts the moved collapses again
-    assert claim_audit(flipped, dict(audit_cfg, max_abs_error=2.5))["verdict"] == "PASS"
+    # the tolerance is the data's own: a wider confidence level widens it, still not to 2
+    assert claim_audit(flipped, audit_cfg, confidence=0.999)["verdict"] == f["verdict"]
 
 
 def test_audit_joins_the_verdict(summary, cfgs):

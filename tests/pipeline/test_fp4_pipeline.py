@@ -170,7 +170,7 @@ def test_registry_has_the_fp4_section():
 
 def test_verdict_is_computed_from_the_data():
     """Measured Δc placed on the closed form passes; moved by 2 it fails; the numbers come from the theory."""
-    cfg = {"max_abs_error": 0.5, "delta": 8.0}
+    cfg = {"delta": 8.0}
     row = {"fmt": "nvfp4", "scale_mode": "multiply", "ksink": 4, "sigma": 1.0, "n": 512, "block_n": 64}
     dcs = {s: fp4_predictions.critical_delta({**row, "scale": s}) for s in (1.0, 16.0)}
     good = verdicts.claim_fp4(fp4_summary(data.make_fp4(dcs=dcs), n_resamples=200), cfg)

@@ -3,6 +3,7 @@
 import dataclasses
 import inspect
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,9 @@ def test_preset_validates_and_carries_its_source(name):
     p = POLICIES[name]
     assert Policy(**dataclasses.asdict(p)) == p  # constructing it again passes every check
     repo, _, path = p.source.partition(" ")
-    assert repo.count("/") == 1 or repo == "this", f"{name}: source {p.source!r} is not 'owner/repo path'"
+    assert repo.count("/") == 1 or repo == "this", f"{name}: source {p.source!r} is not 'owner/repo@commit path'"
+    if repo != "this":  # pinned: the commit of the version read, not only a path and a month
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", repo), f"{name}: source {p.source!r} pins no commit"
     assert path, f"{name}: source {p.source!r} names no file"
     assert p.read == "2026-11"
     assert p.block_m in BLOCK_SIZES and p.block_n in BLOCK_SIZES

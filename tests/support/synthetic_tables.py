@@ -46,12 +46,20 @@ def _frame(rows):
     return pd.DataFrame(rows)[list(TIDY_COLUMNS)]
 
 
-def make_collapse(*, ratio_peak=6.0, floor_gap=1.0, uf_shift=0.0, reverse_leak=0, seeds=8,
-                  deltas=tuple(np.arange(0.0, 16.01, 1.0)), svs_values=(0.0, 1.0)):
+def _bump(delta, peak):
+    """1 far from Δ = 7, ``peak`` at Δ = 7: the baseline's MSE over the floor."""
+    return 1 + (peak - 1) * math.exp(-0.5 * ((delta - 7) / 1.5) ** 2)
+
+
+def make_collapse(*, ratio_peak=6.0, floor_gap=1.0, floor_gap_from=-math.inf, cell_peaks=None, uf_shift=0.0,
+                  reverse_leak=0, reverse_zero=False, seeds=8, deltas=tuple(np.arange(0.0, 16.01, 1.0)),
+                  svs_values=(0.0, 1.0)):
     """Collapse tidy table built from the theory: underflow = exact prediction (+ ``uf_shift`` for
     forward S=1); MSE(forward S=1) = floor x a bump peaking at ``ratio_peak`` near Δ = 7; the fixes sit
-    on the floor, forward S=256 at ``floor_gap`` x the floor; ``reverse_leak`` underflow events are
-    added to reverse S=256 at Δ = 0."""
+    on the floor, forward S=256 at ``floor_gap`` x the floor from Δ = ``floor_gap_from`` on;
+    ``cell_peaks[(sink_v_scale, fix label)]`` sets that fix's own peak ratio MSE(forward S=1) / MSE(fix);
+    ``reverse_zero`` zeroes reverse S=256's underflow (the paper's guarantee); ``reverse_leak`` underflow
+    events are added to reverse S=256 at Δ = 0."""
     rng = np.random.default_rng(0)
     base = rng.lognormal(-12, 0.3, seeds)
     rows = []
@@ -61,11 +69,12 @@ def make_collapse(*, ratio_peak=6.0, floor_gap=1.0, uf_shift=0.0, reverse_leak=0
                                              method="exact")
             for svs in svs_values:
                 for di, delta in enumerate(deltas):
-                    bump = 1 + (ratio_peak - 1) * math.exp(-0.5 * ((delta - 7) / 1.5) ** 2)
-                    factor = {("forward", 1): bump, ("forward", 256): floor_gap}.get((order, scale), 1.0)
+                    factor = _factor(order, scale, svs, delta, ratio_peak, floor_gap, floor_gap_from, cell_peaks)
                     frac = float(pred[di])
                     if (order, scale) == ("forward", 1):
                         frac = min(1.0, frac + uf_shift)
+                    if (order, scale) == ("reverse", 256) and reverse_zero:
+                        frac = 0.0
                     for seed in range(seeds):
                         noise = math.exp(rng.normal(0, 0.01))
                         r = _row("collapse", seed, delta, svs, order, scale, base[seed] * factor * noise, frac)
@@ -74,6 +83,15 @@ def make_collapse(*, ratio_peak=6.0, floor_gap=1.0, uf_shift=0.0, reverse_leak=0
                             r["underflow_frac"] = r["underflow"] / r["terms"]
                         rows.append(r)
     return _frame(rows)
+
+
+def _factor(order, scale, svs, delta, ratio_peak, floor_gap, floor_gap_from, cell_peaks):
+    """One combination's MSE over the floor at (sink_v_scale, Δ) (see :func:`make_collapse`)."""
+    if (order, scale) == ("forward", 1):
+        return _bump(delta, ratio_peak)
+    f = floor_gap if (order, scale) == ("forward", 256) and delta >= floor_gap_from else 1.0
+    peak = (cell_peaks or {}).get((float(svs), combo_label(order, scale)))
+    return f * (_bump(delta, ratio_peak) / _bump(delta, peak) if peak is not None else 1.0)
 
 
 def make_scales(*, penalty_256=1.0, seeds=6):

@@ -90,7 +90,7 @@ rule fig_threshold:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
-        tolerance=CRITERIA["C4"]["max_abs_error"],
+        level=float(STATS_CFG["confidence_level"]),
     script:
         "../scripts/fig_threshold.py"
 

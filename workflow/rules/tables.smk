@@ -48,7 +48,7 @@ rule table_thresholds:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
-        c4=CRITERIA["C4"],
+        level=float(STATS_CFG["confidence_level"]),
     script:
         "../scripts/table_thresholds.py"
 

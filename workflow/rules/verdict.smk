@@ -26,6 +26,7 @@ rule claims:
         "../envs/pcast-fp8.yaml"
     params:
         claims=CRITERIA,
+        confidence_level=float(config["statistics"]["confidence_level"]),
         preset=config["preset"],
     script:
         "../scripts/claims.py"

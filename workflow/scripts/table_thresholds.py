@@ -7,6 +7,6 @@ from kernels.pipeline.logs import rule_log
 
 with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
     inp = snakemake.input  # noqa: F821
-    table = tables.thresholds(pd.read_csv(inp.thresholds), pd.read_csv(inp.knees), snakemake.params.c4)  # noqa: F821
+    table = tables.thresholds(pd.read_csv(inp.thresholds), pd.read_csv(inp.knees), snakemake.params.level)  # noqa: F821
     tables.write(table, **snakemake.output)  # noqa: F821
     log.info("T3: %d rows", len(table.display))

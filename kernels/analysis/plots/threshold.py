@@ -8,6 +8,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from kernels.analysis.plots.style import KSINK_MARKERS, TEXT_WIDTH, figure_data, panel_label, s_color, series, use_style
+from kernels.analysis.tolerance import crossing_tolerances
 
 __all__ = ["fig_threshold"]
 
@@ -61,7 +62,7 @@ def _panel_residuals(ax, t: pd.DataFrame, scales_, ks, tolerance: float) -> list
     ax.set_ylim(-span, span)
     ax.set_xlabel("sink keys ksink")
     ax.set_ylabel("measured − predicted Δc")
-    ax.text(0.02, 0.97, f"±{tolerance:g} (C4)", transform=ax.transAxes, fontsize=6.5, va="top", color="#555555")
+    ax.text(0.02, 0.97, f"±{tolerance:.3f} (C4, widest)", transform=ax.transAxes, fontsize=6.5, va="top", color="#555555")
     ax.legend(loc="lower right", fontsize=6, handlelength=1.5)
     panel_label(ax, "b")
     return rows
@@ -100,11 +101,14 @@ def _panel_knee(ax, knees: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def fig_threshold(thresholds: pd.DataFrame, knees: pd.DataFrame, *, tolerance: float = 0.5):
+def fig_threshold(thresholds: pd.DataFrame, knees: pd.DataFrame, *, level: float = 0.95):
     """F5: (a) measured vs predicted Δc across ksink and S, identity line, bootstrap 95% CIs;
-    (b) measured − predicted vs ksink with the ±tolerance band; (c) the MSE knee of the collapse
-    experiment against the predicted Δc, per sink_v_scale."""
+    (b) measured − predicted vs ksink with the ±tolerance band (C4's largest per-row tolerance: the
+    crossing's CI at ``level`` widened over the rows); (c) the MSE knee of the collapse experiment
+    against the predicted Δc, per sink_v_scale."""
     use_style()
+    tol = crossing_tolerances(thresholds, level) if len(thresholds) else np.array([])
+    tolerance = float(np.nanmax(tol)) if np.isfinite(tol).any() else 0.0
     fig, axes = plt.subplots(1, 3, figsize=(TEXT_WIDTH, 2.5), gridspec_kw={"width_ratios": [1.1, 1, 1]})
     t = thresholds.dropna(subset=["dc_pred"])
     scales_ = sorted(t["scale"].unique())

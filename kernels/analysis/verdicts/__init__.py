@@ -6,15 +6,20 @@ config.yaml, and returns a dict::
 
     {"claim": "C1", "statement": ..., "verdict": "PASS" | "PARTIAL" | "FAIL" | "INCONCLUSIVE",
      "criterion": <the rule applied, with the config's numbers>, "numbers": {...},
-     "details": [<lines>], "evidence": [<figure/table targets>]}
+     "details": [<lines>], "evidence": [<figure/table targets>],
+     "scoped": [{"scope", "verdict", "domain"}], "tolerances": [<each tolerance and its source>]}
 
-The statement and the evidence come from :mod:`kernels.analysis.registry`. No threshold is
-written in this package: each comes from the config. ``INCONCLUSIVE`` means the data cannot
+The statement (for C1–C6 the abstract's sentence) and the evidence come from
+:mod:`kernels.analysis.registry`. The verdict is on the claim as stated, by the one strict rule
+of :func:`.common.combine`; the scoped verdicts beneath never replace it. Tolerances come from the
+data (bootstrap CIs, standard errors at ``statistics.confidence_level``) or from a stated physical
+reason; the config holds the rest, and ``claims.paper`` the abstract's own numbers. ``INCONCLUSIVE`` means the data cannot
 evaluate the criterion at all (e.g. a Δ grid too coarse to contain a crossing, as on the smoke
 preset); it is never used to soften a claim that the data contradicts.
 
 One module per claim group: :mod:`.underflow` (C1, C2), :mod:`.scale` (C3), :mod:`.threshold`
-(C4), :mod:`.mse` (C5, C6), :mod:`.audit` (deployed P policies, from the policies experiment),
+(C4), :mod:`.mse` (C5, C6), :mod:`.paper` (the abstract's numbers), :mod:`.audit` (deployed P
+policies, from the policies experiment),
 :mod:`.realmodel` (a pretrained model's heads and outputs), :mod:`.fp4` (P in microscaled FP4, from the
 fp4 experiment), :mod:`.conformance`; here, all of them at
 once and their output.
@@ -31,45 +36,59 @@ from kernels import theory
 from kernels.analysis import stats
 from kernels.analysis.text import intervals
 from kernels.analysis.verdicts.audit import AUDIT, claim_audit
-from kernels.analysis.verdicts.common import VERDICTS
+from kernels.analysis.verdicts.common import VERDICTS, Subcase, ci_tolerance, combine, family_z, subcase_verdict
 from kernels.analysis.verdicts.conformance import conformance_check
 from kernels.analysis.verdicts.fp4 import FP4, claim_fp4
 from kernels.analysis.verdicts.mse import claim_c5, claim_c6
+from kernels.analysis.verdicts.paper import claim_paper
 from kernels.analysis.verdicts.realmodel import REALMODEL, claim_realmodel
 from kernels.analysis.verdicts.scale import claim_c3
 from kernels.analysis.verdicts.threshold import claim_c4
 from kernels.analysis.verdicts.underflow import claim_c1, claim_c2
 
 __all__ = [
-    "VERDICTS", "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6",
-    "claim_audit", "claim_realmodel", "claim_fp4", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json", "intervals",
+    "VERDICTS", "Subcase", "combine", "subcase_verdict", "family_z", "ci_tolerance",
+    "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
+    "claim_realmodel", "claim_fp4", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json",
+    "intervals",
 ]
+
+
+def _baseline_fraction(collapse: pd.DataFrame, baseline: str) -> pd.Series | None:
+    """Δ -> the exact model's non-sink underflow fraction of the baseline (C5's readings of 'moderate')."""
+    b = collapse[collapse["combo"] == baseline].dropna(subset=["pred_exact"]) if len(collapse) else collapse
+    return b.groupby("delta")["pred_exact"].mean() if len(b) else None
 
 
 def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFrame,
              thresholds: pd.DataFrame, knees: pd.DataFrame, conformance: pd.DataFrame | None,
              claims_cfg: Mapping, policies: pd.DataFrame | None = None,
              realmodel: pd.DataFrame | None = None, realmodel_outputs: pd.DataFrame | None = None,
-             fp4: pd.DataFrame | None = None) -> dict:
+             fp4: pd.DataFrame | None = None, confidence_level: float = 0.95) -> dict:
     """Every verdict from the summary tables (what the ``claims`` rule runs); the audit of deployed
     policies joins them when ``policies`` (the policies summary) is given, the real-model section
     when ``realmodel`` (the per-head summary; ``realmodel_outputs`` the per-run output summary) is,
-    the FP4 section when ``fp4`` (the fp4 summary) is."""
+    the FP4 section when ``fp4`` (the fp4 summary) is. ``confidence_level``: the statistics
+    section's, the level of every CI the tolerances are read from."""
     fmt = str(collapse["fmt"].iloc[0]) if len(collapse) and "fmt" in collapse else "e4m3fn"
     k = int(collapse["ksink"].iloc[0]) if len(collapse) and "ksink" in collapse else 4
     onset = theory.critical_delta(float(claims_cfg["C3"]["scale"]), k=k, fmt=fmt)
+    lv = float(confidence_level)
+    grid_max = float(collapse["delta"].max()) if len(collapse) else float("inf")
     out = {
-        "C1": claim_c1(collapse, claims_cfg["C1"]),
-        "C2": claim_c2(collapse, claims_cfg["C2"]),
+        "C1": claim_c1(collapse, claims_cfg["C1"], level=lv),
+        "C2": claim_c2(collapse, claims_cfg["C2"], level=lv),
         "C3": claim_c3(scales, claims_cfg["C3"], fmt=fmt),
-        "C4": claim_c4(thresholds, knees, claims_cfg["C4"]),
-        "C5": claim_c5(paired, claims_cfg["C5"]),
+        "C4": claim_c4(thresholds, knees, claims_cfg["C4"], level=lv, grid_max=grid_max),
+        "C5": claim_c5(paired, claims_cfg["C5"], _baseline_fraction(collapse, claims_cfg["C5"]["baseline"])),
         "C6": claim_c6(paired, claims_cfg["C6"], dc_onset=onset),
+        "paper": claim_paper(claims_cfg["paper"], thresholds, paired, baseline=claims_cfg["C5"]["baseline"],
+                             fmt=fmt, level=lv),
     }
     if policies is not None:
-        out[AUDIT] = claim_audit(policies, claims_cfg[AUDIT])
+        out[AUDIT] = claim_audit(policies, claims_cfg[AUDIT], confidence=lv)
     if fp4 is not None:
-        out[FP4] = claim_fp4(fp4, claims_cfg[FP4])
+        out[FP4] = claim_fp4(fp4, claims_cfg[FP4], confidence=lv)
     if realmodel is not None:
         out[REALMODEL] = claim_realmodel(realmodel, realmodel_outputs, claims_cfg[REALMODEL])
     out["conformance"] = conformance_check(conformance)
@@ -84,7 +103,8 @@ def evaluate_tidy(tidy: Mapping[str, pd.DataFrame], stats_cfg: Mapping, claims_c
     return evaluate(collapse=stats.collapse(tidy["collapse"], stats_cfg), paired=paired,
                     scales=stats.scales(tidy["scales"], stats_cfg),
                     thresholds=stats.threshold(tidy["threshold"], stats_cfg), knees=knees,
-                    conformance=tidy.get("conformance"), claims_cfg=claims_cfg, policies=policies)
+                    conformance=tidy.get("conformance"), claims_cfg=claims_cfg, policies=policies,
+                    confidence_level=float(stats_cfg["confidence_level"]))
 
 
 def to_json(result: Mapping) -> str:
@@ -92,19 +112,40 @@ def to_json(result: Mapping) -> str:
     return json.dumps(result, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def _table(rows: list[dict]) -> list[str]:
+    cols = list(rows[0])
+    return (["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            + ["| " + " | ".join(str(r[c]).replace("|", "\\|") for c in cols) + " |" for r in rows] + [""])
+
+
+def _section(key: str, r: Mapping) -> list[str]:
+    quote = "the abstract's sentence" if key in ("C1", "C2", "C3", "C4", "C5", "C6") else "claim"
+    lines = [f"## {key}: {r['verdict']}", "", f"*Claim ({quote}).* “{r['statement']}”", "",
+             f"*Verdict on the claim as stated:* **{r['verdict']}** (strict rule: PASS only if every sub-case "
+             "passes, FAIL if any fails, PARTIAL otherwise)", "", f"*Criterion.* {r['criterion']}", ""]
+    if r.get("tolerances"):
+        lines += ["*Tolerances.*", ""] + [f"- {t}" for t in r["tolerances"]] + [""]
+    if r.get("table"):
+        lines += _table(r["table"])
+    if r.get("scoped"):
+        lines += ["*Scoped verdicts (each over its own domain; they never replace the verdict above).*", ""]
+        lines += [f"- {s['scope']}: **{s['verdict']}**" + (f" — {s['domain']}" if s["domain"] else "")
+                  for s in r["scoped"]] + [""]
+    lines += ["*Details.*", ""] + [f"- {d}" for d in r["details"]] + [""]
+    return lines
+
+
 def render_markdown(result: Mapping, *, preset: str | None = None) -> str:
-    """``figures/claims.md``: a verdict table, then per claim the criterion and the numbers."""
+    """``figures/claims.md``: a verdict table, then per claim its sentence, the verdict on it, the
+    tolerances, the scoped verdicts and the numbers."""
     lines = ["# Claims verdict", ""]
     if preset:
         lines += [f"Computed from the `{preset}` preset's tidy tables by `snakemake claims`; "
-                  "criteria from the `claims:` section of config.yaml.", ""]
+                  "criteria from the `claims:` section of config.yaml (docs/claims.md explains each rule).", ""]
     lines += ["| claim | verdict | evidence |", "|---|---|---|"]
     for key, r in result.items():
-        lines.append(f"| {key} | **{r['verdict']}** | {', '.join(r['evidence'])} |")
+        lines.append(f"| {key} | **{r['verdict']}** | {', '.join(r['evidence']) or '—'} |")
     lines.append("")
     for key, r in result.items():
-        lines += [f"## {key}: {r['verdict']}", "", f"*Claim.* {r['statement']}", "",
-                  f"*Criterion.* {r['criterion']}", ""]
-        lines += [f"- {d}" for d in r["details"]]
-        lines.append("")
+        lines += _section(key, r)
     return "\n".join(lines)

@@ -8,10 +8,14 @@ choice and threshold comes from ``claims.audit`` in config.yaml:
 * ``floor_variant``: the variant whose P-cast error is read against its V-cast floor
   (``deployed``: FP8 Q, K, V; the floor is the same call with P unrounded);
 
-* ``max_abs_error``: the theory predicts a collapse when ``|measured Δc − predicted Δc|`` is at most
-  this, or when neither crosses the crossing level on the Δ grid (or both already at its first Δ).
-  With lazy rescaling (τ > 0) the law is an upper bound of the underflow (the max may be stale),
-  so the measured collapse only has to come no earlier than the predicted one less this;
+* the theory predicts a collapse when |measured Δc − predicted Δc| lies within the measured
+  crossing's bootstrap CI (the side facing the prediction, widened over every audited curve:
+  :func:`kernels.analysis.tolerance.ci_tolerance`) plus the Δ grid's own interpolation error (how
+  far the crossing of the theory's curve, linearly interpolated on the same grid, lies from the
+  theory's Δc), or when neither crosses the crossing level on
+  the Δ grid (or both already at its first Δ). With lazy rescaling (τ > 0) the law is an upper
+  bound of the underflow (the max may be stale), so the measured collapse only has to come no
+  earlier than the predicted one less that tolerance;
 * ``saturation_threshold``: a policy saturates from the first Δ where its mean saturated fraction
   exceeds this ("never on this grid" otherwise);
 * ``floor_factor``: the P-cast error exceeds the V-cast floor from the first Δ where the lower end
@@ -31,14 +35,15 @@ import numpy as np
 import pandas as pd
 
 from kernels.analysis.policies import curves, first_delta, floor_rows, require
+from kernels.analysis.summaries import crossing
 from kernels.analysis.tables import p_path
 from kernels.analysis.text import short
-from kernels.analysis.verdicts.common import combine, result
+from kernels.analysis.verdicts.common import ci_tolerance, combine, result
 
 __all__ = ["AUDIT", "AUDIT_KEYS", "claim_audit", "collapse_state"]
 
 AUDIT = "audit"  # the id of the audit in the claims registry and of its section in config's claims:
-AUDIT_KEYS = ("variant", "floor_variant", "max_abs_error", "saturation_threshold", "floor_factor")
+AUDIT_KEYS = ("variant", "floor_variant", "saturation_threshold", "floor_factor")
 
 
 def collapse_state(value: float, at_start: float, level: float) -> str:
@@ -48,7 +53,7 @@ def collapse_state(value: float, at_start: float, level: float) -> str:
     return "start" if np.isfinite(at_start) and at_start >= level else "never"
 
 
-def _collapse(first: pd.Series, level: float, tol: float) -> tuple[str, str]:
+def _collapse(first: pd.Series, level: float, confidence: float, m: int) -> tuple[str, str]:
     """(words, verdict cell) on where one curve collapses, measured and predicted."""
     meas = collapse_state(first["dc_meas"], first["underflow_at_start"], level)
     pred = collapse_state(first["dc_pred"], first["pred_at_start"], level)
@@ -63,11 +68,13 @@ def _collapse(first: pd.Series, level: float, tol: float) -> tuple[str, str]:
     bound = "eager bound" in model
     if meas == pred == "at":
         diff = first["dc_meas"] - first["dc_pred"]
+        tol = ci_tolerance(first["dc_meas"], first["dc_lo"], first["dc_hi"], first["dc_pred"], level=confidence, m=m) \
+            + float(first["grid_error"])
         ok = diff >= -tol if bound else abs(diff) <= tol
         if bound:
-            how = f"measured − bound = {diff:+.3f} {'≥' if ok else '<'} −{tol:g}"
+            how = f"measured − bound = {diff:+.3f} {'≥' if ok else '<'} −{tol:.3f}"
         else:
-            how = f"measured − theory = {diff:+.3f}, {'within' if ok else 'outside'} ±{tol:g}"
+            how = f"measured − theory = {diff:+.3f}, {'within' if ok else 'outside'} ±{tol:.3f}"
     else:  # the bound may only be reached later: from the start < on the grid < never
         rank = {"start": 0, "at": 1, "never": 2}
         ok = meas == pred or (bound and rank[meas] > rank[pred])
@@ -104,24 +111,34 @@ def _tag(key: dict) -> str:
     return f"{key['policy']} ({sink})"
 
 
-def claim_audit(policies: pd.DataFrame | None, cfg: Mapping) -> dict:
+def claim_audit(policies: pd.DataFrame | None, cfg: Mapping, *, confidence: float = 0.95) -> dict:
     """The audit's verdict and its words per policy (see the module docstring for the criterion)."""
     require(cfg, "claims.audit", AUDIT_KEYS)
     variant, floor_variant = str(cfg["variant"]), str(cfg["floor_variant"])
-    tol, sat, factor = (float(cfg[k]) for k in ("max_abs_error", "saturation_threshold", "floor_factor"))
-    crit = (f"per policy and sink ({variant} variant): measured Δc against the theory of its options within ±{tol:g} "
-            f"(or both never / both from the first Δ; τ > 0: no earlier than the eager bound − {tol:g}); saturation: "
+    sat, factor = (float(cfg[k]) for k in ("saturation_threshold", "floor_factor"))
+    crit = (f"per policy and sink ({variant} variant): measured Δc against the theory of its options within the "
+            f"crossing's widened bootstrap CI (or both never / both from the first Δ; τ > 0: no earlier than the "
+            f"eager bound less it); saturation: "
             f"mean saturated fraction > {sat:g}; V-cast floor ({floor_variant}): CI of rel. MSE / floor above {factor:g}×")
     if policies is None or policies.empty:
         return result(AUDIT, "INCONCLUSIVE", crit, {}, ["no policies data"])
     if variant not in set(policies["variant"]):
         return result(AUDIT, "INCONCLUSIVE", crit, {}, [f"no rows of the {variant} variant"])
     cells, details, nums = [], [], {}
-    for key, part in curves(policies, variant):
+    tols = [f"Δc: the side of the measured crossing's bootstrap CI (level {confidence:g}) facing the theory, widened "
+            "over the audited curves (Bonferroni), plus the grid's interpolation error of the theory's own curve",
+            f"saturation: mean saturated fraction > {sat:g} "
+            "(claims.audit.saturation_threshold)", f"V-cast floor: CI of the ratio wholly above {factor:g}×"]
+    found = list(curves(policies, variant))
+    m = sum(bool(np.isfinite(part.iloc[0]["dc_meas"])) for _, part in found)
+    for key, part in found:
         first = part.iloc[0].copy()
         first["pred_at_start"] = part["pred_underflow"].iloc[0]
+        on_grid = crossing(part["delta"].to_numpy(float), part["pred_underflow"].to_numpy(float),
+                           float(first["crossing_level"]))
+        first["grid_error"] = abs(on_grid - first["dc_pred"]) if np.isfinite(on_grid) else 0.0
         level = float(first["crossing_level"])
-        words, cell = _collapse(first, level, tol)
+        words, cell = _collapse(first, level, confidence, m)
         sat_words, sat_at = _saturation(part, sat)
         floor_words, floor_at, floor_peak = _floor(floor_rows(policies, key, floor_variant), factor, floor_variant)
         tag = _tag(key)
@@ -132,4 +149,4 @@ def claim_audit(policies: pd.DataFrame | None, cfg: Mapping) -> dict:
                      f"floor_ratio_peak[{tag}]": floor_peak})
     nums["predicted"] = cells.count("PASS")
     nums["not_predicted"] = cells.count("FAIL")
-    return result(AUDIT, combine(cells), crit, nums, details)
+    return result(AUDIT, combine(cells), crit, nums, details, tolerances=tols)

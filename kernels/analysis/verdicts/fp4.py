@@ -6,7 +6,10 @@ every threshold from ``claims.fp4`` in config.yaml:
 * the derived optimal static S₁ of NVFP4 (``kernels.theory.fp4.optimal_first_level_scale``) and its
   closed-form group-flush Δc with the experiment's ksink, σ, n and block_n;
 * per static NVFP4 S₁ of the grid, forward order: the measured group-flush Δc against the closed form,
-  agreeing when ``|measured − closed form|`` <= ``max_abs_error``, or when neither crosses on the Δ grid (the
+  agreeing when |measured − closed form| lies within the measured crossing's bootstrap CI (the side
+  facing the closed form, widened over the static S₁: :func:`kernels.analysis.tolerance.ci_tolerance`, plus
+  the Δ grid's interpolation error of the closed form's own curve),
+  or when neither crosses on the Δ grid (the
   closed form beyond its last Δ); PASS when every S₁ agrees, FAIL when none does, PARTIAL otherwise,
   INCONCLUSIVE without the closed form;
 * at ``delta``: every cast's MSE ratio forward / reverse next to the FP8 baseline's, and its MSE over
@@ -24,22 +27,23 @@ from kernels.analysis import fp4_predictions as fp
 from kernels.analysis.fp4_table import cast_rows, dc_text
 from kernels.analysis.policies import require
 from kernels.analysis.text import short
-from kernels.analysis.verdicts.common import combine, result
+from kernels.analysis.verdicts.common import ci_tolerance, combine, result
 
 __all__ = ["FP4", "FP4_KEYS", "claim_fp4"]
 
 FP4 = "fp4"  # the id of the section in the claims registry and of its part of config's claims:
-FP4_KEYS = ("max_abs_error", "delta")
+FP4_KEYS = ("delta",)
 
 
-def _agreement(r, tol: float, last_delta: float) -> tuple[str, str]:
+def _agreement(r, confidence: float, m: int, last_delta: float) -> tuple[str, str]:
     """(verdict cell, words) for one static S₁."""
     meas, pred = r["dc_meas"], r["dc_pred"]
     if not np.isfinite(pred):
         return "INCONCLUSIVE", "no closed form"
     if np.isfinite(meas):
+        tol = ci_tolerance(meas, r["dc_lo"], r["dc_hi"], pred, level=confidence, m=m) + float(r.get("dc_grid_error", 0.0))
         ok = abs(meas - pred) <= tol
-        return ("PASS" if ok else "FAIL"), f"|difference| = {abs(meas - pred):.3f} {'≤' if ok else '>'} {tol:g}"
+        return ("PASS" if ok else "FAIL"), f"|difference| = {abs(meas - pred):.3f} {'≤' if ok else '>'} {tol:.3f}"
     ok = pred > last_delta and dc_text(r) == "never"
     return ("PASS" if ok else "FAIL"), ("both beyond the Δ grid" if ok else "the measured fraction does not cross "
                                         "where the closed form does")
@@ -55,15 +59,19 @@ def _optimum(summary: pd.DataFrame) -> tuple[float, float, str]:
                     f"n = {int(row['n'])}, block_n = {int(row['block_n'])}: {short(dc, 4)}")
 
 
-def claim_fp4(summary: pd.DataFrame | None, cfg: Mapping) -> dict:
+def claim_fp4(summary: pd.DataFrame | None, cfg: Mapping, *, confidence: float = 0.95) -> dict:
     """The FP4 section's verdict and numbers (module docstring)."""
     require(cfg, f"claims.{FP4}", FP4_KEYS)
-    tol, delta = float(cfg["max_abs_error"]), float(cfg["delta"])
-    crit = (f"per static NVFP4 S1, forward order: |measured − closed-form group-flush Δc| ≤ {tol:g} (or both beyond "
-            f"the Δ grid); MSE ratios read at Δ = {delta:g}")
+    delta = float(cfg["delta"])
+    crit = ("per static NVFP4 S1, forward order: |measured − closed-form group-flush Δc| within the crossing's "
+            f"widened bootstrap CI (or both beyond the Δ grid); MSE ratios read at Δ = {delta:g}")
+    tols = [f"Δc: the side of the measured crossing's bootstrap CI (level {confidence:g}) facing the closed form, "
+            "widened over the static S1 (Bonferroni), plus the grid's interpolation error of the closed form's own curve"]
     if summary is None or summary.empty:
-        return result(FP4, "INCONCLUSIVE", crit, {}, ["no fp4 data"])
+        return result(FP4, "INCONCLUSIVE", crit, {}, ["no fp4 data"], tolerances=tols)
     rows, last = cast_rows(summary, delta), float(summary["delta"].max())
+    statics = rows[[fp.kind(r) == "static" for _, r in rows.iterrows()]]
+    m = max(int(np.isfinite(statics["dc_meas"].to_numpy(float)).sum()), 1)
     s1, dc_opt, words = _optimum(summary)
     nums, details, cells = {"optimal_S1": s1, "optimal_S1_dc": dc_opt}, [words + "."], []
     base = rows[~rows["fmt"].isin(list(fp.GROUP))]
@@ -72,7 +80,7 @@ def claim_fp4(summary: pd.DataFrame | None, cfg: Mapping) -> dict:
         tag = r["cast"]
         line = f"{tag}: group-flush Δc measured {dc_text(r)}"
         if fp.kind(r) == "static":
-            cell, how = _agreement(r, tol, last)
+            cell, how = _agreement(r, confidence, m, last)
             cells.append(cell)
             line += f", closed form {short(r['dc_pred'], 4)}: {how} → {cell}"
             nums.update({f"dc_meas[{tag}]": r["dc_meas"], f"dc_pred[{tag}]": r["dc_pred"]})
@@ -82,4 +90,4 @@ def claim_fp4(summary: pd.DataFrame | None, cfg: Mapping) -> dict:
         nums.update({f"fr_ratio[{tag}]": r["fr_ratio"], f"base_ratio[{tag}]": r["base_ratio"]})
         details.append(line + ".")
     nums["agree"], nums["disagree"] = cells.count("PASS"), cells.count("FAIL")
-    return result(FP4, combine(cells), crit, nums, details)
+    return result(FP4, combine(cells), crit, nums, details, tolerances=tols)
