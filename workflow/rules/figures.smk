@@ -18,6 +18,7 @@ rule fig_theory_scale:
         fmt=EXPERIMENT_CFG["scales"].get("fmt", "e4m3fn"),
         highlight=CRITERIA["C3"]["scale"],
         compare=CRITERIA["C3"]["compare_scale"],
+    localrule: True
     script:
         "../scripts/fig_theory_scale.py"
 
@@ -33,6 +34,7 @@ rule fig_collapse:
         f"{ANALYSIS_BENCH}/fig_collapse.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    localrule: True
     script:
         "../scripts/fig_collapse.py"
 
@@ -53,6 +55,7 @@ rule fig_mse:
         baseline=STATS_CFG["baseline"],
         reference=STATS_CFG["reference"],
         band=CRITERIA["C5"]["band"],
+    localrule: True
     script:
         "../scripts/fig_mse.py"
 
@@ -73,6 +76,7 @@ rule fig_improvement:
         baseline=STATS_CFG["baseline"],
         fixes=STATS_CFG["fixes"],
         band=CRITERIA["C5"]["band"],
+    localrule: True
     script:
         "../scripts/fig_improvement.py"
 
@@ -91,6 +95,7 @@ rule fig_threshold:
         "../envs/pcast-fp8.yaml"
     params:
         tolerance=CRITERIA["C4"]["max_abs_error"],
+    localrule: True
     script:
         "../scripts/fig_threshold.py"
 
@@ -106,6 +111,7 @@ rule fig_conformance:
         f"{ANALYSIS_BENCH}/fig_conformance.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    localrule: True
     script:
         "../scripts/fig_conformance.py"
 
@@ -124,6 +130,7 @@ rule fig_policies:
     params:
         variant=CRITERIA["audit"]["variant"],
         floor_variant=CRITERIA["audit"]["floor_variant"],
+    localrule: True
     script:
         "../scripts/fig_policies.py"
 
@@ -139,6 +146,7 @@ rule fig_realmodel_heads:
         f"{ANALYSIS_BENCH}/fig_realmodel_heads.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    localrule: True
     script:
         "../scripts/fig_realmodel_heads.py"
 
@@ -154,6 +162,7 @@ rule fig_realmodel_theory:
         f"{ANALYSIS_BENCH}/fig_realmodel_theory.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    localrule: True
     script:
         "../scripts/fig_realmodel_theory.py"
 
@@ -169,6 +178,7 @@ rule fig_realmodel_outputs:
         f"{ANALYSIS_BENCH}/fig_realmodel_outputs.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    localrule: True
     script:
         "../scripts/fig_realmodel_outputs.py"
 
@@ -184,5 +194,6 @@ rule fig_fp4:
         f"{ANALYSIS_BENCH}/fig_fp4.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    localrule: True
     script:
         "../scripts/fig_fp4.py"

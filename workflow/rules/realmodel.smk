@@ -18,6 +18,8 @@ rule realmodel_capture:
         "../envs/pcast-fp8.yaml"
     params:
         spec=realmodel_spec("capture"),
+    resources:
+        **fixed_resources("realmodel_capture"),
     script:
         "../scripts/realmodel_capture.py"
 
@@ -39,6 +41,7 @@ rule realmodel_heads:
     threads: 1
     resources:
         gpu=pconfig.gpu_jobs(REALMODEL_CFG),
+        **fixed_resources("realmodel_heads"),
     params:
         spec=realmodel_spec("heads"),
     script:
@@ -61,6 +64,7 @@ rule realmodel_outputs:
     threads: 1
     resources:
         gpu=pconfig.gpu_jobs(REALMODEL_CFG),
+        **fixed_resources("realmodel_outputs"),
     params:
         spec=realmodel_spec("outputs"),
     script:

@@ -18,6 +18,8 @@ rule stats_collapse:
         "../envs/pcast-fp8.yaml"
     params:
         stats=STATS_CFG,
+    resources:
+        **fixed_resources("stats_collapse"),
     script:
         "../scripts/stats_collapse.py"
 
@@ -36,6 +38,8 @@ rule stats_paired:
         "../envs/pcast-fp8.yaml"
     params:
         stats=STATS_CFG,
+    resources:
+        **fixed_resources("stats_paired"),
     script:
         "../scripts/stats_paired.py"
 
@@ -53,6 +57,8 @@ rule stats_scales:
         "../envs/pcast-fp8.yaml"
     params:
         stats=STATS_CFG,
+    resources:
+        **fixed_resources("stats_scales"),
     script:
         "../scripts/stats_scales.py"
 
@@ -70,6 +76,8 @@ rule stats_threshold:
         "../envs/pcast-fp8.yaml"
     params:
         stats=STATS_CFG,
+    resources:
+        **fixed_resources("stats_threshold"),
     script:
         "../scripts/stats_threshold.py"
 
@@ -87,6 +95,8 @@ rule stats_policies:
         "../envs/pcast-fp8.yaml"
     params:
         stats=STATS_CFG,
+    resources:
+        **fixed_resources("stats_policies"),
     script:
         "../scripts/stats_policies.py"
 
@@ -104,6 +114,8 @@ rule stats_fp4:
         "../envs/pcast-fp8.yaml"
     params:
         stats=STATS_CFG,
+    resources:
+        **fixed_resources("stats_fp4"),
     script:
         "../scripts/stats_fp4.py"
 
@@ -122,5 +134,7 @@ rule stats_realmodel:
         f"{ANALYSIS_BENCH}/stats_realmodel.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("stats_realmodel"),
     script:
         "../scripts/stats_realmodel.py"

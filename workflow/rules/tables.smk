@@ -16,6 +16,7 @@ rule table_paired_tests:
         "../envs/pcast-fp8.yaml"
     params:
         stats=STATS_CFG,
+    localrule: True
     script:
         "../scripts/table_paired_tests.py"
 
@@ -31,6 +32,7 @@ rule table_scales:
         f"{ANALYSIS_BENCH}/table_scales.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    localrule: True
     script:
         "../scripts/table_scales.py"
 
@@ -49,6 +51,7 @@ rule table_thresholds:
         "../envs/pcast-fp8.yaml"
     params:
         c4=CRITERIA["C4"],
+    localrule: True
     script:
         "../scripts/table_thresholds.py"
 
@@ -64,6 +67,7 @@ rule table_conformance:
         f"{ANALYSIS_BENCH}/table_conformance.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    localrule: True
     script:
         "../scripts/table_conformance.py"
 
@@ -82,6 +86,7 @@ rule table_policies:
     params:
         stats=STATS_CFG,
         audit=CRITERIA["audit"],
+    localrule: True
     script:
         "../scripts/table_policies.py"
 
@@ -99,6 +104,7 @@ rule table_realmodel:
         "../envs/pcast-fp8.yaml"
     params:
         realmodel=CRITERIA["realmodel"],
+    localrule: True
     script:
         "../scripts/table_realmodel.py"
 
@@ -117,5 +123,6 @@ rule table_fp4:
     params:
         stats=STATS_CFG,
         fp4=CRITERIA["fp4"],
+    localrule: True
     script:
         "../scripts/table_fp4.py"

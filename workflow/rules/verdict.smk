@@ -27,5 +27,6 @@ rule claims:
     params:
         claims=CRITERIA,
         preset=config["preset"],
+    localrule: True
     script:
         "../scripts/claims.py"
