@@ -177,21 +177,23 @@ def test_a_job_larger_than_the_node_is_refused_before_any_submission(tmp_path, s
 @pytest.mark.cluster
 @cluster
 def test_a_job_that_cannot_start_is_reported_and_the_run_stops(tmp_path, slurm_smoke):
-    """One sweep shard asking for more CPUs than the node has: accepted by sbatch, pending with reason
-    PartitionConfig for ever; the run reports it, cancels it and stops."""
+    """A job (the real model's capture, which needs no other job) asking for more CPUs than the node
+    has: accepted by sbatch, pending with reason PartitionConfig for ever; the run reports it, cancels
+    it and stops."""
     node = _default_node()
     repo = copy_repo(tmp_path / "repo")
     start = time.monotonic()
-    proc = subprocess.run([*RECIPE, "--set-threads", f"sweep_shard={node['cpus'] + 1}", "--",
-                           "results/shards/collapse/shard000.csv"], cwd=repo, env=_env(**EMPTY),
+    proc = subprocess.run([*RECIPE, "--set-threads", f"realmodel_capture={node['cpus'] + 1}", "--",
+                           "results/inputs/realmodel/tensors.safetensors"], cwd=repo, env=_env(**EMPTY),
                           capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    m = re.search(r"SLURM job (\d+) \(rule_sweep_shard\S*\) cannot start: squeue's reason is 'PartitionConfig' "
+    m = re.search(r"SLURM job (\d+) \(rule_realmodel_capture\) cannot start: squeue's reason is 'PartitionConfig' "
                   rf"\(it asks for {node['cpus'] + 1} CPUs", out)
     assert m, out[-4000:]
     assert f"SLURM-job '{m.group(1)}' failed" in out and "CANCELLED" in out, out[-4000:]
     assert time.monotonic() - start < 300
+    assert not (repo / "results" / "inputs" / "realmodel" / "tensors.safetensors").exists()
 
 
 @pytest.mark.cluster
