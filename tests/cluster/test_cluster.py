@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -40,6 +41,61 @@ def _env(**values) -> dict:
 
 
 EMPTY = {"PCAST_SLURM_ACCOUNT": "", "PCAST_SLURM_PARTITION": "", "PCAST_SLURM_GPU_PARTITION": ""}
+
+
+# ----------------------------------------------------------------------------- a real cluster (tests below)
+
+
+def _slurm_up() -> bool:
+    if shutil.which("sinfo") is None or shutil.which("squeue") is None:
+        return False
+    proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30)
+    return proc.returncode == 0 and any(s.strip("*~#") in ("idle", "mix", "alloc") for s in proc.stdout.split())
+
+
+SLURM_UP = _slurm_up()
+cluster = pytest.mark.skipif(not SLURM_UP, reason="no SLURM cluster answers (tests/cluster/start-slurm.sh starts one)")
+
+
+def _default_node() -> dict:
+    out = subprocess.run(slurm.SINFO, capture_output=True, text=True, timeout=30, check=True).stdout
+    parts, default = slurm.parse_sinfo(out)
+    return slurm.largest_nodes(parts, default)[""]
+
+
+def _stop(proc: subprocess.Popen, repo: Path) -> None:
+    """Interrupt a run still going (Snakemake cancels its SLURM jobs on SIGINT), then cancel any job
+    left from its directory."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    q = subprocess.run(["squeue", "--me", "--noheader", "--format=%i|%Z"], capture_output=True, text=True, timeout=30)
+    left = [line.split("|")[0] for line in q.stdout.splitlines() if line.endswith(f"|{repo}")]
+    if left:
+        subprocess.run(["scancel", *left], timeout=30)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm_smoke(request, tmp_path_factory):
+    """The short recipe, started in the background on a fresh copy before this file's first test when
+    a cluster test of this file is selected, so that the other tests run while it goes: (process,
+    repo, log path, start time); None otherwise."""
+    selected = [i for i in request.session.items if i.module is request.module and i.get_closest_marker("cluster")]
+    if not (SLURM_UP and selected):
+        yield None
+        return
+    repo = copy_repo(tmp_path_factory.mktemp("slurm") / "repo")
+    log = repo.parent / "slurm-run.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(RECIPE, cwd=repo, env=_env(**EMPTY), stdout=fh, stderr=subprocess.STDOUT,
+                                text=True)
+        try:
+            yield proc, repo, log, time.monotonic()
+        finally:
+            _stop(proc, repo)
 
 
 def _dry_run_resources(repo: Path, env: dict) -> dict[str, list[dict]]:
@@ -107,38 +163,6 @@ def test_a_missing_variable_stops_the_run_before_any_job(tmp_path):
     assert "and PCAST_SLURM_PARTITION is not set" in out, out[-3000:]  # only the one missing
     assert not (repo / "results").exists(), "a job ran before the refusal"
     assert "has been submitted with SLURM jobid" not in out
-
-
-# ----------------------------------------------------------------------------- a real cluster
-
-
-def _slurm_up() -> bool:
-    if shutil.which("sinfo") is None or shutil.which("squeue") is None:
-        return False
-    proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30)
-    return proc.returncode == 0 and any(s.strip("*~#") in ("idle", "mix", "alloc") for s in proc.stdout.split())
-
-
-cluster = pytest.mark.skipif(not _slurm_up(), reason="no SLURM cluster answers (tests/cluster/start-slurm.sh starts one)")
-
-
-def _default_node() -> dict:
-    out = subprocess.run(slurm.SINFO, capture_output=True, text=True, timeout=30, check=True).stdout
-    parts, default = slurm.parse_sinfo(out)
-    return slurm.largest_nodes(parts, default)[""]
-
-
-@pytest.fixture(scope="module")
-def slurm_smoke(tmp_path_factory):
-    """The short recipe, started in the background on a fresh copy: (process, repo, log path)."""
-    repo = copy_repo(tmp_path_factory.mktemp("slurm") / "repo")
-    log = repo.parent / "slurm-run.log"
-    fh = log.open("w")
-    proc = subprocess.Popen(RECIPE, cwd=repo, env=_env(**EMPTY), stdout=fh, stderr=subprocess.STDOUT, text=True)
-    yield proc, repo, log, time.monotonic()
-    if proc.poll() is None:
-        proc.kill()
-    fh.close()
 
 
 def _outputs(repo: Path) -> dict[str, bytes]:
