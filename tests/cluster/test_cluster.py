@@ -222,13 +222,16 @@ def test_a_job_that_cannot_start_is_reported_and_the_run_stops(tmp_path, slurm_s
 
 @pytest.mark.cluster
 @cluster
-def test_the_short_recipe_runs_the_smoke_preset_like_a_local_run(slurm_smoke, smoke_run):
+def test_the_short_recipe_runs_the_smoke_preset_like_a_local_run(slurm_smoke, request):
     """The smoke preset through the profile, only the three variables and --slurm-status-command squeue:
-    every job submitted to SLURM, the outputs byte-identical to a local run, no account-guess noise."""
+    the jobs submitted to SLURM, the outputs byte-identical to a local run, no account-guess noise.
+    The local run (the suite's smoke_run) is asked for after the SLURM run ends: on a small machine
+    both are CPU-bound, and side by side each would only take longer."""
     proc, repo, log, started = slurm_smoke
     rc = proc.wait(timeout=max(SLURM_TIMEOUT_S - (time.monotonic() - started), 1))
     out = log.read_text()
     assert rc == 0, out[-4000:]
+    smoke_run = request.getfixturevalue("smoke_run")
     assert "has been submitted with SLURM jobid" in out
     assert "sacct: invalid option" not in out and "trying to guess" not in out
     local, cluster_out = _outputs(smoke_run), _outputs(repo)
