@@ -7,7 +7,8 @@ start reported with squeue's reason, and the run stopped.
 
 The first tests need only the executor plugin (the ``slurm`` extra); the rest are marked ``cluster``
 and skipped where no SLURM answers. CI (.ci/run) starts SLURM first, so they run there. The smoke run
-through SLURM starts first (a module fixture) and the other cluster tests run while it goes.
+through SLURM starts before this file's first test (a module fixture) and the other tests run while it
+goes; the local run it is compared with comes after it.
 """
 
 from __future__ import annotations
