@@ -22,6 +22,13 @@ module                  concern
                         the largest job's memory per experiment (``plan_rows``, ``format_plan``),
                         a grid too big for memory refused (``check_memory``), the per-machine
                         calibration (``calibrate``, ``load_calibration``).
+:mod:`.resources`       what each job asks a cluster for, from the plan with stated factors and
+                        floors (``shard_resources``, ``inputs_resources``, ``rule_resources``,
+                        ``resource_table``, ``format_requests``); the local rules. Torch-free.
+:mod:`.slurm`           the SLURM profile's checks against the cluster: a run bound for SLURM
+                        (``bound_for_slurm``), sinfo's nodes and the refusal of a job no node can
+                        hold (``parse_sinfo``, ``refusal``), squeue's jobs that cannot start
+                        (``parse_squeue``, ``stuck``, ``stuck_message``). Torch-free.
 :mod:`.inputs`          the Δ-free base tensors of a shard in one safetensors file
                         (``write_inputs``, ``load_inputs``, ``base_tensors``).
 :mod:`.runs`            the shard jobs: ``run_sweep_shard``, ``run_conformance_shard``.

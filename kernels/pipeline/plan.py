@@ -72,7 +72,7 @@ from kernels.contract import CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EX
 from kernels.pipeline.calibration import calibrate, calibration_path, load_calibration
 from kernels.pipeline.config import ConfigError, delta_values, expected_rows, listed, n_shards
 
-__all__ = ["BASE_BYTES", "job_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
+__all__ = ["BASE_BYTES", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
            "calibration_path", "load_calibration"]
 
 #: The interpreter, torch and numpy before any tensor: a sweep shard's max RSS less its tensors.
@@ -102,8 +102,7 @@ def _fp4_casts(exp: Mapping) -> list[dict]:
 def job_memory(name: str, exp: Mapping) -> tuple[int, str]:
     """Peak bytes of the experiment's largest job (module docstring's model), and the config key of
     the shape that drives it (``experiments.<name>.shapes[i]``)."""
-    sigmas = len(listed(exp["sigma"]))
-    stored = int(exp["seeds_per_shard"]) * sigmas * sum(3 * _w(exp, s) for s in exp["shapes"])
+    stored = inputs_memory(exp) - BASE_BYTES
     n_deltas = len(delta_values(exp["delta"])) if isinstance(exp["delta"], (list, Mapping)) else 1
     nv = len(listed(exp["sink_v_scale"]))
     per_stack = max(1, int(exp.get("max_batch_items", 64)) // max(1, nv))
@@ -113,6 +112,12 @@ def job_memory(name: str, exp: Mapping) -> tuple[int, str]:
     stack = L * _w(exp, shape) * (6 + 6 * nv + nv * _calls(name, exp))
     scores = 28 * int(exp["batch"]) * int(exp["heads"]) * int(shape["n"]) ** 2
     return BASE_BYTES + stored + stack + scores, f"experiments.{name}.shapes[{i}]"
+
+
+def inputs_memory(exp: Mapping) -> int:
+    """Peak bytes of one ``inputs`` job of the experiment: the interpreter and one shard's stored inputs."""
+    sigmas = len(listed(exp["sigma"]))
+    return BASE_BYTES + int(exp["seeds_per_shard"]) * sigmas * sum(3 * _w(exp, s) for s in exp["shapes"])
 
 
 def machine_memory() -> int:

@@ -10,7 +10,12 @@
 #      combination, scale and variant that `statistics:` and `claims:` name is one an experiment
 #      runs, bands ordered: kernels.pipeline.claims_config);
 #   4. in the scheduling process: the largest job of each experiment must fit in this machine's
-#      memory, then the run plan is printed (kernels.pipeline.plan; dry runs too).
+#      memory, then the run plan is printed (kernels.pipeline.plan; dry runs too). A run bound for
+#      SLURM (kernels.pipeline.slurm.bound_for_slurm) checks each job's mem_mb against the largest
+#      node of its partition (sinfo) instead, and prints what each job asks for.
+# Each rule's mem_mb and runtime come from the plan (kernels.pipeline.resources): SHARD_RES, INPUTS_RES,
+# fixed_resources(); under SLURM a job pending for a reason that will not clear is cancelled and
+# reported (watch_pending, started in onstart).
 # Any failure raises WorkflowError naming the config key and what is allowed; nothing is written.
 #
 # Shared with every rules file -- EXPERIMENT_CFG (the config sections), SWEEPS, CONFORMANCE,
@@ -24,16 +29,23 @@
 # table_outputs(), verdict_outputs(), ANALYSIS_TARGETS (every figure, table and the verdict, from
 # the claims registry kernels.analysis.registry).
 
+import logging
 import os
+import subprocess
 import sys
+import threading
+import time
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger as snakemake_logger
 from snakemake.utils import min_version
 
 from kernels import contract
 from kernels.analysis import registry
 from kernels.pipeline import config as pconfig
 from kernels.pipeline import plan
+from kernels.pipeline import resources
+from kernels.pipeline import slurm
 from kernels.pipeline import validation as pvalidation
 
 min_version("9.0")
@@ -56,25 +68,81 @@ config.clear()
 config.update(_merged)
 
 
-def show_plan(cfg):
-    """Refuse a grid whose largest job cannot fit in this machine's memory, then print the run plan
-    (runs, shards, estimated CPU time, peak memory per experiment: kernels.pipeline.plan).
+def _sinfo():
+    """(partition -> nodes, default partition) from sinfo, or None where sinfo does not answer."""
+    try:
+        proc = subprocess.run(slurm.SINFO, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return slurm.parse_sinfo(proc.stdout) if proc.returncode == 0 else None
+
+
+def check_cluster(cfg, cal):
+    """Refuse, before any job, a job that no node of its SLURM partition can hold; print the requests."""
+    rows = resources.resource_table(cfg, cal)
+    print(resources.format_requests(rows), file=sys.stderr)
+    nodes = _sinfo()
+    if nodes is None:
+        print(
+            "sinfo does not answer here: the jobs were not checked against the cluster's nodes",
+            file=sys.stderr,
+        )
+        return
+    overrides = workflow.resource_settings.overwrite_resources
+    message = slurm.refusal(resources.cluster_jobs(rows, os.environ, overrides), *nodes)
+    if message:
+        raise WorkflowError(
+            f"Invalid configuration (preset {cfg.get('preset')!r}): {message}"
+        )
+
+
+def show_plan(cfg, cal):
+    """Refuse a grid whose largest job cannot fit in this machine's memory (under SLURM: in the
+    cluster's largest node, check_cluster), then print the run plan (runs, shards, estimated CPU
+    time, peak memory per experiment: kernels.pipeline.plan).
     """
     mem = plan.machine_memory()
-    try:
-        plan.check_memory(plan.plan_rows(cfg, None), mem)
-    except pconfig.ConfigError as e:
-        raise WorkflowError(
-            f"Invalid configuration (preset {cfg.get('preset')!r}): {e}"
-        ) from None
-    cal = plan.load_calibration()
+    if BOUND_FOR_SLURM:
+        check_cluster(cfg, cal)
+    else:
+        try:
+            plan.check_memory(plan.plan_rows(cfg, None), mem)
+        except pconfig.ConfigError as e:
+            raise WorkflowError(
+                f"Invalid configuration (preset {cfg.get('preset')!r}): {e}"
+            ) from None
     rows = plan.plan_rows(cfg, cal)
     print(plan.format_plan(rows, cfg["preset"], mem, cal), file=sys.stderr)
 
 
-# Once, in the process that schedules (not in a cluster job's own Snakemake), dry runs included.
+# Once, in the process that schedules (not in a cluster job's own Snakemake), dry runs included; a
+# job's own Snakemake does not calibrate, and asks for the runtime floor (SLURM has its -t already).
+BOUND_FOR_SLURM = workflow.is_main_process and slurm.bound_for_slurm(sys.argv[1:])
+CALIBRATION = plan.load_calibration() if workflow.is_main_process else None
 if workflow.is_main_process:
-    show_plan(config)
+    show_plan(config, CALIBRATION)
+
+SHARD_RES = resources.shard_resources(config, CALIBRATION)
+INPUTS_RES = resources.inputs_resources(config)
+
+
+def shard_mem_mb(wildcards):
+    return SHARD_RES[wildcards.experiment]["mem_mb"]
+
+
+def shard_runtime(wildcards):
+    return SHARD_RES[wildcards.experiment]["runtime"]
+
+
+def inputs_mem_mb(wildcards):
+    return INPUTS_RES[wildcards.experiment]["mem_mb"]
+
+
+def fixed_resources(rule_name):
+    """mem_mb and runtime of a rule the plan does not model (kernels.pipeline.resources.UNMODELLED)."""
+    res = resources.rule_resources(rule_name)
+    return {"mem_mb": res["mem_mb"], "runtime": res["runtime"]}
+
 
 PRESET = config["preset"]
 EXPERIMENT_CFG = config["experiments"]
@@ -241,11 +309,57 @@ def backend_note():
     return f"pcast-fp8 preset {PRESET!r}; " + "; ".join(notes)
 
 
+#: Seconds between squeue polls for jobs that cannot start; a job is cancelled on its second sighting.
+PENDING_POLL_S = 10
+
+
+def watch_pending(workdir, since):
+    """Poll squeue for this run's pending jobs whose reason will not clear (kernels.pipeline.slurm.stuck);
+    report and cancel each seen twice in a row, so that the executor reports it failed and the run stops.
+    """
+    seen = set()
+    while True:
+        time.sleep(PENDING_POLL_S)
+        try:
+            proc = subprocess.run(
+                slurm.SQUEUE, capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if proc.returncode != 0:
+            continue
+        now = {
+            r["id"]: r
+            for r in slurm.stuck(slurm.parse_squeue(proc.stdout), workdir, since)
+        }
+        for job_id in sorted(now.keys() & seen):
+            print(slurm.stuck_message(now[job_id]), file=sys.stderr, flush=True)
+            subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
+        seen = set(now)
+
+
+class _NoAccountGuess(logging.Filter):
+    """Drops the executor plugin's warnings about guessing an account when PCAST_SLURM_ACCOUNT is
+    empty: its guess (sacct through a shell pipe it does not run in a shell) always fails with
+    'sacct: invalid option', and the job goes without -A, which is what the empty variable asks for:
+    SLURM charges the user's default account."""
+
+    def filter(self, record):
+        return not str(record.msg).startswith(slurm.ACCOUNT_GUESS_WARNINGS)
+
+
 onstart:
     # The SLURM profile's account and partitions come from the environment: stop before any
-    # job is submitted when one is not set (kernels.pipeline.config.SLURM_ENV).
+    # job is submitted when one is not set (kernels.pipeline.config.SLURM_ENV). Then watch for jobs
+    # that cannot start.
     if getattr(workflow.executor_plugin, "name", None) == "slurm":
         message = pconfig.slurm_env_error(os.environ)
         if message:
             raise WorkflowError(message)
+        if not os.environ.get("PCAST_SLURM_ACCOUNT"):
+            snakemake_logger.addFilter(_NoAccountGuess())
+        since = time.strftime("%Y-%m-%dT%H:%M:%S")
+        threading.Thread(
+            target=watch_pending, args=(os.getcwd(), since), daemon=True
+        ).start()
     print(backend_note(), file=sys.stderr)

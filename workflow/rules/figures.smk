@@ -12,6 +12,7 @@ rule fig_theory_scale:
         f"{ANALYSIS_LOGS}/fig_theory_scale.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_theory_scale.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
@@ -31,6 +32,7 @@ rule fig_collapse:
         f"{ANALYSIS_LOGS}/fig_collapse.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_collapse.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     script:
@@ -47,6 +49,7 @@ rule fig_mse:
         f"{ANALYSIS_LOGS}/fig_mse.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_mse.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
@@ -67,6 +70,7 @@ rule fig_improvement:
         f"{ANALYSIS_LOGS}/fig_improvement.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_improvement.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
@@ -87,6 +91,7 @@ rule fig_threshold:
         f"{ANALYSIS_LOGS}/fig_threshold.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_threshold.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
@@ -104,6 +109,7 @@ rule fig_conformance:
         f"{ANALYSIS_LOGS}/fig_conformance.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_conformance.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     script:
@@ -119,6 +125,7 @@ rule fig_policies:
         f"{ANALYSIS_LOGS}/fig_policies.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_policies.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
@@ -137,6 +144,7 @@ rule fig_realmodel_heads:
         f"{ANALYSIS_LOGS}/fig_realmodel_heads.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_realmodel_heads.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     script:
@@ -152,6 +160,7 @@ rule fig_realmodel_theory:
         f"{ANALYSIS_LOGS}/fig_realmodel_theory.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_realmodel_theory.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     script:
@@ -167,6 +176,7 @@ rule fig_realmodel_outputs:
         f"{ANALYSIS_LOGS}/fig_realmodel_outputs.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_realmodel_outputs.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     script:
@@ -182,6 +192,7 @@ rule fig_fp4:
         f"{ANALYSIS_LOGS}/fig_fp4.log",
     benchmark:
         f"{ANALYSIS_BENCH}/fig_fp4.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     script:

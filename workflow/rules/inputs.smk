@@ -17,6 +17,9 @@ rule inputs:
     conda:
         "../envs/pcast-fp8.yaml"
     threads: 1
+    resources:
+        mem_mb=inputs_mem_mb,
+        runtime=resources.RUNTIME_FLOOR_MIN,
     params:
         spec=inputs_spec,
     script:

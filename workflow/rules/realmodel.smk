@@ -16,6 +16,8 @@ rule realmodel_capture:
     priority: 3
     conda:
         "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("realmodel_capture"),
     params:
         spec=realmodel_spec("capture"),
     script:
@@ -38,6 +40,7 @@ rule realmodel_heads:
         "../envs/pcast-fp8.yaml"
     threads: 1
     resources:
+        **fixed_resources("realmodel_heads"),
         gpu=pconfig.gpu_jobs(REALMODEL_CFG),
     params:
         spec=realmodel_spec("heads"),
@@ -60,6 +63,7 @@ rule realmodel_outputs:
         "../envs/pcast-fp8.yaml"
     threads: 1
     resources:
+        **fixed_resources("realmodel_outputs"),
         gpu=pconfig.gpu_jobs(REALMODEL_CFG),
     params:
         spec=realmodel_spec("outputs"),

@@ -16,6 +16,8 @@ rule stats_collapse:
         f"{ANALYSIS_BENCH}/stats_collapse.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("stats_collapse"),
     params:
         stats=STATS_CFG,
     script:
@@ -34,6 +36,8 @@ rule stats_paired:
         f"{ANALYSIS_BENCH}/stats_paired.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("stats_paired"),
     params:
         stats=STATS_CFG,
     script:
@@ -51,6 +55,8 @@ rule stats_scales:
         f"{ANALYSIS_BENCH}/stats_scales.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("stats_scales"),
     params:
         stats=STATS_CFG,
     script:
@@ -68,6 +74,8 @@ rule stats_threshold:
         f"{ANALYSIS_BENCH}/stats_threshold.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("stats_threshold"),
     params:
         stats=STATS_CFG,
     script:
@@ -85,6 +93,8 @@ rule stats_policies:
         f"{ANALYSIS_BENCH}/stats_policies.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("stats_policies"),
     params:
         stats=STATS_CFG,
     script:
@@ -102,6 +112,8 @@ rule stats_fp4:
         f"{ANALYSIS_BENCH}/stats_fp4.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("stats_fp4"),
     params:
         stats=STATS_CFG,
     script:
@@ -122,5 +134,7 @@ rule stats_realmodel:
         f"{ANALYSIS_BENCH}/stats_realmodel.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("stats_realmodel"),
     script:
         "../scripts/stats_realmodel.py"

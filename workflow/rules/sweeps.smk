@@ -27,6 +27,8 @@ rule sweep_shard:
     threads: 1
     resources:
         gpu=gpu_resource,
+        mem_mb=shard_mem_mb,
+        runtime=shard_runtime,
     params:
         spec=shard_spec,
     script:

@@ -12,6 +12,7 @@ rule table_paired_tests:
         f"{ANALYSIS_LOGS}/table_paired_tests.log",
     benchmark:
         f"{ANALYSIS_BENCH}/table_paired_tests.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
@@ -29,6 +30,7 @@ rule table_scales:
         f"{ANALYSIS_LOGS}/table_scales.log",
     benchmark:
         f"{ANALYSIS_BENCH}/table_scales.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     script:
@@ -45,6 +47,7 @@ rule table_thresholds:
         f"{ANALYSIS_LOGS}/table_thresholds.log",
     benchmark:
         f"{ANALYSIS_BENCH}/table_thresholds.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
@@ -62,6 +65,7 @@ rule table_conformance:
         f"{ANALYSIS_LOGS}/table_conformance.log",
     benchmark:
         f"{ANALYSIS_BENCH}/table_conformance.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     script:
@@ -77,6 +81,7 @@ rule table_policies:
         f"{ANALYSIS_LOGS}/table_policies.log",
     benchmark:
         f"{ANALYSIS_BENCH}/table_policies.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
@@ -95,6 +100,7 @@ rule table_realmodel:
         f"{ANALYSIS_LOGS}/table_realmodel.log",
     benchmark:
         f"{ANALYSIS_BENCH}/table_realmodel.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
@@ -112,6 +118,7 @@ rule table_fp4:
         f"{ANALYSIS_LOGS}/table_fp4.log",
     benchmark:
         f"{ANALYSIS_BENCH}/table_fp4.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:

@@ -22,6 +22,7 @@ rule claims:
         f"{ANALYSIS_LOGS}/claims.log",
     benchmark:
         f"{ANALYSIS_BENCH}/claims.tsv"
+    localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
     params:
