@@ -41,7 +41,7 @@ def _grid_error(part: pd.DataFrame, dc_pred: float, level: float) -> float:
 
 def cast_rows(summary: pd.DataFrame, delta: float) -> pd.DataFrame:
     """One row per cast (its forward curve): cast, fmt, scale_mode, scale, dc_pred, dc_meas, dc_lo, dc_hi,
-    dc_diff (|measured − closed form|), dc_grid_error (how far the closed form's own curve, interpolated
+    dc_diff (``|measured − closed form|``), dc_grid_error (how far the closed form's own curve, interpolated
     linearly on the same Δ grid, crosses from dc_pred), flushed_at_start, fr_ratio(_lo/_hi) and
     base_ratio(_lo/_hi) at ``delta``."""
     rows = []

@@ -23,7 +23,7 @@ default run, the statistics at a few hundred MB; the schema bounds the real mode
 6 layers) and the statistics read tables of at most a few hundred thousand rows. Override any value
 with ``--set-resources RULE:mem_mb=...`` or ``--set-threads RULE=N``.
 
-The tidy tables, figures, tables and the verdict (:data:`LOCAL_RULES`) are ``localrule``s: seconds
+The tidy tables, figures, tables and the verdict (:data:`LOCAL_RULES`) are local rules (``localrule``): seconds
 each on small CSVs, they run beside the scheduling Snakemake instead of waiting in SLURM's queue.
 """
 

@@ -23,7 +23,7 @@ import yaml
 __all__ = ["ACCOUNT_GUESS_WARNINGS", "SINFO", "SQUEUE", "STUCK_REASONS", "bound_for_slurm", "parse_sinfo", "largest_nodes", "refusal",
            "parse_squeue", "stuck", "stuck_message"]
 
-#: One line per node and partition: name, partition (the default one marked with *), MB, CPUs.
+#: One line per node and partition: name, partition (the default one marked with an asterisk), MB, CPUs.
 SINFO = ("sinfo", "--noheader", "--Node", "--format=%N|%P|%m|%c")
 #: One line per pending job of this user: id, comment (the executor's ``rule_<name>...``), reason, CPUs, memory,
 #: submit time, working directory.

@@ -99,7 +99,7 @@ def run_box(fn, probe, device: str | torch.device = "cpu") -> Observed:
 
 
 def row_mismatches(actual: torch.Tensor, want: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Per row of [Nq, d]: the largest |actual − want| in units of ATOL + RTOL·|want| (> 1: outside); an
+    """Per row of [Nq, d]: the largest ``|actual − want|`` in units of ATOL + RTOL·``|want|`` (> 1: outside); an
     output returned in a narrower ``dtype`` (bf16, fp16) may also be one ulp of that dtype off."""
     want = want.to(torch.float64)
     rtol = RTOL + (torch.finfo(dtype).eps if dtype in (torch.bfloat16, torch.float16) else 0.0)

@@ -8,7 +8,7 @@ choice and threshold comes from ``claims.audit`` in config.yaml:
 * ``floor_variant``: the variant whose P-cast error is read against its V-cast floor
   (``deployed``: FP8 Q, K, V; the floor is the same call with P unrounded);
 
-* the theory predicts a collapse when |measured Δc − predicted Δc| lies within the measured
+* the theory predicts a collapse when ``|measured Δc − predicted Δc|`` lies within the measured
   crossing's bootstrap CI (the side facing the prediction, widened over every audited curve:
   :func:`kernels.analysis.tolerance.ci_tolerance`) plus the Δ grid's own interpolation error (how
   far the crossing of the theory's curve, linearly interpolated on the same grid, lies from the

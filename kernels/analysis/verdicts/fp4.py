@@ -6,7 +6,7 @@ every threshold from ``claims.fp4`` in config.yaml:
 * the derived optimal static S₁ of NVFP4 (``kernels.theory.fp4.optimal_first_level_scale``) and its
   closed-form group-flush Δc with the experiment's ksink, σ, n and block_n;
 * per static NVFP4 S₁ of the grid, forward order: the measured group-flush Δc against the closed form,
-  agreeing when |measured − closed form| lies within the measured crossing's bootstrap CI (the side
+  agreeing when ``|measured − closed form|`` lies within the measured crossing's bootstrap CI (the side
   facing the closed form, widened over the static S₁: :func:`kernels.analysis.tolerance.ci_tolerance`, plus
   the Δ grid's interpolation error of the closed form's own curve),
   or when neither crosses on the Δ grid (the

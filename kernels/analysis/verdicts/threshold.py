@@ -60,10 +60,10 @@ def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping,
              grid_max: float = math.inf) -> dict:
     """Δc against the measured underflow crossing (per ksink, S) and the measured precision loss.
 
-    Crossing sub-cases: |measured − predicted Δc| within the measured crossing's bootstrap CI
+    Crossing sub-cases: ``|measured − predicted Δc|`` within the measured crossing's bootstrap CI
     (the side facing the prediction, widened over the rows). Precision-loss sub-cases ("kernel-level
     precision loss", the sentence's words): the MSE knee (:func:`kernels.analysis.summaries.knee_summary`)
-    within ±σ·|Φ⁻¹(knee_onset_fraction)| of Δc, the span over which the theory's fraction rises from
+    within ±σ·``|Φ⁻¹(knee_onset_fraction)|`` of Δc, the span over which the theory's fraction rises from
     the onset to 1/2; no knee although Δc lies on the grid (``grid_max``) fails.
     """
     onset = float(cfg["knee_onset_fraction"])

@@ -21,7 +21,7 @@ def leading_order_tolerance(k: int) -> float:
 
     The law replaces the sink block's random score maximum M (in σ units) by its mean δk; the exact
     fraction is E[Φ(x + M − δk)]. Its Taylor expansion's first neglected term is ½ Var(M) Φ''(x),
-    and |Φ''(x)| = |x| φ(x) is largest at |x| = 1: the tolerance is ½ Var(M) φ(1).
+    and ``|Φ''(x)|`` = ``|x|`` φ(x) is largest at ``|x|`` = 1: the tolerance is ½ Var(M) φ(1).
     """
     return float(0.5 * max_moments(int(k))[1] * sps.norm.pdf(1.0))
 
@@ -56,8 +56,8 @@ def _exact_line(d: pd.DataFrame, z: float) -> str:
 def claim_c1(collapse: pd.DataFrame, cfg: Mapping, *, level: float = 0.95) -> dict:
     """The paper's leading-order Φ law, judged on its own, per forward combination of ``cfg['combos']``.
 
-    A point (Δ, sink_v_scale) holds when |measured − Φ law| ≤ ½ Var(M_k) φ(1) (the law's first
-    neglected term, :func:`leading_order_tolerance`) + z·SE (the seed-mean's standard error, z the
+    A point (Δ, sink_v_scale) holds when ``|measured − Φ law|`` ≤ ½ Var(M_k) φ(1) (the law's first
+    neglected term, :func:`~kernels.analysis.verdicts.underflow.leading_order_tolerance`) + z·SE (the seed-mean's standard error, z the
     family quantile of ``level`` over every point judged). Trivial points: measurement and law both
     within the tolerance of 0 or of 1 (the flat ends say nothing of the law's position).
     """
