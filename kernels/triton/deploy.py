@@ -96,7 +96,8 @@ def _attn_fwd_fp8(Q, K, Vt, Out, VScale,
 
 def deploy_num_warps(block_m: int, block_n: int, head_d: int, capability: int) -> int:
     """The faithful kernel's warps (16 at 64 x 64 x 64: 8 spill a few registers on sm_89 and sm_90), but at
-    most 8 on Blackwell (``capability`` 100 and up): Triton emits tcgen05.mma for 4 or 8 warps only."""
+    most 8 on Blackwell (``capability`` 100 and up): Triton emits tcgen05.mma for 4 or 8 warps only. There
+    the launch also passes ``maxnreg=255``: without it ptxas settles on 128 registers and spills at S = 1."""
     return min(8 if capability >= 100 else 16, attention_num_warps(block_m, block_n, head_d))
 
 
@@ -139,7 +140,7 @@ def deploy_launch(q, k, v, *, reverse, scale, fmt, causal, block_m, block_n, sm_
             H, Nq, Nk, float(sm_scale))
     kwargs = dict(HEAD_D=dp, BLOCK_M=block_m, BLOCK_N=block_n, REVERSE=reverse, CAUSAL=causal,
                   LOG2S=float(log2_scale(scale)), num_warps=deploy_num_warps(block_m, block_n, dp, capability),
-                  **LAUNCH_OPTIONS)
+                  **({"maxnreg": 255} if capability >= 100 else {}), **LAUNCH_OPTIONS)
     return (triton_cdiv(Nq, block_m), B * H), args, kwargs, out
 
 
