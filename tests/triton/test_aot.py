@@ -276,3 +276,30 @@ def test_deploy_kernel_rejects_options_it_does_not_implement():
         compile_attention("sm_90", backend="triton-fp8", fmt="e5m2")
     with pytest.raises(ValueError, match="rescale_threshold"):
         compile_attention("sm_90", backend="triton-fp8", rescale_threshold=8.0)
+
+
+# --------------------------------------------------------------------------- pcast-gpu-check --compile-only
+
+
+def test_compile_only_set_covers_every_constexpr_value():
+    """The representative set sets each boolean / mode constexpr of _attn_fwd to each of its values (no compile)."""
+    from kernels.aot import attention_launch_for
+    from kernels.cli.compile_check import _options, tasks
+
+    seen = {}
+    for _, _, kind, kw in tasks(["sm_90"]):
+        if kind == "faithful":
+            for name, value in attention_launch_for(**_options(kw))[3].items():
+                seen.setdefault(name, set()).add(value)
+    for name in ("REVERSE", "CAUSAL", "QUANT", "ROWSUM_ROUNDED", "EXP2_OFFSET", "LAZY", "QK_QUANT", "V_QUANT",
+                 "PER_ROW"):
+        assert seen[name] == {False, True}, (name, seen[name])
+    assert seen["SINK_MODE"] == {0, 1, 2} and seen["MX"] == {0, 1, 2} and {2, 3} <= seen["MAN_BITS"]
+    assert seen["enable_fp_fusion"] == {False}
+
+
+def test_compile_only_rejects_an_unknown_target(capsys):
+    from kernels.cli.gpu_check import main
+
+    assert main(["--compile-only", "--targets", "sm_80"]) == 2
+    assert "sm_80" in capsys.readouterr().err
