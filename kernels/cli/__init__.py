@@ -3,7 +3,9 @@
 * ``pcast-audit`` (:mod:`kernels.cli.audit`): your own q, k, v through your P-cast policy and
   the paper's four combinations;
 * ``pcast-bench`` (:mod:`kernels.cli.bench`): the emulator's throughput against torch's matmuls;
-* ``pcast-gpu-check`` (:mod:`kernels.cli.gpu_check`): the compiled kernel on a CUDA GPU.
+* ``pcast-gpu-check`` (:mod:`kernels.cli.gpu_check`): the compiled kernel on a CUDA GPU; with
+  ``--compile-only`` (:mod:`kernels.cli.compile_check`), no GPU: every kernel compiled for sm_89, sm_90
+  and sm_100 and its instructions checked.
 
 Each also runs as ``python -m kernels.cli.NAME``.
 """

@@ -4,7 +4,10 @@
   bit-exact software FP8 rounding and the launchers;
 * :mod:`.rounding`: ``fp8_round``, the bit-exact software FP8 rounding every program shares;
 * :mod:`.policy`: the P-policy options inside the KV loop (exp2 offset, lazy rescale, sinks);
-* :mod:`.fp4`: microscaled FP4 P inside each block.
+* :mod:`.fp4`: microscaled FP4 P inside each block;
+* :mod:`.deploy`: the deploy-mode FP8 kernel (hardware cast, FP8 tensor-core P·V; compiled only);
+* :mod:`.aot`: compiling a launch for sm_89 / sm_90 / sm_100 without a GPU, and reading its instructions;
+* :mod:`.aot_checks`: the instruction checks on a compiled kernel (docs/compiled.md).
 
 May import: :mod:`kernels.contract`, :mod:`kernels.formats` and :mod:`kernels.reference`.
 (Inside this package ``import triton`` is the Triton compiler: imports are absolute.)

@@ -37,7 +37,8 @@ from kernels.triton.rounding import fp8_round
 from kernels.triton.fp4 import MX_CODE, cast_p, per_row_div
 from kernels.triton.policy import SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, sink_final
 
-__all__ = ["triton_attention", "triton_quantize", "triton_builtin_cast", "fp8_round"]
+__all__ = ["triton_attention", "attention_launch", "triton_quantize", "triton_builtin_cast", "fp8_round",
+           "LAUNCH_OPTIONS", "attention_num_warps"]
 
 # ============================================================================= @triton.jit sources
 
@@ -137,9 +138,7 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
                           V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE)
         # step 1: scores
         s = tl.dot(q, kT, input_precision="ieee") * sm_scale  # fp32 with exact products (no TF32)
-        visible = key_ok[None, :]
-        if CAUSAL:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None])
+        visible = (key_ok[None, :] & (offs_n[None, :] <= offs_m[:, None])) if CAUSAL else key_ok[None, :]
         s = tl.where(visible, s, float("-inf"))
         # step 2: running max
         m_new = new_max(m_i, tl.max(s, 1), tau, LAZY)
@@ -150,7 +149,8 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
             p, p_scale, offs_n, KSINK, n_saturated, n_underflow_scale, n_groups_flushed, QUANT, MAN_BITS, EMIN,
             MAX_FINITE, EXP2_OFFSET, MX, GROUP, PER_ROW)
         # step 4: row sum
-        l_rnd = tl.sum(pq, 1) if EXP2_OFFSET else tl.sum(pq, 1) / d_blk  # rowsum(p_q) / S (or S_r; exp2: / 1)
+        rs = tl.sum(pq, 1)
+        l_rnd = rs if EXP2_OFFSET else tl.div_rn(rs, tl.broadcast_to(d_blk, rs.shape))  # / S (or S_r; exp2: / 1)
         l_i = l_i * alpha + (l_rnd if ROWSUM_ROUNDED else tl.sum(p, 1))
         # step 5: accumulate
         acc = acc * alpha[:, None] + per_row_div(tl.dot(pq, v, input_precision="ieee"), d_blk, PER_ROW)
@@ -233,7 +233,8 @@ def _attn_fwd(Q, K, V, Out, Diag,
         QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE, V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE, MX, GROUP, PER_ROW)
     # step 6: normalise
     l_i = sink_final(l_i, m_i, Sink + pid_bh, log2s, SINK_MODE, EXP2_OFFSET)
-    out = acc / l_i[:, None] if EXP2_OFFSET else acc / (l_i * p_scale)[:, None]
+    den = l_i if EXP2_OFFSET else l_i * p_scale
+    out = tl.div_rn(acc, tl.broadcast_to(den[:, None], acc.shape))  # IEEE: a float32 / is div.full.f32
     tl.store(Out + z * stride_oz + h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :], out,
              mask=row_ok[:, None])
     _store_diagnostics(Diag, pid_bh, N_Q, offs_m, row_ok, n_underflow, n_underflow_sink, n_saturated, n_terms,
@@ -241,6 +242,22 @@ def _attn_fwd(Q, K, V, Out, Diag,
 
 
 # ============================================================================= launchers
+
+
+# The compile options every launch passes (compiled and interpreted alike; the interpreter ignores them).
+# enable_fp_fusion=False: no a·b + c is contracted into an FMA outside tl.dot, and LLVM writes every float32
+# multiply and add with an explicit ``.rn`` (ptxas runs with --fmad=false), so compiled p, x and l are the
+# contract's float32 roundings. Every tl.dot on float32 passes input_precision="ieee" in its source.
+LAUNCH_OPTIONS = {"enable_fp_fusion": False}
+
+
+def attention_num_warps(block_m: int, block_n: int, head_d: int) -> int:
+    """Warps of the attention kernel: one per 1024 floats of tile state (s or p, acc and q, a K or V
+    tile), 4 to 16. The ieee dots keep their tiles in registers: at 64 x 64 x 64, 4 warps spill 7 KiB
+    on sm_90 and 8 spill 16 B on sm_100; 16 do not spill on sm_89, sm_90 or sm_100 (about 90 registers).
+    Numerics do not depend on it beyond the order of tl.sum."""
+    state = block_m * block_n + 2 * block_m * head_d + block_n * head_d
+    return min(16, max(4, 1 << (max(state // 1024, 1) - 1).bit_length()))
 
 
 @functools.lru_cache(maxsize=None)
@@ -296,7 +313,7 @@ def triton_quantize(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn", *, block: 
     if n:
         grid = (triton_cdiv(n, block),)
         _launch(_quantize_kernel, grid, x.device, xc, y, n, MAN_BITS=f.man_bits, EMIN=f.emin,
-                MAX_FINITE=f.max_finite, BLOCK=block)
+                MAX_FINITE=f.max_finite, BLOCK=block, **LAUNCH_OPTIONS)
     return y.view(x.shape)
 
 
@@ -305,7 +322,7 @@ def triton_builtin_cast(x: torch.Tensor, *, block: int = 1 << 12) -> torch.Tenso
     xc = x.contiguous().view(-1)
     y = torch.empty_like(xc)
     n = xc.numel()
-    _launch(_builtin_cast_kernel, (triton_cdiv(n, block),), x.device, xc, y, n, BLOCK=block)
+    _launch(_builtin_cast_kernel, (triton_cdiv(n, block),), x.device, xc, y, n, BLOCK=block, **LAUNCH_OPTIONS)
     return y.view(x.shape)
 
 
@@ -313,19 +330,15 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | MXFormat | None, causal: bool,
+def attention_launch(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | MXFormat | None, causal: bool,
                      ksink: int, block_m: int, block_n: int, sm_scale: float, rowsum_rounded: bool,
                      scale_mode: str = "multiply", rescale_threshold: float = 0.0, sink_logit=None,
                      sink_mode: str = "final", qk_fmt: FP8Format | None = None, qk_scale="tensor",
                      v_fmt: FP8Format | None = None, v_scale="tensor"):
-    """Launch the attention kernel. Arguments are validated by :func:`kernels.attention`.
+    """Everything :func:`triton_attention` launches, without launching: ``(grid, args, kwargs, out, diag)``.
 
-    q [B,H,Nq,d], k and v [B,H_kv,Nk,d] (H_kv dividing H; expanded here): float32, one device; d a
-    multiple of 16, zero-padded here to the next power of two and cut back on return. ``sink_logit``:
-    None or float32 [B, H] on that device. The policy options are those of docs/interfaces.md
-    ("P policies of deployed kernels"); the operand scales are computed here, in float32. ``fmt`` may be
-    an :class:`~kernels.formats.microscaling.MXFormat` (docs/interfaces.md, "P in FP4 with microscaling").
-    Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq])``.
+    ``args`` and ``kwargs`` are ``_attn_fwd``'s arguments (constexprs and :data:`LAUNCH_OPTIONS` in kwargs);
+    ``out`` and ``diag`` are the buffers the kernel writes. :mod:`kernels.triton.aot` compiles exactly this call.
     """
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
@@ -340,19 +353,15 @@ def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | M
     sink = (torch.zeros(1, dtype=torch.float32, device=q.device) if sink_logit is None
             else sink_logit.to(torch.float32).expand(B, H).reshape(B * H).contiguous())  # [H] or [B, H]
     exp2_offset = scale_mode == "exp2_offset"
-    grid = (triton_cdiv(Nq, block_m), B * H)
     e4m3 = get_format("e4m3fn")  # format constants of a cast that is off (QUANT, QK_QUANT or V_QUANT False)
     mx = isinstance(fmt, MXFormat)  # microscaled P: fp8_round takes its E2M1 elements' parameters
     f, fqk, fv = (t if t is not None else e4m3 for t in (fmt.element if mx else fmt, qk_fmt, v_fmt))
-    _launch(
-        _attn_fwd, grid, q.device,
-        q, k, v, out, diag, sink, op_scale,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
-        H, Nq, Nk, float(sm_scale), float(scale), int(ksink), float(rescale_threshold),
-        log2_scale(scale) if exp2_offset else 0.0,
+    args = (q, k, v, out, diag, sink, op_scale,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
+            H, Nq, Nk, float(sm_scale), float(scale), int(ksink), float(rescale_threshold),
+            log2_scale(scale) if exp2_offset else 0.0)
+    kwargs = dict(
         HEAD_D=dp, BLOCK_M=block_m, BLOCK_N=block_n, REVERSE=reverse, CAUSAL=causal,
         QUANT=fmt is not None and not mx, MAN_BITS=f.man_bits, EMIN=f.emin, MAX_FINITE=f.max_finite,
         ROWSUM_ROUNDED=rowsum_rounded, EXP2_OFFSET=exp2_offset, LAZY=rescale_threshold > 0,
@@ -360,6 +369,22 @@ def triton_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | M
         QK_QUANT=qk_fmt is not None, QK_MAN_BITS=fqk.man_bits, QK_EMIN=fqk.emin, QK_MAX_FINITE=fqk.max_finite,
         V_QUANT=v_fmt is not None, V_MAN_BITS=fv.man_bits, V_EMIN=fv.emin, V_MAX_FINITE=fv.max_finite,
         MX=MX_CODE[fmt.name] if mx else 0, GROUP=fmt.group if mx else 1, PER_ROW=scale_mode == "per_row",
-    )
-    out = out if dp == d else out[..., :d].contiguous()
+        num_warps=attention_num_warps(block_m, block_n, dp), **LAUNCH_OPTIONS)
+    return (triton_cdiv(Nq, block_m), B * H), args, kwargs, out, diag
+
+
+def triton_attention(q, k, v, **kw):
+    """Launch the attention kernel. Arguments are validated by :func:`kernels.attention`.
+
+    q [B,H,Nq,d], k and v [B,H_kv,Nk,d] (H_kv dividing H; expanded here): float32, one device; d a
+    multiple of 16, zero-padded here to the next power of two and cut back on return. ``sink_logit``:
+    None or float32 [B, H] on that device. The keywords are :func:`attention_launch`'s: the policy options
+    of docs/interfaces.md ("P policies of deployed kernels"); the operand scales are computed there, in
+    float32. ``fmt`` may be an :class:`~kernels.formats.microscaling.MXFormat` (docs/interfaces.md, "P in
+    FP4 with microscaling"). Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq])``.
+    """
+    B, H, Nq, d = q.shape
+    grid, args, kwargs, out, diag = attention_launch(q, k, v, **kw)
+    _launch(_attn_fwd, grid, q.device, *args, **kwargs)
+    out = out if out.shape[-1] == d else out[..., :d].contiguous()
     return out, {n: diag[i].to(torch.int64).view(B, H, Nq) for i, n in enumerate(DIAGNOSTICS)}

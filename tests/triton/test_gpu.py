@@ -41,3 +41,13 @@ def test_compiled_kernel_policies_match_emulator():
     assert rows and all(r["kernel_backend"] == "triton-compiled" for r in rows)
     assert all(r["explained"] for r in rows), [(r["case"], r["why"]) for r in rows if not r["explained"]]
     assert cast["operand_cast_vs_reference_rel"] <= 1e-5  # tl.div_rn: the host's cast, bit for bit
+
+
+def test_deploy_kernel_runs_and_times_s1_against_s256():
+    """The deploy kernel (hardware cast, FP8 tensor core) on the GPU: close to the emulator with FP8 V (its
+    accumulation is the tensor core's, so only a loose bound), and S = 256 no slower than S = 1 beyond noise."""
+    from kernels.cli.gpu_check import check_deploy
+
+    r = check_deploy(n=1024, reps=10)
+    assert all(row["vs_emulator_max_rel"] < 0.05 for row in r["outputs"]), r["outputs"]
+    assert r["s256_over_s1"] < 1.10, r

@@ -1,0 +1,95 @@
+"""The attention kernel compiled for a GPU without one: :func:`compile_attention`.
+
+One call's specialization, as :func:`kernels.attention` would launch it on a CUDA GPU of the target,
+compiled on a CPU (``kernels.triton.aot``). docs/compiled.md describes the compiled kernels and checks.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+__all__ = ["compile_attention", "attention_launch_for", "deploy_attention", "COMPILE_BACKENDS"]
+
+COMPILE_BACKENDS = ("triton", "triton-fp8")
+
+
+def _inputs(batch, heads, n, n_kv, d):
+    """Zero float32 CPU tensors of the call's shapes: only shapes, strides and alignment specialize."""
+    for name, x in (("batch", batch), ("heads", heads), ("n", n), ("n_kv", n_kv), ("d", d)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name}={x!r} is not allowed; allowed: a positive int")
+    q = torch.zeros(batch, heads, n, d)
+    kv = torch.zeros(batch, heads, n_kv, d)
+    return q, kv, kv.clone()
+
+
+def attention_launch_for(*, backend="triton", target="sm_90", batch=1, heads=2, n=1024, n_kv=None, d=64,
+                         **attention_options):
+    """``(kernel, grid, args, kwargs)`` of the launch :func:`kernels.attention` makes for these options at
+    these shapes on a GPU of ``target`` (the options checked by ``kernels.attention``'s own checks)."""
+    from kernels import api
+
+    if backend not in COMPILE_BACKENDS:
+        raise ValueError(f"backend={backend!r} is not allowed; allowed: {', '.join(COMPILE_BACKENDS)}")
+    q, k, v = _inputs(batch, heads, n, n if n_kv is None else n_kv, d)
+    if backend == "triton-fp8":  # the deploy kernel's own policy: S by exp2 offset, V in E4M3
+        attention_options = {"scale_mode": "exp2_offset", "v_fmt": "e4m3fn", **attention_options}
+    unknown = sorted(set(attention_options) - set(inspect.signature(api.attention).parameters))
+    if unknown or "backend" in attention_options:
+        raise ValueError(f"{', '.join(unknown)} is not allowed; allowed: the keywords of kernels.attention")
+    args = inspect.signature(api.attention).bind(q, k, v, **attention_options)
+    args.apply_defaults()
+    args = {**args.arguments, "backend": "triton"}
+    kw, _, block_m = api._prepare(q, k, (v,), args)
+    if backend == "triton-fp8":
+        from kernels.triton.deploy import _attn_fwd_fp8, deploy_launch
+
+        from kernels.triton.aot import TARGETS
+
+        grid, a, kwargs, _ = deploy_launch(q, k, v, block_m=block_m, capability=TARGETS[target], **kw)
+        return _attn_fwd_fp8, grid, a, kwargs
+    from kernels.triton.kernel import _attn_fwd, attention_launch
+
+    grid, a, kwargs, _, _ = attention_launch(q, k, v, block_m=block_m, **kw)
+    return _attn_fwd, grid, a, kwargs
+
+
+def compile_attention(target: str, *, backend: str = "triton", batch: int = 1, heads: int = 2, n: int = 1024,
+                      n_kv: int | None = None, d: int = 64, launch_options: dict | None = None,
+                      **attention_options):
+    """Compile the attention kernel for ``target`` ("sm_89", "sm_90" or "sm_100") without a GPU.
+
+    ``backend``: "triton" (the faithful kernel :func:`kernels.attention` launches) or "triton-fp8" (the
+    deploy kernel: hardware FP8 cast of P, FP8 tensor-core P·V). ``attention_options``: the keywords of
+    :func:`kernels.attention` (``order``, ``scale``, ``fmt``, ``causal``, ``block_n``, ``policy``, ...);
+    ``batch``, ``heads``, ``n`` (queries), ``n_kv`` (keys; default ``n``) and ``d``: the shapes, which
+    specialize the integer arguments as on a GPU. ``launch_options``: compile options that override the
+    launcher's (for showing that a check fails, e.g. ``{"enable_fp_fusion": True}``).
+
+    Returns Triton's ``CompiledKernel``: ``asm["ptx"]``, ``asm["sass"]``, ``asm["cubin"]``, ``metadata``.
+    """
+    from kernels.triton.aot import TARGETS, compile_launch
+
+    if target not in TARGETS:
+        raise ValueError(f"target={target!r} is not allowed; allowed: {', '.join(TARGETS)}")
+    fn, _, args, kwargs = attention_launch_for(backend=backend, target=target, batch=batch, heads=heads, n=n, n_kv=n_kv, d=d,
+                                               **attention_options)
+    return compile_launch(target, fn, args, {**kwargs, **(launch_options or {})})
+
+
+def deploy_attention(q, k, v, **attention_options):
+    """Run the deploy kernel (``backend="triton-fp8"``) on a CUDA GPU with :func:`kernels.attention`'s keywords
+    (checked as it checks them; ``scale_mode="exp2_offset"`` and ``v_fmt="e4m3fn"`` unless given). Returns
+    ``out`` on the inputs' device. Without a GPU of capability >= 8.9: a RuntimeError naming ``--compile-only``."""
+    from kernels import api
+    from kernels.triton.deploy import NO_GPU_MESSAGE, triton_fp8_attention
+
+    if not api.fp8_gpu_available():
+        raise RuntimeError(NO_GPU_MESSAGE)
+    opts = {"scale_mode": "exp2_offset", "v_fmt": "e4m3fn", **attention_options}
+    args = inspect.signature(api.attention).bind(q, k, v, **opts)
+    args.apply_defaults()
+    kw, _, block_m = api._prepare(q, k, (v,), {**args.arguments, "backend": "triton"})
+    return triton_fp8_attention(q, k, v, block_m=block_m, **kw).to(q.device)
