@@ -3,7 +3,7 @@
 The graph is read with ``ast`` from every module of ``kernels/``: ``import kernels.x``,
 ``from kernels.x import y`` and relative imports, at module level and inside functions alike (a
 lazy import is still a dependency). A module's trade is its first package under ``kernels``; the
-root modules (``kernels/__init__.py``, ``api.py``, ``api_multi.py``) form the ``api`` trade.
+root modules (``kernels/__init__.py``, ``api.py``, ``api_multi.py``, ``aot.py``) form the ``api`` trade.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ ALLOWED["probes"] = {"api", "policies", "models", "conformance", "reference", "t
 ALLOWED["analysis"] = {"models", "policies", "theory", "contract", "formats"}
 ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes"}
 ALLOWED["cli"] = set(ALLOWED["pipeline"]) | {"pipeline"}
-ROOT_MODULES = {"kernels", "kernels.api", "kernels.api_multi"}
+ROOT_MODULES = {"kernels", "kernels.api", "kernels.api_multi", "kernels.aot"}
 
 
 def _modules() -> dict[str, Path]:
