@@ -49,6 +49,7 @@ def smoke_run(tmp_path_factory) -> Path:
     return repo
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
 def pytest_collection_modifyitems(config, items):
     """Tests that use the smoke run share one xdist worker (see the module docstring)."""
     for item in items:
