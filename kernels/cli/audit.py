@@ -44,9 +44,13 @@ import csv
 import math
 import sys
 
-from kernels.cli.audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBOS, audit, audit_heads, detect_head_sinks,
-                          head_scores64, leading_ksink, worst_head)
-from kernels.cli.audit_io import check_tensors, load_layers, load_policies, load_tensors, resolve_policies
+from kernels.cli.audit_flags import add_policy_flags, offset_warnings, parse_fail_on, yours
+from kernels.cli.audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBOS, audit, audit_heads,
+                                     detect_head_sinks, head_scores64, leading_ksink, plan_runs, worst_head)
+from kernels.cli.audit_io import (LAYOUTS, check_tensors, estimate, load_layers, load_policies, load_tensors,
+                                  resolve_policies)
+from kernels.cli.audit_report import (EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate, gated_policies, head_verdicts,
+                                      json_document, print_gate, print_summary, summary, write_json)
 
 __all__ = ["COLUMNS", "PER_HEAD_COLUMNS", "WORST_HEAD_COMBOS", "AUDIT_BACKENDS", "audit", "audit_heads",
            "detect_head_sinks", "head_scores64", "leading_ksink", "worst_head", "verdicts", "check_tensors",
@@ -84,11 +88,6 @@ def _parser():
     ap.add_argument("--layer", action="append", default=[], metavar="L",
                     help="audit this layer of a several-layer file (repeatable; default: every layer, in "
                          "numeric order)")
-    ap.add_argument("--order", default="reverse", help="forward or reverse (default: reverse)")
-    ap.add_argument("--scale", type=float, default=256.0, help="S applied to P before the cast (default: 256)")
-    ap.add_argument("--fmt", default="e4m3fn", help="FP8 format, or 'none' for no rounding (default: e4m3fn)")
-    ap.add_argument("--block-n", type=int, default=64, help="keys per KV block (default: 64)")
-    ap.add_argument("--rowsum", default="unrounded", help="unrounded or rounded (default: unrounded)")
     ap.add_argument("--causal", action="store_true", help="top-left causal mask")
     ap.add_argument("--ksink", default="1",
                     help="leading key positions that are sinks, 0 <= ksink < N, or auto: each head's leading "
@@ -108,36 +107,47 @@ def _parser():
                          "policies: section); without --policy, every policy in it runs")
     ap.add_argument("--sink-logit", type=float, default=None, metavar="X",
                     help="a learned sink logit X for every head (no key, no value), also in the reference")
+    ap.add_argument("--layout", choices=LAYOUTS, default=None,
+                    help="how a 4-dim tensor is laid out: bhnd ([B, H, N, d], the default) or bnhd ([B, N, H, d], "
+                         "flash-attn's); without --layout a shape that looks transposed is refused")
+    ap.add_argument("--only", choices=("yours",), default=None,
+                    help="yours: only your policies (the flags' and --policy/--policies), without the four "
+                         "reference combinations")
+    ap.add_argument("--no-reference-combos", action="store_true", help="the same as --only yours")
+    ap.add_argument("--fail-on", action="append", default=[], metavar="COND",
+                    help="exit 1 when any head of your policies meets COND (repeatable): collapse, saturation, "
+                         "rel-mse:X (relative MSE above X), floor:F (MSE above F times the V-cast floor)")
+    ap.add_argument("--json", default=None, metavar="FILE",
+                    help="write every number (rows, heads, summary, gate) to FILE as JSON (schema "
+                         "kernels/cli/audit_schema.json)")
+    ap.add_argument("--quiet", action="store_true",
+                    help="print the header, summary and gate only; the full table goes to --csv / --json")
     ap.add_argument("--collapse-threshold", type=float, default=0.5,
                     help="a policy collapses when its non-sink underflow fraction exceeds this (default: 0.5)")
     ap.add_argument("--floor-factor", type=float, default=2.0,
                     help="the P-cast error exceeds the V-cast floor when its MSE is above this many times the "
                          "floor's (default: 2)")
+    add_policy_flags(ap)
     return ap
 
 
 AUDIT_BACKENDS = ("auto", "triton", "emulator")  # the reference is every row's baseline, not a row
 
 
-def _fmt_arg(fmt: str):
-    """--fmt: a format name, or none/None (no rounding)."""
-    return None if fmt.lower() == "none" else fmt
-
-
-def _check_csv(path) -> None:
-    """--csv must be writable: checked before any work, so a long run is never lost to a bad path."""
+def _check_path(path, flag) -> None:
+    """--csv and --json must be writable: checked before any work, so a long run is never lost to a bad path."""
     import os
 
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise ValueError(f"--csv={path!r} is a directory; allowed: a file path in a writable directory")
+        raise ValueError(f"{flag}={path!r} is a directory; allowed: a file path in a writable directory")
     if not os.path.isdir(parent):
-        raise ValueError(f"--csv={path!r}: directory {parent!r} does not exist; allowed: a file path in a "
+        raise ValueError(f"{flag}={path!r}: directory {parent!r} does not exist; allowed: a file path in a "
                          "writable directory")
     if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise ValueError(f"--csv={path!r} is not writable; allowed: a file path in a writable directory")
+        raise ValueError(f"{flag}={path!r} is not writable; allowed: a file path in a writable directory")
 
 
 def _ksink_arg(value):
@@ -159,13 +169,18 @@ def _check_options(args):
                          "float64 reference is what every row is measured against)")
     if args.sm_scale is not None and not (math.isfinite(args.sm_scale) and args.sm_scale > 0):
         raise ValueError(f"--sm-scale={args.sm_scale!r} is not allowed; allowed: a finite number > 0")
-    _check_csv(args.csv)
+    _check_path(args.csv, "--csv")
+    _check_path(args.json, "--json")
     if args.sink_logit is not None and not math.isfinite(args.sink_logit):
         raise ValueError(f"--sink-logit={args.sink_logit!r} is not allowed; allowed: a finite number")
     if not 0.0 <= args.collapse_threshold < 1.0:
         raise ValueError(f"--collapse-threshold={args.collapse_threshold!r} is not allowed; allowed: 0 <= x < 1")
     if not (math.isfinite(args.floor_factor) and args.floor_factor >= 1.0):
         raise ValueError(f"--floor-factor={args.floor_factor!r} is not allowed; allowed: a finite number >= 1")
+    args.fail_on_parsed = parse_fail_on(args.fail_on)
+    bounds = [b for w, b in args.fail_on_parsed if w == "rel-mse"]
+    args.rel_mse_bound = min(bounds) if bounds else None
+    args.combos = not (args.only == "yours" or args.no_reference_combos)
 
 
 def _ksink_summary(per_layer) -> str:
@@ -178,7 +193,7 @@ def _ksink_summary(per_layer) -> str:
                                           for i, (ks, n) in enumerate(parts))
 
 
-def _header(layers, args, head_ksink=None) -> str:
+def _header(layers, args, mine, head_ksink=None) -> str:
     """What was run: shapes, layers, sinks, blocks, mask and score scale."""
     shapes = [(list(q.shape), list(k.shape)) for _, q, k, _ in layers]
     if all(sh == shapes[0] for sh in shapes):
@@ -197,12 +212,26 @@ def _header(layers, args, head_ksink=None) -> str:
         sm = f"{args.sm_scale:.6g}"
     else:
         sm = ", ".join(f"{1.0 / math.sqrt(d):.6g}" for d in dims)
-    return (f"inputs {args.inputs}: {shape}; layers {where}; {ks}; block_n={args.block_n} for yours and the four "
-            f"combinations (a named policy brings its own); causal={args.causal}; sm_scale={sm}")
+    combos = " and the four combinations" if args.combos else ""
+    return (f"inputs {args.inputs}: {shape}; layers {where}; {ks}; block_n={mine.block_n} for yours{combos} (a "
+            f"named policy brings its own); causal={args.causal}; sm_scale={sm}")
 
 
 def _fmt(x, spec) -> str:
     return "" if x is None else format(x, spec)
+
+
+def _print_heads(head_rows) -> None:
+    print(f"{'layer':<7}{'batch':<7}{'head':<6}{'ksink':<7}{'sinks':<14}{'policy':<18}{'backend':<20}"
+          f"{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}{'sink uf frac':>14}{'sat frac':>12}{'mass uf':>12}"
+          f"{'delta':>9}{'sigma':>9}{'to dc':>9}")
+    for r in head_rows:
+        layer = "-" if r["layer"] is None else r["layer"]
+        print(f"{layer:<7}{r['batch']:<7}{r['head']:<6}{r['ksink']:<7}{r['sinks'] or '-':<14}{r['policy']:<18}"
+              f"{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}{r['underflow_frac']:>12.4g}"
+              f"{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}"
+              f"{_fmt(r['mass_underflow'], '.4g') or '-':>12}{_fmt(r['delta'], '.3g') or '-':>9}"
+              f"{_fmt(r['sigma'], '.3g') or '-':>9}{_fmt(r['distance_to_delta_c'], '.3g') or '-':>9}")
 
 
 def _print(rows, args, head_rows=None):
@@ -210,14 +239,7 @@ def _print(rows, args, head_rows=None):
     lay = (lambda r: f"{r['layer']:<7}") if layered else (lambda r: "")
     # every column after MSE is a fraction of its own terms; the counts are in --csv
     if args.per_head:
-        print(f"{'layer':<7}{'batch':<7}{'head':<6}{'ksink':<7}{'sinks':<14}{'policy':<18}{'backend':<20}"
-              f"{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}{'sink uf frac':>14}{'sat frac':>12}{'mass uf':>12}")
-        for r in head_rows:
-            layer = "-" if r["layer"] is None else r["layer"]
-            print(f"{layer:<7}{r['batch']:<7}{r['head']:<6}{r['ksink']:<7}{r['sinks'] or '-':<14}{r['policy']:<18}"
-                  f"{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}{r['underflow_frac']:>12.4g}"
-                  f"{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}"
-                  f"{_fmt(r['mass_underflow'], '.4g') or '-':>12}")
+        _print_heads(head_rows)
     else:
         print(("layer  " if layered else "") + f"{'policy':<18}{'backend':<20}{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}"
               f"{'sink uf frac':>14}{'sat frac':>12}")
@@ -226,8 +248,10 @@ def _print(rows, args, head_rows=None):
                   f"{r['underflow_frac']:>12.4g}{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}")
     print("(uf frac: non-sink P that round to zero / non-sink P > 0; sink uf frac: the same for the sink keys; "
           "sat frac: P entries above the format's max / all P > 0"
-          + ("; mass uf: exact softmax mass of the keys that round to zero, mean over rows; - where the "
-             "running-max rule of kernels.models.heads does not describe the run)" if args.per_head else ")"))
+          + ("; mass uf: exact softmax mass of the keys that round to zero, mean over rows, - where the rule of "
+             "kernels.models.heads does not describe the run (Q/K casts, microscaled P); delta, sigma: the head's "
+             "measured sink strength and spread; to dc: the theory's critical delta/sigma of the run minus the "
+             "head's, - where the run does not collapse from sink keys)" if args.per_head else ")"))
     worst = worst_head(head_rows or [])
     if worst is not None:
         L, b, h, ratio, x, y = worst
@@ -241,46 +265,99 @@ def _print(rows, args, head_rows=None):
             print(f"  {where}{line}")
 
 
-def main(argv=None):
-    args = _parser().parse_args(argv)
-    try:
-        _check_options(args)
-        policies = resolve_policies(args.policy, args.policies)  # bad names fail here, before any work
-        layers = load_layers(args.inputs, args.layer)  # an unknown --layer fails here, before any tensor is read
-        auto = args.ksink_value == "auto"
-        for L, q, k, _ in layers:
-            try:
-                check_tensors(q, k, ksink=None if auto else args.ksink_value, sm_scale=args.sm_scale)
-            except ValueError as e:
-                raise ValueError(str(e) if L is None else f"layer {L}: {e}") from None
-        sinks = [detect_head_sinks(q, k, sm_scale=args.sm_scale, causal=args.causal) if auto else None
-                 for _, q, k, _ in layers]
-        head_ksink = [{bh: leading_ksink(s) for bh, s in sk.items()} for sk in sinks] if auto else None
-        print(_header(layers, args, head_ksink))
-        rows, head_rows = [], []
-        for i, (L, q, k, v) in enumerate(layers):
-            r, hr = audit_heads(q, k, v, order=args.order, scale=args.scale, fmt=_fmt_arg(args.fmt),
-                                block_n=args.block_n, rowsum=args.rowsum, causal=args.causal,
-                                ksink=head_ksink[i] if auto else args.ksink_value, backend=args.backend,
-                                policies=policies, sink_logit=args.sink_logit, sm_scale=args.sm_scale, layer=L,
-                                sinks=sinks[i], per_head=args.per_head)
-            rows += r
-            head_rows += hr
-    except ValueError as e:
-        print(f"pcast-audit: error: {e}", file=sys.stderr)
-        return 2
-    _print(rows, args, head_rows)
+def _setup(args):
+    """Everything checked before any work: options, your policy, the named policies, the runs, warnings."""
+    _check_options(args)
+    mine = yours(args)
+    policies = resolve_policies(args.policy, args.policies)  # bad names fail here, before any work
+    runs = plan_runs(mine, policies, combos=args.combos)
+    warnings = offset_warnings(mine, policies, scale_given=args.p_scale is not None)
+    return mine, runs, warnings
+
+
+def _load(args, block_n):
+    """The layers, checked, and with --ksink auto each head's sinks and ksink."""
+    layers = load_layers(args.inputs, args.layer, layout=args.layout, block_n=block_n)
+    auto = args.ksink_value == "auto"
+    for L, q, k, _ in layers:
+        try:
+            check_tensors(q, k, ksink=None if auto else args.ksink_value, sm_scale=args.sm_scale)
+        except ValueError as e:
+            raise ValueError(str(e) if L is None else f"layer {L}: {e}") from None
+    sinks = [detect_head_sinks(q, k, sm_scale=args.sm_scale, causal=args.causal) if auto else None
+             for _, q, k, _ in layers]
+    head_ksink = [{bh: leading_ksink(s) for bh, s in sk.items()} for sk in sinks] if auto else None
+    return layers, sinks, head_ksink
+
+
+def _run(args, layers, runs, sinks, head_ksink):
+    """Every layer through its runs, with progress (and, for a long run, an estimate first) on stderr."""
+    import time
+
+    measure = args.per_head or args.json is not None
+    note = estimate(layers, runs, measure=measure)
+    if note:
+        print(f"pcast-audit: {note}", file=sys.stderr)
+    rows, head_rows, t0 = [], [], time.perf_counter()
+    for i, (L, q, k, v) in enumerate(layers):
+        r, hr = audit_heads(q, k, v, runs=runs, causal=args.causal,
+                            ksink=head_ksink[i] if head_ksink else args.ksink_value, backend=args.backend,
+                            sink_logit=args.sink_logit, sm_scale=args.sm_scale, layer=L, sinks=sinks[i],
+                            per_head=measure)
+        rows += r
+        head_rows += hr
+        if len(layers) > 1:
+            print(f"pcast-audit: layer {L} done ({i + 1}/{len(layers)}, {time.perf_counter() - t0:.1f} s)",
+                  file=sys.stderr)
+    return rows, head_rows
+
+
+def _report(args, header, runs, rows, head_rows, warnings) -> int:
+    """Verdicts per head, summary, table, gate, CSV and JSON; the exit code."""
+    for hr in head_rows:
+        hr.update(head_verdicts(hr, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor,
+                                rel_mse_bound=args.rel_mse_bound))
+    blocks = summary(head_rows, [name for name, _ in runs])
+    gated = gated_policies(runs)
+    hits = gate(head_rows, args.fail_on_parsed, gated=gated)
+    code = EXIT_FAIL if hits else EXIT_PASS
+    print_summary(blocks, args, len(head_rows) // max(len(runs), 1))
+    print_gate(hits, args.fail_on_parsed, gated)
+    if not args.quiet:
+        print()
+        _print(rows, args, head_rows)
     if args.csv:
         import io
 
         from kernels.pipeline.files import atomic_write_text
 
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=PER_HEAD_COLUMNS if args.per_head else COLUMNS, lineterminator="\n")
+        w = csv.DictWriter(buf, fieldnames=PER_HEAD_COLUMNS if args.per_head else COLUMNS, lineterminator="\n",
+                           extrasaction="ignore")
         w.writeheader()
         w.writerows(head_rows if args.per_head else rows)
         atomic_write_text(args.csv, buf.getvalue())  # never a half-written file under the name
-    return 0
+    if args.json:
+        write_json(args.json, json_document(args=args, header=header, rows=rows, head_rows=head_rows, blocks=blocks,
+                                            hits=hits, gated=gated, fail_on=args.fail_on_parsed, warnings=warnings,
+                                            exit_code=code))
+    return code
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        mine, runs, warnings = _setup(args)
+        for line in warnings:
+            print(f"pcast-audit: warning: {line}", file=sys.stderr)
+        layers, sinks, head_ksink = _load(args, mine.block_n)
+        header = _header(layers, args, mine, head_ksink)
+        print(header)
+        rows, head_rows = _run(args, layers, runs, sinks, head_ksink)
+    except ValueError as e:
+        print(f"pcast-audit: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    return _report(args, header, runs, rows, head_rows, warnings)
 
 
 if __name__ == "__main__":

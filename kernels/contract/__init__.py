@@ -11,7 +11,7 @@ import math
 import struct
 
 __all__ = [
-    "SCALE_MODES", "SINK_MODES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
+    "SCALE_MODES", "SINK_MODES", "MX_FORMAT_NAMES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
     "DIAGNOSTICS", "ORDERS", "BACKENDS", "BACKENDS_RAN", "ROWSUMS", "PAPER_SCALES", "COMBOS",
     "COMBO_LABELS", "combo_label", "HEAD_DIMS", "ATTENTION_HEAD_DIMS", "BLOCK_SIZES", "is_allowed",
     "SWEEP_EXPERIMENTS",
@@ -47,6 +47,9 @@ def step_marker(n: int) -> str:
 # (nvfp4 only; SageAttention3's first-level scale, docs/interfaces.md "P in FP4 with microscaling")
 SCALE_MODES = ("multiply", "exp2_offset", "per_row")
 SINK_MODES = ("init", "final")  # a learned sink logit seeds (m, l), or joins l after the last block
+# P formats with microscaling (kernels.formats.microscaling.MX_FORMATS, by name): P's fmt may be one of
+# these besides an FP8 format; Q, K and V casts are FP8 only
+MX_FORMAT_NAMES = ("nvfp4", "mxfp4")
 OPERAND_SCALES = ("tensor",)  # qk_scale / v_scale words: amax per (batch, head) / max_finite; or a float
 
 
