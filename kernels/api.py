@@ -275,20 +275,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
         raise ValueError(f"reference={reference!r} is not allowed; allowed: True or False")
     result = _run(q, k, (v,), args)[0]
     if reference:
-        _add_mse(result, q, k, v, args)
+        from kernels.reference import reference_mse
+
+        sink = None if sink_logit is None else sink_logit.expand(q.shape[:2]).to(torch.float32).contiguous()
+        result.mse, result.mse_heads = reference_mse(result.out, q, k, v, causal=causal, sm_scale=sm_scale,
+                                                     sink_logit=sink)
     return result
-
-
-def _add_mse(result: AttentionResult, q, k, v, args: dict) -> None:
-    """``result.mse`` and ``result.mse_heads`` against the float64 reference of the call ``args``."""
-    from kernels.reference import reference_attention
-
-    sink = args["sink_logit"]
-    sink = None if sink is None else sink.expand(q.shape[:2]).to(torch.float32).contiguous()
-    ref = reference_attention(q, k, v, causal=args["causal"], sm_scale=args["sm_scale"], sink_logit=sink)
-    err = (result.out.double() - ref.to(result.out.device)) ** 2
-    result.mse_heads = err.mean(dim=(-2, -1))
-    result.mse = float(err.mean())
 
 
 def _check_values(values) -> None:

@@ -1,40 +1,28 @@
 """Audit your own tensors: how much precision does an FP8 P cast lose on them, and why?
 
 ``pcast-audit inputs.safetensors`` (or ``python -m kernels.cli.audit inputs.safetensors``) loads
-``q``, ``k`` and ``v`` (float32 or any float dtype, ``[B, H, N, d]`` or ``[H, N, d]`` or ``[N, d]``)
-and runs the contract of :func:`kernels.attention` for your kernel's policy (``--order``,
-``--scale``, ``--fmt``, ``--block-n``, ``--rowsum``, ``--causal``) next to the four reference
-combinations order ∈ {forward, reverse} × S ∈ {1, 256} (``kernels.contract.COMBOS``). For each it prints the MSE against the float64
-reference, the fraction of non-sink P that rounds to zero, the sink keys' own underflow and
-the saturated count; ``--csv PATH`` writes the same table.
+``q``, ``k`` and ``v`` (any float dtype, ``[B, H, N, d]``, ``[H, N, d]`` or ``[N, d]``; ``--layout bnhd``
+for flash-attn's ``[B, N, H, d]``; a shape that looks transposed is refused) or ``layer{L}/q, k, v``
+(``--layer L``), and runs the contract of :func:`kernels.attention` for your policy (one flag per field of
+:class:`kernels.policies.Policy`: ``--order``, ``--scale``, ``--scale-mode``, ``--rescale-threshold``, ...;
+``--exp2-offset K`` for ``--scale-mode exp2_offset --scale 2^K``) next to the four reference combinations
+(``kernels.contract.COMBOS``; ``--only yours`` skips them) and the named policies of ``--policy NAME``
+and ``--policies FILE`` (both together run both). Every run goes through one
+:func:`kernels.attention_calls` per layer.
 
-``--ksink`` says how many leading key positions are sinks (default 1: position 0; ``0 <= ksink < N``).
-``--sm-scale`` sets the score scale (default ``1/sqrt(d)``). Everything is checked before any work:
-options, ``--csv`` writable, tensors, ``ksink`` against N, and scores finite in float32 (an
-overflow is an error naming its cause, never NaN rows). The printed table gives fractions (each
-of its own terms); ``--csv`` has the counts too. ``--fmt none`` (or ``None``) runs without rounding.
+It prints a header, a summary block (per policy: its worst head by its own relative MSE, and the heads
+past each threshold), the ``--fail-on`` gate, then (unless ``--quiet``) the table (one row per run, or
+per (layer, batch, head, run) with ``--per-head``: Δ, σ, the distance to the run's Δc and
+``mass_underflow``), the worst forward S=1 / reverse S=256 head and the verdict lines. ``--csv`` and
+``--json`` (schema :data:`kernels.cli.audit_report.SCHEMA_PATH`) write the numbers. Exit codes: 0, 1
+when a ``--fail-on`` condition holds for a head of your policies, 2 for bad input (a one-line error
+before any work). User guide: docs/audit.md.
 
-``--policy NAME`` (repeatable) adds a named policy of :data:`kernels.policies.POLICIES` (``fa3``,
-``fa4``, ``sage2``, ...) or one of your own from ``--policies FILE`` (YAML: name -> Policy keys,
-as config.yaml's ``policies:`` section; config.yaml itself works too). Each row then gets the
-audit's verdict lines: whether it collapses (non-sink underflow fraction above
-``--collapse-threshold``), whether it saturates, and, when the policy casts V, whether its P-cast
-error exceeds ``--floor-factor`` times the V-cast floor (the same call with ``fmt=None``).
-``--sink-logit X`` adds a learned sink logit X to every head (and to the reference).
-
-Several layers in one file: ``layer{L}/q``, ``layer{L}/k``, ``layer{L}/v`` (the layout of
-``kernels.models.realmodel.capture``); ``--layer L`` (repeatable) picks layers, default every layer in
-numeric order; each layer is audited on its own and its rows carry ``layer``. ``--ksink auto``
-detects each head's sinks (:func:`kernels.models.heads.detect_sinks` on its float64 scores) and gives
-the head the number of leading consecutive sink keys from key 0 as its ksink. ``--per-head``
-prints (and writes) one row per (layer, batch, head, run), with the head's detected ``sinks``
-and ``mass_underflow``, the exact probability mass of the keys that round to zero
-(:func:`kernels.models.heads.underflow_mask`, checked against the kernel's own count). After the table,
-one line names the head with the largest forward S=1 / reverse S=256 MSE ratio.
-
-Modules: :mod:`kernels.cli.audit_io` (loading the file, selecting layers, reading policies, checking
-the tensors), :mod:`kernels.cli.audit_heads` (the runs, per-head rows, ksink detection, mass underflow
-and the worst head) and this one (the command line, the printed table and verdicts, ``main``).
+Modules: :mod:`kernels.cli.audit_flags` (policy flags, ``--fail-on``, the log2-offset warning),
+:mod:`kernels.cli.audit_io` (files, layers, layout, policies, checks, estimate),
+:mod:`kernels.cli.audit_heads` (runs, rows, ksink detection, worst head), :mod:`kernels.cli.audit_measure`
+(per-head measures), :mod:`kernels.cli.audit_report` (verdicts, summary, gate, JSON) and this one (the
+command line, the printed table, ``main``).
 """
 
 from __future__ import annotations
@@ -104,7 +92,7 @@ def _parser():
                          "one of --policies FILE")
     ap.add_argument("--policies", default=None, metavar="FILE",
                     help="YAML file of your own policies (name -> Policy keys, or a config.yaml with a "
-                         "policies: section); without --policy, every policy in it runs")
+                         "policies: section): every policy in it runs, after those of --policy")
     ap.add_argument("--sink-logit", type=float, default=None, metavar="X",
                     help="a learned sink logit X for every head (no key, no value), also in the reference")
     ap.add_argument("--layout", choices=LAYOUTS, default=None,
