@@ -12,7 +12,7 @@ machine's load average (``os.getloadavg``: on a shared machine the load says how
 
 ``--estimate-only`` prints the estimate of the audit for the shape without running it (for shapes too
 large to time here, e.g. ``--layers 32 --heads 32 --n 4096 --batch 1``); ``--time-layers L`` times only the
-first L layers and scales the time to all of them.
+first L layers and scales the time to all of them; ``--keep PATH`` only writes the file.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--time-layers", type=int, default=None, metavar="L")
     ap.add_argument("--estimate-only", action="store_true")
+    ap.add_argument("--keep", default=None, metavar="PATH", help="only write the model-shaped file to PATH")
     args = ap.parse_args(argv)
 
     import torch
@@ -65,6 +66,9 @@ def main(argv=None) -> int:
         fake = torch.empty(args.batch, args.heads, args.n, args.d)
         note = estimate([(L, fake, fake, fake) for L in range(args.layers)], runs, measure=True, min_seconds=0.0)
         print(f"{shape}: {note} (divide by the threads the run gets)")
+        return 0
+    if args.keep:
+        make_file(args.keep, layers=args.layers, batch=args.batch, heads=args.heads, n=args.n, d=args.d)
         return 0
     timed = args.time_layers or args.layers
     with tempfile.TemporaryDirectory() as tmp:

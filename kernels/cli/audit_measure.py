@@ -28,7 +28,7 @@ def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks) -> dic
     s64 = head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal)
     st = head_scores_stats(s64, list(sinks))
     return {"s32": s32, "p_exact": exact_probs(s64), "delta": st["delta"], "sigma": st["sigma"],
-            "n_sinks": len(sinks)}
+            "n_sinks": len(sinks), "masses": {}}
 
 
 def delta_c(full: dict, n_sinks: int):
@@ -58,7 +58,11 @@ def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, wher
         mass = 0.0
     elif rule_applies(full):
         want = (hr["underflow"],) if hr["backend"] == "emulator" else None
-        mass = rule_mass(hm["s32"], hm["p_exact"], full, ksink=ksink, want=want, where=where, sink_logit=sink_logit)
+        key = (repr(sorted(full.items())), want)  # runs with the same rule (yours and a combination) share it
+        if key not in hm["masses"]:
+            hm["masses"][key] = rule_mass(hm["s32"], hm["p_exact"], full, ksink=ksink, want=want, where=where,
+                                          sink_logit=sink_logit)
+        mass = hm["masses"][key]
     dc = delta_c(full, hm["n_sinks"])
     ratio = hm["delta"] / hm["sigma"] if hm["sigma"] > 0 else math.nan
     return {"mass_underflow": mass, "delta": hm["delta"], "sigma": hm["sigma"], "delta_c": dc,

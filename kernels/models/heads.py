@@ -172,16 +172,16 @@ def underflow_mask(scores32: torch.Tensor, *, order: str, scale: float, block_n:
     m = _max_in_force(sb.amax(-1), order, float(rescale_threshold), m0)
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     if scale_mode == "exp2_offset":
-        x = torch.exp2(sb * LOG2E - (m * LOG2E - log2_scale(scale))[..., None])
+        x = torch.mul(sb, LOG2E).sub_((m * LOG2E - log2_scale(scale))[..., None]).exp2_()
     else:
-        x = torch.exp(sb - m[..., None]) * torch.tensor(scale, dtype=torch.float32)
+        x = torch.sub(sb, m[..., None]).exp_().mul_(torch.tensor(scale, dtype=torch.float32))
     under = (x > 0) & (x <= f.underflow_threshold)
     return under.reshape(*lead, nq, nblk * block_n)[..., :nk]
 
 
 def mass_underflow(p_exact: torch.Tensor, mask: torch.Tensor) -> float:
     """Mean over rows of the exact probability mass of the keys that round to zero."""
-    return float((p_exact.to(torch.float64) * mask).sum(-1).mean())
+    return float(p_exact.to(torch.float64)[mask].sum()) / max(mask.shape[0], 1)
 
 
 def step1_scores(q_h: torch.Tensor, k_h: torch.Tensor, sm_scale: float) -> torch.Tensor:
@@ -213,7 +213,7 @@ def rule_mass(s32: torch.Tensor, p_exact: torch.Tensor, kwargs, *, ksink: int, w
                           fmt=kwargs.get("fmt", "e4m3fn"), scale_mode=kwargs.get("scale_mode", "multiply"),
                           rescale_threshold=float(kwargs.get("rescale_threshold", 0.0)), m0=m0)
     if want is not None:
-        got = (int(mask[:, ksink:].sum()), int(mask[:, :ksink].sum()))[:len(want)]
+        got = (int(torch.count_nonzero(mask[:, ksink:])), int(torch.count_nonzero(mask[:, :ksink])))[:len(want)]
         if got != tuple(want):
             raise RuntimeError(f"{where}: the running-max rule (kernels.models.heads.underflow_mask) counts {got} (non-sink"
                                f"{', sink' if len(want) > 1 else ''}) keys rounding to zero, the kernel {tuple(want)}: "
