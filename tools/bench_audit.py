@@ -7,7 +7,7 @@ N(0, 1)-like spread, the sink's strength rising across heads), then runs
     pcast-audit FILE --policy fa3 --policy fa4 --json OUT --quiet
 
 (your policy, the four reference combinations and two named policies, with the per-head measures the
-JSON holds) on ``--threads`` torch threads, and prints the wall time, the audit's own estimate and the
+JSON holds; ``--plain``: without --json, so without those measures) on ``--threads`` torch threads, and prints the wall time, the audit's own estimate and the
 machine's load average (``os.getloadavg``: on a shared machine the load says how much of it the run had).
 
 ``--estimate-only`` prints the estimate of the audit for the shape without running it (for shapes too
@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--time-layers", type=int, default=None, metavar="L")
     ap.add_argument("--estimate-only", action="store_true")
+    ap.add_argument("--plain", action="store_true", help="without --json: no per-head measures (delta, sigma, mass)")
     ap.add_argument("--keep", default=None, metavar="PATH", help="only write the model-shaped file to PATH")
     args = ap.parse_args(argv)
 
@@ -64,7 +65,8 @@ def main(argv=None) -> int:
     shape = f"{args.layers} layers x {args.heads} heads, {args.batch} x {args.n} tokens, d = {args.d}"
     if args.estimate_only:
         fake = torch.empty(args.batch, args.heads, args.n, args.d)
-        note = estimate([(L, fake, fake, fake) for L in range(args.layers)], runs, measure=True, min_seconds=0.0)
+        note = estimate([(L, fake, fake, fake) for L in range(args.layers)], runs, measure=not args.plain,
+                        min_seconds=0.0)
         print(f"{shape}: {note} (divide by the threads the run gets)")
         return 0
     if args.keep:
@@ -76,7 +78,8 @@ def main(argv=None) -> int:
         make_file(path, layers=timed, batch=args.batch, heads=args.heads, n=args.n, d=args.d)
         load0 = os.getloadavg()
         t0 = time.perf_counter()
-        code = audit([path, "--policy", "fa3", "--policy", "fa4", "--quiet", "--json", os.path.join(tmp, "a.json")])
+        extra = [] if args.plain else ["--json", os.path.join(tmp, "a.json")]
+        code = audit([path, "--policy", "fa3", "--policy", "fa4", "--quiet", *extra])
         wall = time.perf_counter() - t0
         load1 = os.getloadavg()
     scaled = wall * args.layers / timed
