@@ -7,7 +7,7 @@ N(0, 1)-like spread, the sink's strength rising across heads), then runs
     pcast-audit FILE --policy fa3 --policy fa4 --json OUT --quiet
 
 (your policy, the four reference combinations and two named policies, with the per-head measures the
-JSON holds; ``--plain``: without --json, so without those measures) on ``--threads`` torch threads, and prints the wall time, the audit's own estimate and the
+JSON holds; ``--plain``: without --json, so without those measures) on ``--threads`` torch threads, and prints the wall time, the CPU time the process used, the audit's own estimate and the
 machine's load average (``os.getloadavg``: on a shared machine the load says how much of it the run had).
 
 ``--estimate-only`` prints the estimate of the audit for the shape without running it (for shapes too
@@ -77,14 +77,14 @@ def main(argv=None) -> int:
         path = os.path.join(tmp, "model.safetensors")
         make_file(path, layers=timed, batch=args.batch, heads=args.heads, n=args.n, d=args.d)
         load0 = os.getloadavg()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         extra = [] if args.plain else ["--json", os.path.join(tmp, "a.json")]
         code = audit([path, "--policy", "fa3", "--policy", "fa4", "--quiet", *extra])
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         load1 = os.getloadavg()
     scaled = wall * args.layers / timed
     print(f"{shape}: {len(runs)} runs, exit {code}; {wall:.1f} s for {timed} layer(s) on {args.threads} torch "
-          f"thread(s)" + (f", {scaled:.0f} s scaled to {args.layers} layers" if timed != args.layers else "")
+          f"thread(s), {cpu:.1f} s of CPU time" + (f", {scaled:.0f} s scaled to {args.layers} layers" if timed != args.layers else "")
           + f"; load average before {load0[0]:.2f}, after {load1[0]:.2f} on {os.cpu_count()} CPUs", file=sys.stderr)
     return 0
 
