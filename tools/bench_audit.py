@@ -7,8 +7,10 @@ N(0, 1)-like spread, the sink's strength rising across heads), then runs
     pcast-audit FILE --policy fa3 --policy fa4 --json OUT --quiet
 
 (your policy, the four reference combinations and two named policies, with the per-head measures the
-JSON holds; ``--plain``: without --json, so without those measures) on ``--threads`` torch threads, and prints the wall time, the CPU time the process used, the audit's own estimate and the
-machine's load average (``os.getloadavg``: on a shared machine the load says how much of it the run had).
+JSON holds; ``--plain``: without --json, so without those measures) on ``--threads`` torch threads. It
+prints the wall time, the CPU time the process used, and the machine's load average
+(``os.getloadavg``: on a shared machine the load says how much of it the run had); the audit prints its
+own estimate first.
 
 ``--estimate-only`` prints the estimate of the audit for the shape without running it (for shapes too
 large to time here, e.g. ``--layers 32 --heads 32 --n 4096 --batch 1``); ``--time-layers L`` times only the
