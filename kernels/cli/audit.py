@@ -37,8 +37,8 @@ from kernels.cli.audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBO
                                      detect_head_sinks, head_scores64, leading_ksink, plan_runs, worst_head)
 from kernels.cli.audit_io import (LAYOUTS, check_tensors, estimate, load_layers, load_policies, load_tensors,
                                   resolve_policies)
-from kernels.cli.audit_report import (EXIT_ERROR, EXIT_FAIL, EXIT_PASS, gate, gated_policies, head_verdicts,
-                                      json_document, print_gate, print_summary, summary, write_json)
+from kernels.cli.audit_report import (EXIT_ERROR, EXIT_FAIL, EXIT_PASS, VERDICT_COLUMNS, gate, gated_policies,
+                                      head_verdicts, json_document, print_gate, print_summary, summary, write_json)
 
 __all__ = ["COLUMNS", "PER_HEAD_COLUMNS", "WORST_HEAD_COMBOS", "AUDIT_BACKENDS", "audit", "audit_heads",
            "detect_head_sinks", "head_scores64", "leading_ksink", "worst_head", "verdicts", "check_tensors",
@@ -320,7 +320,7 @@ def _report(args, header, runs, rows, head_rows, warnings) -> int:
         from kernels.pipeline.files import atomic_write_text
 
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=PER_HEAD_COLUMNS if args.per_head else COLUMNS, lineterminator="\n",
+        w = csv.DictWriter(buf, fieldnames=PER_HEAD_COLUMNS + VERDICT_COLUMNS if args.per_head else COLUMNS, lineterminator="\n",
                            extrasaction="ignore")
         w.writeheader()
         w.writerows(head_rows if args.per_head else rows)

@@ -15,7 +15,8 @@ from kernels.contract import COMBO_LABELS
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "audit_schema.json")
-EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2  # no --fail-on condition holds; one holds; bad input
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+VERDICT_COLUMNS = ("collapses", "saturates", "floor_ratio", "exceeds_floor", "exceeds_rel_mse")  # per head  # no --fail-on condition holds; one holds; bad input
 
 
 def head_verdicts(hr: dict, *, collapse_threshold: float, floor_factor: float, rel_mse_bound=None) -> dict:

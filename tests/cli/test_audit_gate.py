@@ -90,6 +90,7 @@ def test_json_validates_against_its_schema_and_holds_the_table(files, schema, tm
     # the same numbers as --csv (per head), to the printed digits
     for r, c in zip(doc["heads"], csv.DictReader(open(cs))):
         assert (r["policy"], r["head"], r["underflow"]) == (c["policy"], int(c["head"]), int(c["underflow"]))
+        assert c["collapses"] == str(r["collapses"]) and r["collapses"] == (r["underflow_frac"] > 0.5)
         assert float(c["mse"]) == pytest.approx(r["mse"], rel=1e-12)
     # a broken document fails the schema: it can tell
     bad = dict(doc, heads=[{**doc["heads"][0], "mass_underflow": "x"}])
