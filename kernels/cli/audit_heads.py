@@ -233,7 +233,8 @@ def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, ro
     """
     from kernels.policies import Policy
 
-    mine = Policy("yours", order=order, scale=float(scale), fmt=fmt, block_n=block_n, rowsum=rowsum)
+    mine = Policy("yours", order=order, scale=float(scale), fmt=getattr(fmt, "name", fmt), block_n=block_n,
+                  rowsum=rowsum)  # an FP8Format by its name
     return audit_heads(q, k, v, runs=plan_runs(mine, policies), causal=causal, ksink=ksink, backend=backend,
                        sink_logit=sink_logit, sm_scale=sm_scale)[0]
 
