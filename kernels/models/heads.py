@@ -181,7 +181,8 @@ def underflow_mask(scores32: torch.Tensor, *, order: str, scale: float, block_n:
 
 def mass_underflow(p_exact: torch.Tensor, mask: torch.Tensor) -> float:
     """Mean over rows of the exact probability mass of the keys that round to zero."""
-    return float(p_exact.to(torch.float64)[mask].sum()) / max(mask.shape[0], 1)
+    p = p_exact.to(torch.float64).reshape(-1)
+    return float(torch.dot(p, mask.reshape(-1).to(torch.float64))) / max(mask.shape[0], 1)
 
 
 def step1_scores(q_h: torch.Tensor, k_h: torch.Tensor, sm_scale: float) -> torch.Tensor:
