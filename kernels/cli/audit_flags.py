@@ -66,8 +66,9 @@ def add_policy_flags(ap) -> None:
     group = ap.add_argument_group("your policy (one flag per field of kernels.policies.Policy)")
     for f in policy_fields():
         default = YOURS_DEFAULTS.get(f.name, f.default)
+        allowed = allowed_values(f.name).replace("None (YAML null)", "none") + (", or 2^K" if f.name == "scale" else "")
         group.add_argument(flag(f.name), dest=f"p_{f.name}", default=None, metavar=f.name.upper(),
-                           help=f"{allowed_values(f.name)} (default: {'none' if default is None else default})")
+                           help=f"{allowed} (default: {'none' if default is None else default})")
     group.add_argument("--exp2-offset", type=float, default=None, metavar="K",
                        help="the kernel's log2 offset K (FA3: 8): the same as --scale-mode exp2_offset --scale 2^K")
 
