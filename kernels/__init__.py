@@ -9,10 +9,16 @@ the statistics and plotting jobs of the pipeline do not pay for it.
 from kernels.formats import FORMATS, FP8Format, get_format
 
 __all__ = ["FORMATS", "FP8Format", "get_format", "quantize", "attention", "attention_values", "attention_scales",
-           "attention_calls", "AttentionResult"]
+           "attention_calls", "AttentionResult", "reference_attention", "Policy", "POLICIES", "get_policy"]
 
 _LAZY = {"attention": "api", "attention_values": "api_multi", "attention_scales": "api_multi",
-         "attention_calls": "api_multi", "AttentionResult": "api", "quantize": "formats.quantize"}
+         "attention_calls": "api_multi", "AttentionResult": "api", "quantize": "formats.quantize",
+         "reference_attention": "reference", "Policy": "policies", "POLICIES": "policies", "get_policy": "policies"}
+
+
+def __dir__():
+    """The public names (:data:`__all__`, the lazy ones included) and the module's own."""
+    return sorted(set(globals()) | set(__all__))
 
 
 def __getattr__(name):

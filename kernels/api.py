@@ -35,6 +35,10 @@ class AttentionResult:
             (microscaled ``fmt`` only; 0 otherwise).
         groups_flushed: int64 [B, H, Nq]: groups with a key's x > 0 whose scale flushed to 0 (idem).
         backend: what actually ran: "triton-compiled", "triton-interpreted", "emulator" or "reference".
+        mse: with ``reference=True``, the mean squared error of ``out`` against the float64 reference of
+            the same call (:func:`kernels.reference.reference_attention`, the same mask, sm_scale and sink
+            logit); None otherwise.
+        mse_heads: with ``reference=True``, float64 [B, H]: the same per (batch, head); None otherwise.
     """
 
     out: torch.Tensor
@@ -46,8 +50,10 @@ class AttentionResult:
     backend: str
     underflow_scale: torch.Tensor | None = None
     groups_flushed: torch.Tensor | None = None
+    mse: float | None = None
+    mse_heads: torch.Tensor | None = None
 
-    def __post_init__(self):  # results built without the FP4 diagnostics: zeros
+    def __post_init__(self):  # a result built without the microscaling diagnostics: zeros
         for name in ("underflow_scale", "groups_flushed"):
             if getattr(self, name) is None:
                 setattr(self, name, torch.zeros_like(self.underflow))
@@ -225,7 +231,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
               sink_logit: torch.Tensor | None = None, sink_mode: str = _D["sink_mode"],
               qk_fmt: str | FP8Format | None = _D["qk_fmt"], qk_scale: str | float = _D["qk_scale"],
               v_fmt: str | FP8Format | None = _D["v_fmt"], v_scale: str | float = _D["v_scale"],
-              policy=None) -> AttentionResult:
+              policy=None, reference: bool = False) -> AttentionResult:
     """FlashAttention-style forward attention with softmax P cast to FP8 before P·V, under a P policy.
 
     Per query row the KV blocks of ``block_n`` keys are visited first to last (``order="forward"``) or
@@ -260,10 +266,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
         backend: "auto" (compiled Triton on a CUDA GPU with capability >= 8.9, else "emulator"), "triton"
             (interpreted on CPU), "emulator", or "reference" (float64 of the unquantized inputs).
         policy: None, a name of :data:`kernels.policies.POLICIES`, or a ``Policy``.
+        reference: True: also compute the float64 reference of the same call and give the result's ``mse``
+            and ``mse_heads`` (one call instead of a second :func:`kernels.reference.reference_attention`).
 
     Returns :class:`AttentionResult` on the inputs' device. Raises ValueError naming a bad argument.
     """
-    return _run(q, k, (v,), locals())[0]
+    args = dict(locals())
+    if not isinstance(reference, bool):
+        raise ValueError(f"reference={reference!r} is not allowed; allowed: True or False")
+    result = _run(q, k, (v,), args)[0]
+    if reference:
+        from kernels.reference import reference_mse
+
+        sink = None if sink_logit is None else sink_logit.expand(q.shape[:2]).to(torch.float32).contiguous()
+        result.mse, result.mse_heads = reference_mse(result.out, q, k, v, causal=causal, sm_scale=sm_scale,
+                                                     sink_logit=sink)
+    return result
 
 
 def _check_values(values) -> None:

@@ -119,4 +119,7 @@ def _bound_args(who: str, q, k, values, kwargs: dict) -> dict:
     except TypeError as e:
         raise ValueError(f"{who}: {e}; allowed keywords: those of kernels.attention") from None
     bound.apply_defaults()
+    if bound.arguments["reference"] is not False:
+        raise ValueError(f"{who}: reference={bound.arguments['reference']!r} is not allowed; allowed: False (for the "
+                         "MSE against the float64 reference, call kernels.attention(..., reference=True))")
     return bound.arguments

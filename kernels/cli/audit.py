@@ -1,40 +1,28 @@
 """Audit your own tensors: how much precision does an FP8 P cast lose on them, and why?
 
 ``pcast-audit inputs.safetensors`` (or ``python -m kernels.cli.audit inputs.safetensors``) loads
-``q``, ``k`` and ``v`` (float32 or any float dtype, ``[B, H, N, d]`` or ``[H, N, d]`` or ``[N, d]``)
-and runs the contract of :func:`kernels.attention` for your kernel's policy (``--order``,
-``--scale``, ``--fmt``, ``--block-n``, ``--rowsum``, ``--causal``) next to the four reference
-combinations order ∈ {forward, reverse} × S ∈ {1, 256} (``kernels.contract.COMBOS``). For each it prints the MSE against the float64
-reference, the fraction of non-sink P that rounds to zero, the sink keys' own underflow and
-the saturated count; ``--csv PATH`` writes the same table.
+``q``, ``k`` and ``v`` (any float dtype, ``[B, H, N, d]``, ``[H, N, d]`` or ``[N, d]``; ``--layout bnhd``
+for flash-attn's ``[B, N, H, d]``; a shape that looks transposed is refused) or ``layer{L}/q, k, v``
+(``--layer L``), and runs the contract of :func:`kernels.attention` for your policy (one flag per field of
+:class:`kernels.policies.Policy`: ``--order``, ``--scale``, ``--scale-mode``, ``--rescale-threshold``, ...;
+``--exp2-offset K`` for ``--scale-mode exp2_offset --scale 2^K``) next to the four reference combinations
+(``kernels.contract.COMBOS``; ``--only yours`` skips them) and the named policies of ``--policy NAME``
+and ``--policies FILE`` (both together run both). Every run goes through one
+:func:`kernels.attention_calls` per layer.
 
-``--ksink`` says how many leading key positions are sinks (default 1: position 0; ``0 <= ksink < N``).
-``--sm-scale`` sets the score scale (default ``1/sqrt(d)``). Everything is checked before any work:
-options, ``--csv`` writable, tensors, ``ksink`` against N, and scores finite in float32 (an
-overflow is an error naming its cause, never NaN rows). The printed table gives fractions (each
-of its own terms); ``--csv`` has the counts too. ``--fmt none`` (or ``None``) runs without rounding.
+It prints a header, a summary block (per policy: its worst head by its own relative MSE, and the heads
+past each threshold), the ``--fail-on`` gate, then (unless ``--quiet``) the table (one row per run, or
+per (layer, batch, head, run) with ``--per-head``: Δ, σ, the distance to the run's Δc and
+``mass_underflow``), the worst forward S=1 / reverse S=256 head and the verdict lines. ``--csv`` and
+``--json`` (schema :data:`kernels.cli.audit_report.SCHEMA_PATH`) write the numbers. Exit codes: 0, 1
+when a ``--fail-on`` condition holds for a head of your policies, 2 for bad input (a one-line error
+before any work). User guide: docs/audit.md.
 
-``--policy NAME`` (repeatable) adds a named policy of :data:`kernels.policies.POLICIES` (``fa3``,
-``fa4``, ``sage2``, ...) or one of your own from ``--policies FILE`` (YAML: name -> Policy keys,
-as config.yaml's ``policies:`` section; config.yaml itself works too). Each row then gets the
-audit's verdict lines: whether it collapses (non-sink underflow fraction above
-``--collapse-threshold``), whether it saturates, and, when the policy casts V, whether its P-cast
-error exceeds ``--floor-factor`` times the V-cast floor (the same call with ``fmt=None``).
-``--sink-logit X`` adds a learned sink logit X to every head (and to the reference).
-
-Several layers in one file: ``layer{L}/q``, ``layer{L}/k``, ``layer{L}/v`` (the layout of
-``kernels.models.realmodel.capture``); ``--layer L`` (repeatable) picks layers, default every layer in
-numeric order; each layer is audited on its own and its rows carry ``layer``. ``--ksink auto``
-detects each head's sinks (:func:`kernels.models.heads.detect_sinks` on its float64 scores) and gives
-the head the number of leading consecutive sink keys from key 0 as its ksink. ``--per-head``
-prints (and writes) one row per (layer, batch, head, run), with the head's detected ``sinks``
-and ``mass_underflow``, the exact probability mass of the keys that round to zero
-(:func:`kernels.models.heads.underflow_mask`, checked against the kernel's own count). After the table,
-one line names the head with the largest forward S=1 / reverse S=256 MSE ratio.
-
-Modules: :mod:`kernels.cli.audit_io` (loading the file, selecting layers, reading policies, checking
-the tensors), :mod:`kernels.cli.audit_heads` (the runs, per-head rows, ksink detection, mass underflow
-and the worst head) and this one (the command line, the printed table and verdicts, ``main``).
+Modules: :mod:`kernels.cli.audit_flags` (policy flags, ``--fail-on``, the log2-offset warning),
+:mod:`kernels.cli.audit_io` (files, layers, layout, policies, checks, estimate),
+:mod:`kernels.cli.audit_heads` (runs, rows, ksink detection, worst head), :mod:`kernels.cli.audit_measure`
+(per-head measures), :mod:`kernels.cli.audit_report` (verdicts, summary, gate, JSON) and this one (the
+command line, the printed table, ``main``).
 """
 
 from __future__ import annotations
@@ -44,9 +32,13 @@ import csv
 import math
 import sys
 
-from kernels.cli.audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBOS, audit, audit_heads, detect_head_sinks,
-                          head_scores64, leading_ksink, worst_head)
-from kernels.cli.audit_io import check_tensors, load_layers, load_policies, load_tensors, resolve_policies
+from kernels.cli.audit_flags import add_policy_flags, offset_warnings, parse_fail_on, yours
+from kernels.cli.audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBOS, audit, audit_heads,
+                                     detect_head_sinks, head_scores64, leading_ksink, plan_runs, worst_head)
+from kernels.cli.audit_io import (LAYOUTS, check_tensors, estimate, load_layers, load_policies, load_tensors,
+                                  resolve_policies)
+from kernels.cli.audit_report import (EXIT_ERROR, EXIT_FAIL, EXIT_PASS, VERDICT_COLUMNS, gate, gated_policies,
+                                      head_verdicts, json_document, print_gate, print_summary, summary, write_json)
 
 __all__ = ["COLUMNS", "PER_HEAD_COLUMNS", "WORST_HEAD_COMBOS", "AUDIT_BACKENDS", "audit", "audit_heads",
            "detect_head_sinks", "head_scores64", "leading_ksink", "worst_head", "verdicts", "check_tensors",
@@ -84,11 +76,6 @@ def _parser():
     ap.add_argument("--layer", action="append", default=[], metavar="L",
                     help="audit this layer of a several-layer file (repeatable; default: every layer, in "
                          "numeric order)")
-    ap.add_argument("--order", default="reverse", help="forward or reverse (default: reverse)")
-    ap.add_argument("--scale", type=float, default=256.0, help="S applied to P before the cast (default: 256)")
-    ap.add_argument("--fmt", default="e4m3fn", help="FP8 format, or 'none' for no rounding (default: e4m3fn)")
-    ap.add_argument("--block-n", type=int, default=64, help="keys per KV block (default: 64)")
-    ap.add_argument("--rowsum", default="unrounded", help="unrounded or rounded (default: unrounded)")
     ap.add_argument("--causal", action="store_true", help="top-left causal mask")
     ap.add_argument("--ksink", default="1",
                     help="leading key positions that are sinks, 0 <= ksink < N, or auto: each head's leading "
@@ -105,39 +92,50 @@ def _parser():
                          "one of --policies FILE")
     ap.add_argument("--policies", default=None, metavar="FILE",
                     help="YAML file of your own policies (name -> Policy keys, or a config.yaml with a "
-                         "policies: section); without --policy, every policy in it runs")
+                         "policies: section): every policy in it runs, after those of --policy")
     ap.add_argument("--sink-logit", type=float, default=None, metavar="X",
                     help="a learned sink logit X for every head (no key, no value), also in the reference")
+    ap.add_argument("--layout", choices=LAYOUTS, default=None,
+                    help="how a 4-dim tensor is laid out: bhnd ([B, H, N, d], the default) or bnhd ([B, N, H, d], "
+                         "flash-attn's); without --layout a shape that looks transposed is refused")
+    ap.add_argument("--only", choices=("yours",), default=None,
+                    help="yours: only your policies (the flags' and --policy/--policies), without the four "
+                         "reference combinations")
+    ap.add_argument("--no-reference-combos", action="store_true", help="the same as --only yours")
+    ap.add_argument("--fail-on", action="append", default=[], metavar="COND",
+                    help="exit 1 when any head of your policies meets COND (repeatable): collapse, saturation, "
+                         "rel-mse:X (relative MSE above X), floor:F (MSE above F times the V-cast floor)")
+    ap.add_argument("--json", default=None, metavar="FILE",
+                    help="write every number (rows, heads, summary, gate) to FILE as JSON (schema "
+                         "kernels/cli/audit_schema.json)")
+    ap.add_argument("--quiet", action="store_true",
+                    help="print the header, summary and gate only; the full table goes to --csv / --json")
     ap.add_argument("--collapse-threshold", type=float, default=0.5,
                     help="a policy collapses when its non-sink underflow fraction exceeds this (default: 0.5)")
     ap.add_argument("--floor-factor", type=float, default=2.0,
                     help="the P-cast error exceeds the V-cast floor when its MSE is above this many times the "
                          "floor's (default: 2)")
+    add_policy_flags(ap)
     return ap
 
 
 AUDIT_BACKENDS = ("auto", "triton", "emulator")  # the reference is every row's baseline, not a row
 
 
-def _fmt_arg(fmt: str):
-    """--fmt: a format name, or none/None (no rounding)."""
-    return None if fmt.lower() == "none" else fmt
-
-
-def _check_csv(path) -> None:
-    """--csv must be writable: checked before any work, so a long run is never lost to a bad path."""
+def _check_path(path, flag) -> None:
+    """--csv and --json must be writable: checked before any work, so a long run is never lost to a bad path."""
     import os
 
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise ValueError(f"--csv={path!r} is a directory; allowed: a file path in a writable directory")
+        raise ValueError(f"{flag}={path!r} is a directory; allowed: a file path in a writable directory")
     if not os.path.isdir(parent):
-        raise ValueError(f"--csv={path!r}: directory {parent!r} does not exist; allowed: a file path in a "
+        raise ValueError(f"{flag}={path!r}: directory {parent!r} does not exist; allowed: a file path in a "
                          "writable directory")
     if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise ValueError(f"--csv={path!r} is not writable; allowed: a file path in a writable directory")
+        raise ValueError(f"{flag}={path!r} is not writable; allowed: a file path in a writable directory")
 
 
 def _ksink_arg(value):
@@ -159,13 +157,18 @@ def _check_options(args):
                          "float64 reference is what every row is measured against)")
     if args.sm_scale is not None and not (math.isfinite(args.sm_scale) and args.sm_scale > 0):
         raise ValueError(f"--sm-scale={args.sm_scale!r} is not allowed; allowed: a finite number > 0")
-    _check_csv(args.csv)
+    _check_path(args.csv, "--csv")
+    _check_path(args.json, "--json")
     if args.sink_logit is not None and not math.isfinite(args.sink_logit):
         raise ValueError(f"--sink-logit={args.sink_logit!r} is not allowed; allowed: a finite number")
     if not 0.0 <= args.collapse_threshold < 1.0:
         raise ValueError(f"--collapse-threshold={args.collapse_threshold!r} is not allowed; allowed: 0 <= x < 1")
     if not (math.isfinite(args.floor_factor) and args.floor_factor >= 1.0):
         raise ValueError(f"--floor-factor={args.floor_factor!r} is not allowed; allowed: a finite number >= 1")
+    args.fail_on_parsed = parse_fail_on(args.fail_on)
+    bounds = [b for w, b in args.fail_on_parsed if w == "rel-mse"]
+    args.rel_mse_bound = min(bounds) if bounds else None
+    args.combos = not (args.only == "yours" or args.no_reference_combos)
 
 
 def _ksink_summary(per_layer) -> str:
@@ -178,7 +181,7 @@ def _ksink_summary(per_layer) -> str:
                                           for i, (ks, n) in enumerate(parts))
 
 
-def _header(layers, args, head_ksink=None) -> str:
+def _header(layers, args, mine, head_ksink=None) -> str:
     """What was run: shapes, layers, sinks, blocks, mask and score scale."""
     shapes = [(list(q.shape), list(k.shape)) for _, q, k, _ in layers]
     if all(sh == shapes[0] for sh in shapes):
@@ -197,12 +200,26 @@ def _header(layers, args, head_ksink=None) -> str:
         sm = f"{args.sm_scale:.6g}"
     else:
         sm = ", ".join(f"{1.0 / math.sqrt(d):.6g}" for d in dims)
-    return (f"inputs {args.inputs}: {shape}; layers {where}; {ks}; block_n={args.block_n} for yours and the four "
-            f"combinations (a named policy brings its own); causal={args.causal}; sm_scale={sm}")
+    combos = " and the four combinations" if args.combos else ""
+    return (f"inputs {args.inputs}: {shape}; layers {where}; {ks}; block_n={mine.block_n} for yours{combos} (a "
+            f"named policy brings its own); causal={args.causal}; sm_scale={sm}")
 
 
 def _fmt(x, spec) -> str:
     return "" if x is None else format(x, spec)
+
+
+def _print_heads(head_rows) -> None:
+    print(f"{'layer':<7}{'batch':<7}{'head':<6}{'ksink':<7}{'sinks':<14}{'policy':<18}{'backend':<20}"
+          f"{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}{'sink uf frac':>14}{'sat frac':>12}{'mass uf':>12}"
+          f"{'delta':>9}{'sigma':>9}{'to dc':>9}")
+    for r in head_rows:
+        layer = "-" if r["layer"] is None else r["layer"]
+        print(f"{layer:<7}{r['batch']:<7}{r['head']:<6}{r['ksink']:<7}{r['sinks'] or '-':<14}{r['policy']:<18}"
+              f"{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}{r['underflow_frac']:>12.4g}"
+              f"{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}"
+              f"{_fmt(r['mass_underflow'], '.4g') or '-':>12}{_fmt(r['delta'], '.3g') or '-':>9}"
+              f"{_fmt(r['sigma'], '.3g') or '-':>9}{_fmt(r['distance_to_delta_c'], '.3g') or '-':>9}")
 
 
 def _print(rows, args, head_rows=None):
@@ -210,14 +227,7 @@ def _print(rows, args, head_rows=None):
     lay = (lambda r: f"{r['layer']:<7}") if layered else (lambda r: "")
     # every column after MSE is a fraction of its own terms; the counts are in --csv
     if args.per_head:
-        print(f"{'layer':<7}{'batch':<7}{'head':<6}{'ksink':<7}{'sinks':<14}{'policy':<18}{'backend':<20}"
-              f"{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}{'sink uf frac':>14}{'sat frac':>12}{'mass uf':>12}")
-        for r in head_rows:
-            layer = "-" if r["layer"] is None else r["layer"]
-            print(f"{layer:<7}{r['batch']:<7}{r['head']:<6}{r['ksink']:<7}{r['sinks'] or '-':<14}{r['policy']:<18}"
-                  f"{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}{r['underflow_frac']:>12.4g}"
-                  f"{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}"
-                  f"{_fmt(r['mass_underflow'], '.4g') or '-':>12}")
+        _print_heads(head_rows)
     else:
         print(("layer  " if layered else "") + f"{'policy':<18}{'backend':<20}{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}"
               f"{'sink uf frac':>14}{'sat frac':>12}")
@@ -226,8 +236,10 @@ def _print(rows, args, head_rows=None):
                   f"{r['underflow_frac']:>12.4g}{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}")
     print("(uf frac: non-sink P that round to zero / non-sink P > 0; sink uf frac: the same for the sink keys; "
           "sat frac: P entries above the format's max / all P > 0"
-          + ("; mass uf: exact softmax mass of the keys that round to zero, mean over rows; - where the "
-             "running-max rule of kernels.models.heads does not describe the run)" if args.per_head else ")"))
+          + ("; mass uf: exact softmax mass of the keys that round to zero, mean over rows, - where the rule of "
+             "kernels.models.heads does not describe the run (Q/K casts, microscaled P); delta, sigma: the head's "
+             "measured sink strength and spread; to dc: the theory's critical delta/sigma of the run minus the "
+             "head's, - where the run does not collapse from sink keys)" if args.per_head else ")"))
     worst = worst_head(head_rows or [])
     if worst is not None:
         L, b, h, ratio, x, y = worst
@@ -241,46 +253,99 @@ def _print(rows, args, head_rows=None):
             print(f"  {where}{line}")
 
 
-def main(argv=None):
-    args = _parser().parse_args(argv)
-    try:
-        _check_options(args)
-        policies = resolve_policies(args.policy, args.policies)  # bad names fail here, before any work
-        layers = load_layers(args.inputs, args.layer)  # an unknown --layer fails here, before any tensor is read
-        auto = args.ksink_value == "auto"
-        for L, q, k, _ in layers:
-            try:
-                check_tensors(q, k, ksink=None if auto else args.ksink_value, sm_scale=args.sm_scale)
-            except ValueError as e:
-                raise ValueError(str(e) if L is None else f"layer {L}: {e}") from None
-        sinks = [detect_head_sinks(q, k, sm_scale=args.sm_scale, causal=args.causal) if auto else None
-                 for _, q, k, _ in layers]
-        head_ksink = [{bh: leading_ksink(s) for bh, s in sk.items()} for sk in sinks] if auto else None
-        print(_header(layers, args, head_ksink))
-        rows, head_rows = [], []
-        for i, (L, q, k, v) in enumerate(layers):
-            r, hr = audit_heads(q, k, v, order=args.order, scale=args.scale, fmt=_fmt_arg(args.fmt),
-                                block_n=args.block_n, rowsum=args.rowsum, causal=args.causal,
-                                ksink=head_ksink[i] if auto else args.ksink_value, backend=args.backend,
-                                policies=policies, sink_logit=args.sink_logit, sm_scale=args.sm_scale, layer=L,
-                                sinks=sinks[i], per_head=args.per_head)
-            rows += r
-            head_rows += hr
-    except ValueError as e:
-        print(f"pcast-audit: error: {e}", file=sys.stderr)
-        return 2
-    _print(rows, args, head_rows)
+def _setup(args):
+    """Everything checked before any work: options, your policy, the named policies, the runs, warnings."""
+    _check_options(args)
+    mine = yours(args)
+    policies = resolve_policies(args.policy, args.policies)  # bad names fail here, before any work
+    runs = plan_runs(mine, policies, combos=args.combos)
+    warnings = offset_warnings(mine, policies, scale_given=args.p_scale is not None)
+    return mine, runs, warnings
+
+
+def _load(args, block_n):
+    """The layers, checked, and with --ksink auto each head's sinks and ksink."""
+    layers = load_layers(args.inputs, args.layer, layout=args.layout, block_n=block_n)
+    auto = args.ksink_value == "auto"
+    for L, q, k, _ in layers:
+        try:
+            check_tensors(q, k, ksink=None if auto else args.ksink_value, sm_scale=args.sm_scale)
+        except ValueError as e:
+            raise ValueError(str(e) if L is None else f"layer {L}: {e}") from None
+    sinks = [detect_head_sinks(q, k, sm_scale=args.sm_scale, causal=args.causal) if auto else None
+             for _, q, k, _ in layers]
+    head_ksink = [{bh: leading_ksink(s) for bh, s in sk.items()} for sk in sinks] if auto else None
+    return layers, sinks, head_ksink
+
+
+def _run(args, layers, runs, sinks, head_ksink):
+    """Every layer through its runs, with progress (and, for a long run, an estimate first) on stderr."""
+    import time
+
+    measure = args.per_head or args.json is not None
+    note = estimate(layers, runs, measure=measure)
+    if note:
+        print(f"pcast-audit: {note}", file=sys.stderr)
+    rows, head_rows, t0 = [], [], time.perf_counter()
+    for i, (L, q, k, v) in enumerate(layers):
+        r, hr = audit_heads(q, k, v, runs=runs, causal=args.causal,
+                            ksink=head_ksink[i] if head_ksink else args.ksink_value, backend=args.backend,
+                            sink_logit=args.sink_logit, sm_scale=args.sm_scale, layer=L, sinks=sinks[i],
+                            per_head=measure)
+        rows += r
+        head_rows += hr
+        if len(layers) > 1:
+            print(f"pcast-audit: layer {L} done ({i + 1}/{len(layers)}, {time.perf_counter() - t0:.1f} s)",
+                  file=sys.stderr)
+    return rows, head_rows
+
+
+def _report(args, header, runs, rows, head_rows, warnings) -> int:
+    """Verdicts per head, summary, table, gate, CSV and JSON; the exit code."""
+    for hr in head_rows:
+        hr.update(head_verdicts(hr, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor,
+                                rel_mse_bound=args.rel_mse_bound))
+    blocks = summary(head_rows, [name for name, _ in runs])
+    gated = gated_policies(runs)
+    hits = gate(head_rows, args.fail_on_parsed, gated=gated)
+    code = EXIT_FAIL if hits else EXIT_PASS
+    print_summary(blocks, args, len(head_rows) // max(len(runs), 1))
+    print_gate(hits, args.fail_on_parsed, gated)
+    if not args.quiet:
+        print()
+        _print(rows, args, head_rows)
     if args.csv:
         import io
 
         from kernels.pipeline.files import atomic_write_text
 
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=PER_HEAD_COLUMNS if args.per_head else COLUMNS, lineterminator="\n")
+        w = csv.DictWriter(buf, fieldnames=PER_HEAD_COLUMNS + VERDICT_COLUMNS if args.per_head else COLUMNS, lineterminator="\n",
+                           extrasaction="ignore")
         w.writeheader()
         w.writerows(head_rows if args.per_head else rows)
         atomic_write_text(args.csv, buf.getvalue())  # never a half-written file under the name
-    return 0
+    if args.json:
+        write_json(args.json, json_document(args=args, header=header, rows=rows, head_rows=head_rows, blocks=blocks,
+                                            hits=hits, gated=gated, fail_on=args.fail_on_parsed, warnings=warnings,
+                                            exit_code=code))
+    return code
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        mine, runs, warnings = _setup(args)
+        for line in warnings:
+            print(f"pcast-audit: warning: {line}", file=sys.stderr)
+        layers, sinks, head_ksink = _load(args, mine.block_n)
+        header = _header(layers, args, mine, head_ksink)
+        print(header)
+        rows, head_rows = _run(args, layers, runs, sinks, head_ksink)
+    except ValueError as e:
+        print(f"pcast-audit: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    return _report(args, header, runs, rows, head_rows, warnings)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,11 @@ COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "m
            "layer")
 # --per-head: one row per (layer, batch, head, run); sinks: the head's detected sink keys ("0;511", empty when
 # not detected), ksink: the ksink the head ran with, mass_underflow: exact P mass of the keys that round to zero
-PER_HEAD_COLUMNS = COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow")
+# delta, sigma: the head's measured sink strength and spread (kernels.models.heads.head_scores_stats),
+# delta_c: the theory's critical Δ/σ for the run (None where it does not collapse from sink keys),
+# distance_to_delta_c: delta_c - delta/sigma (negative: past it)
+PER_HEAD_COLUMNS = COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow", "delta", "sigma", "delta_c",
+                              "distance_to_delta_c")
 WORST_HEAD_COMBOS = (("forward", 1.0), ("reverse", 256.0))  # the worst-head line: MSE ratio of these two
 
 
@@ -69,20 +73,29 @@ def detect_head_sinks(q, k, *, sm_scale: float | None, causal: bool) -> dict:
             for b in range(q.shape[0]) for h in range(q.shape[1])}
 
 
-def _attend(q, k, v, *, kwargs, common, head_ksink):
-    """``kernels.attention(q, k, v, **common, **kwargs)``; with ``head_ksink`` ({(b, h): ksink}) the heads
-    run grouped by their ksink, each group as one call on the group's heads ([1, n, N, d], key/value head
+def _key(kw: dict) -> tuple:
+    return tuple(sorted((n, repr(x)) for n, x in kw.items()))
+
+
+def _attend(q, k, v, *, calls, common, head_ksink):
+    """``kernels.attention(q, k, v, **common, **call)`` for each call of ``calls``, through the multi-call
+    engine (:func:`kernels.attention_calls`: the emulator shares the scores, and steps 1-2 between calls
+    that differ only in S); identical calls run once. With ``head_ksink`` ({(b, h): ksink}) the heads run
+    grouped by their ksink, each group as one set of calls on the group's heads ([1, n, N, d], key/value head
     ``h // (H / H_kv)`` each), and the results are put back in place: every head computes on its own in
     each backend, so this is what per-head calls give."""
     import torch
 
-    from kernels.api import attention
+    from kernels.api_multi import attention_calls
 
+    unique = list({_key(c): c for c in calls}.values())
+    where = {_key(c): i for i, c in enumerate(unique)}
     if head_ksink is None:
-        return attention(q, k, v, **common, **kwargs)
+        got = [r[0] for r in attention_calls(q, k, [v], unique, **common)]
+        return [got[where[_key(c)]] for c in calls]
     B, H = q.shape[:2]
     group = H // k.shape[1]
-    out, diag, backend = None, {}, None
+    outs = [None] * len(unique)
     for ks in sorted(set(head_ksink.values())):
         sel = [bh for bh in sorted(head_ksink) if head_ksink[bh] == ks]
         c = {**common, "ksink": ks}
@@ -90,18 +103,19 @@ def _attend(q, k, v, *, kwargs, common, head_ksink):
             c["sink_logit"] = torch.stack([c["sink_logit"][b, h] for b, h in sel])[None].contiguous()
         qs = torch.stack([q[b, h] for b, h in sel])[None]
         ks_, vs = (torch.stack([t[b, h // group] for b, h in sel])[None] for t in (k, v))  # GQA: head h // group
-        r = attention(qs, ks_, vs, **c, **kwargs)
-        if out is None:
-            out = torch.empty((B, H, *r.out.shape[2:]), dtype=r.out.dtype, device=r.out.device)
-            diag = {n: torch.zeros((B, H, r.out.shape[2]), dtype=torch.int64, device=r.out.device)
-                    for n in DIAGNOSTICS}
-        ib = torch.tensor([b for b, _ in sel], device=r.out.device)
-        ih = torch.tensor([h for _, h in sel], device=r.out.device)
-        out[ib, ih] = r.out[0]
-        for n in DIAGNOSTICS:
-            diag[n][ib, ih] = getattr(r, n)[0].to(torch.int64)
-        backend = r.backend
-    return SimpleNamespace(out=out, backend=backend, **diag)
+        got = attention_calls(qs, ks_, [vs], unique, **c)
+        for i, (r,) in enumerate(got):
+            if outs[i] is None:
+                outs[i] = SimpleNamespace(
+                    out=torch.empty((B, H, *r.out.shape[2:]), dtype=r.out.dtype, device=r.out.device),
+                    backend=r.backend, **{n: torch.zeros((B, H, r.out.shape[2]), dtype=torch.int64,
+                                                         device=r.out.device) for n in DIAGNOSTICS})
+            ib = torch.tensor([b for b, _ in sel], device=r.out.device)
+            ih = torch.tensor([h for _, h in sel], device=r.out.device)
+            outs[i].out[ib, ih] = r.out[0]
+            for n in DIAGNOSTICS:
+                getattr(outs[i], n)[ib, ih] = getattr(r, n)[0].to(torch.int64)
+    return [outs[where[_key(c)]] for c in calls]
 
 
 def _head(r, b: int, h: int):
@@ -123,16 +137,25 @@ def _floor(row, floor, ref, ref_power) -> None:
         row["floor_rel_mse"] = row["floor_mse"] / ref_power if ref_power > 0 else float("nan")
 
 
-def audit_heads(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded",
-                causal=False, ksink=1, backend="auto", policies=(), sink_logit=None, sm_scale=None, layer=None,
+def plan_runs(mine, policies=(), *, combos=True) -> list:
+    """``[(name, attention keywords), ...]``: your policy ``mine`` (a Policy, or None to leave it out), the four
+    reference combinations at your block_n (``combos``), then each of ``policies``."""
+    runs = [] if mine is None else [("yours", mine.attention_kwargs())]
+    block_n = 64 if mine is None else mine.block_n
+    if combos:
+        runs += [(combo_label(o, s), dict(order=o, scale=s, fmt="e4m3fn", block_n=block_n, rowsum="unrounded"))
+                 for o, s in COMBOS]
+    return runs + [(p.name, p.attention_kwargs()) for p in policies]
+
+
+def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_logit=None, sm_scale=None, layer=None,
                 sinks=None, per_head=False):
-    """``(rows, head_rows)``: the rows of :func:`audit` and one row per (batch, head, run).
+    """``(rows, head_rows)``: one row per run of ``runs`` (:func:`plan_runs`) and one per (batch, head, run).
 
     ``ksink``: an int for every head, or ``{(b, h): ksink}`` (``--ksink auto``). ``sinks``: None or
-    ``{(b, h): [sink keys]}`` for the ``sinks`` column. ``layer`` goes in every row. With ``per_head``
-    the head rows get ``mass_underflow`` (float64 reference mass of the keys
-    :func:`kernels.models.heads.underflow_mask` finds rounding to zero, for runs that rule describes; None
-    for the others), and the mask's non-sink count is checked against the kernel's count (emulator).
+    ``{(b, h): [sink keys]}`` for the ``sinks`` column. ``layer`` goes in every row. Every run (and the V-cast
+    floor of each run that casts V) goes through one :func:`kernels.attention_calls`. With ``per_head``
+    the head rows get the head's measures (:mod:`kernels.cli.audit_measure`: Δ, σ, Δc, mass_underflow).
     """
     import torch
 
@@ -151,23 +174,20 @@ def audit_heads(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=
         common["sink_logit"] = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
         ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=common["sink_logit"])
     ref_power = float((ref**2).mean())
-    runs = [("yours", dict(order=order, scale=float(scale), fmt=fmt, block_n=block_n, rowsum=rowsum))]
-    runs += [(combo_label(o, s), dict(order=o, scale=s, fmt="e4m3fn", block_n=block_n, rowsum="unrounded"))
-             for o, s in COMBOS]
-    runs += [(p.name, p.attention_kwargs()) for p in policies]
     defaults = Policy(name="defaults").attention_kwargs()
+    fulls = [{**defaults, **kw} for _, kw in runs]  # every column, defaults where not set
+    # the V-cast floor: the same call with fmt=None, when the policy casts V
+    floors = [i for i, full in enumerate(fulls) if full["v_fmt"] is not None]
+    results = _attend(q, k, v, calls=[kw for _, kw in runs] + [{**runs[i][1], "fmt": None} for i in floors],
+                      common=common, head_ksink=head_ksink)
+    floor_of = dict(zip(floors, results[len(runs):]))
     rows, done = [], []
-    for name, kw in runs:
-        full = {**defaults, **kw}  # every column, defaults where not set
-        r = _attend(q, k, v, kwargs=kw, common=common, head_ksink=head_ksink)
-        # the V-cast floor: the same call with fmt=None, when the policy casts V
-        floor = (_attend(q, k, v, kwargs={**kw, "fmt": None}, common=common, head_ksink=head_ksink)
-                 if full["v_fmt"] is not None else None)
+    for i, ((name, _), full, r) in enumerate(zip(runs, fulls, results)):
         row = {**_config(name, full), **_stats(r, ref, ref_power)}
-        _floor(row, floor, ref, ref_power)
+        _floor(row, floor_of.get(i), ref, ref_power)
         row["layer"] = layer
         rows.append(row)
-        done.append((name, full, r, floor))
+        done.append((name, full, r, floor_of.get(i)))
     head_rows = _head_rows(q, k, ref, done, ksink=ksink, head_ksink=head_ksink, sinks=sinks, layer=layer,
                            per_head=per_head, sink_logit=sink_logit, sm_scale=sm_scale, causal=causal)
     return rows, head_rows
@@ -175,8 +195,10 @@ def audit_heads(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=
 
 def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, sink_logit, sm_scale, causal):
     """One row per (batch, head, run) of :func:`audit_heads` from its runs ``done``
-    (``[(name, full kwargs, result, floor result or None), ...]``)."""
-    from kernels.models.heads import rule_applies
+    (``[(name, full kwargs, result, floor result or None), ...]``); with ``per_head`` each row also gets
+    the head's measures (:func:`kernels.cli.audit_measure.head_measures`)."""
+    from kernels.cli.audit_measure import MEASURE_COLUMNS, head_measures, run_measures
+
     head_rows = []
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
@@ -185,40 +207,20 @@ def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, si
             ks = head_ksink[(b, h)] if head_ksink is not None else ksink
             extra = {"layer": layer, "batch": b, "head": h, "ksink": ks,
                      "sinks": ";".join(map(str, sinks[(b, h)])) if sinks is not None else ""}
-            s32 = p_exact = None
+            hm = None
+            if per_head:
+                keys = sinks[(b, h)] if sinks is not None else list(range(ks))
+                hm = head_measures(q, k, b, h, sm_scale=sm_scale, causal=causal, sinks=keys)
             for name, full, r, floor in done:
                 hr = {**_config(name, full), **_stats(_head(r, b, h), ref_h, power_h)}
                 _floor(hr, None if floor is None else _head(floor, b, h), ref_h, power_h)
-                hr.update(extra, mass_underflow=None)
-                if per_head and rule_applies(full, sink_logit=sink_logit):
-                    if s32 is None:
-                        s32, p_exact = _head_scores32(q, k, b, h, sm_scale=sm_scale, causal=causal)
-                    hr["mass_underflow"] = _mass(hr, full, s32, p_exact, ks, layer=layer, b=b, h=h)
+                hr.update(extra, **dict.fromkeys(MEASURE_COLUMNS))
+                if hm is not None:
+                    hr.update(run_measures(hm, hr, full, ksink=ks, sink_logit=sink_logit,
+                                           where=f"pcast-audit: layer {layer}, batch {b}, head {h}, "
+                                                 f"run {name!r}"))
                 head_rows.append(hr)
     return head_rows
-
-
-def _head_scores32(q, k, b, h, *, sm_scale, causal):
-    """The kernel's step-1 float32 scores of head (b, h) (:func:`kernels.models.heads.step1_scores`, masked keys -inf)
-    and the float64 reference probabilities."""
-    from kernels.models.heads import exact_probs, step1_scores
-    from kernels.reference import causal_mask
-
-    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    s32 = step1_scores(q[b, h], k[b, h // (q.shape[1] // k.shape[1])], sm)
-    if causal:
-        s32 = s32.masked_fill(~causal_mask(s32.shape[0], s32.shape[1], device=s32.device), float("-inf"))
-    return s32, exact_probs(head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal))
-
-
-def _mass(hr, full, s32, p_exact, ks, *, layer, b, h) -> float:
-    """mass_underflow of one head row; on the emulator (the same step-1 matmul; Triton's scores may differ by
-    an ulp, conformance) the rule's non-sink count must be the kernel's underflow count."""
-    from kernels.models.heads import rule_mass
-
-    want = (hr["underflow"],) if hr["backend"] == "emulator" else None
-    return rule_mass(s32, p_exact, full, ksink=ks, want=want,
-                     where=f"pcast-audit: layer {layer}, batch {b}, head {h}, run {hr['policy']!r}")
 
 
 def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded", causal=False,
@@ -229,8 +231,12 @@ def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, ro
     ``sink_logit``: None, or one float logit given to every (batch, head), in the reference too.
     ``ksink``: an int, or ``{(b, h): ksink}`` per head (see :func:`audit_heads`).
     """
-    return audit_heads(q, k, v, order=order, scale=scale, fmt=fmt, block_n=block_n, rowsum=rowsum, causal=causal,
-                       ksink=ksink, backend=backend, policies=policies, sink_logit=sink_logit, sm_scale=sm_scale)[0]
+    from kernels.policies import Policy
+
+    mine = Policy("yours", order=order, scale=float(scale), fmt=getattr(fmt, "name", fmt), block_n=block_n,
+                  rowsum=rowsum)  # an FP8Format by its name
+    return audit_heads(q, k, v, runs=plan_runs(mine, policies), causal=causal, ksink=ksink, backend=backend,
+                       sink_logit=sink_logit, sm_scale=sm_scale)[0]
 
 
 def worst_head(head_rows):

@@ -11,10 +11,10 @@ import math
 import struct
 
 __all__ = [
-    "SCALE_MODES", "SINK_MODES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
+    "SCALE_MODES", "SINK_MODES", "MX_FORMAT_NAMES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
     "DIAGNOSTICS", "ORDERS", "BACKENDS", "BACKENDS_RAN", "ROWSUMS", "PAPER_SCALES", "COMBOS",
     "COMBO_LABELS", "combo_label", "HEAD_DIMS", "ATTENTION_HEAD_DIMS", "BLOCK_SIZES", "is_allowed",
-    "SWEEP_EXPERIMENTS",
+    "SWEEP_EXPERIMENTS", "scale_keyword",
     "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
     "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL", "FP4_EXPERIMENT",
@@ -47,6 +47,9 @@ def step_marker(n: int) -> str:
 # (nvfp4 only; SageAttention3's first-level scale, docs/interfaces.md "P in FP4 with microscaling")
 SCALE_MODES = ("multiply", "exp2_offset", "per_row")
 SINK_MODES = ("init", "final")  # a learned sink logit seeds (m, l), or joins l after the last block
+# P formats with microscaling (kernels.formats.microscaling.MX_FORMATS, by name): P's fmt may be one of
+# these besides an FP8 format; Q, K and V casts are FP8 only
+MX_FORMAT_NAMES = ("nvfp4", "mxfp4")
 OPERAND_SCALES = ("tensor",)  # qk_scale / v_scale words: amax per (batch, head) / max_finite; or a float
 
 
@@ -163,3 +166,23 @@ FP4_TIDY_COLUMNS = ("experiment", "seed") + FP4_CONFIG_COLUMNS + (
     "underflow_frac", "underflow_scale_frac", "underflow_elem_frac", "underflow_sink", "terms_sink",
     "groups_flushed", "groups", "groups_flushed_frac", "saturated", "saturated_frac",
 )
+
+
+# ----------------------------------------------------------------------------- one name for S
+def scale_keyword(fn):
+    """The scale S is ``scale=`` in every public function (as in :func:`kernels.attention` and
+    :class:`kernels.policies.Policy`); a function decorated with this still takes ``S=``, with a
+    DeprecationWarning."""
+    import functools
+    import warnings
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if "S" in kwargs:
+            if "scale" in kwargs:
+                raise TypeError(f"{fn.__name__}() got both scale= and its deprecated alias S=; pass scale= only")
+            warnings.warn(f"{fn.__name__}(S=...) is deprecated; pass scale=", DeprecationWarning, stacklevel=2)
+            kwargs["scale"] = kwargs.pop("S")
+        return fn(*args, **kwargs)
+
+    return wrapper

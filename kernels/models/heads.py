@@ -22,8 +22,8 @@ import math
 import numpy as np
 import torch
 
-from kernels.contract import ORDERS
-from kernels.formats import get_format
+from kernels.contract import LOG2E, ORDERS, float32, log2_scale
+from kernels.formats import FORMATS, get_format
 
 __all__ = ["SINK_Z", "SINK_ROW_FRACTION", "SINK_TYPES", "detect_sinks", "sink_type", "head_scores_stats",
            "underflow_mask", "mass_underflow", "predict_underflow", "exact_probs", "step1_scores", "rule_applies",
@@ -122,40 +122,67 @@ def _check_rule_args(order, scale, block_n, fmt):
     return get_format(fmt)
 
 
-def underflow_mask(scores32: torch.Tensor, *, order: str, scale: float, block_n: int, fmt="e4m3fn") -> torch.Tensor:
+def _max_in_force(bmax: torch.Tensor, order: str, tau: float, m0) -> torch.Tensor:
+    """The max each block is processed under: the running max (τ = 0, no ``m0``), or step 2's lazy rule: in
+    visiting order the max moves to a block's max bm when it is -inf or when ``(bm - m)·log2 e > τ``
+    (float32); ``m0`` (a learned sink logit, ``sink_mode="init"``) is the max each row starts with."""
+    if tau == 0.0 and m0 is None:
+        if order == "reverse":
+            return torch.flip(torch.cummax(torch.flip(bmax, [-1]), dim=-1).values, [-1])
+        return torch.cummax(bmax, dim=-1).values
+    t = torch.tensor(float32(tau), dtype=torch.float32)
+    m = torch.full(bmax.shape[:-1], float("-inf")) if m0 is None else torch.full(bmax.shape[:-1], float32(m0))
+    out = torch.empty_like(bmax)
+    nblk = bmax.shape[-1]
+    for j in (range(nblk - 1, -1, -1) if order == "reverse" else range(nblk)):
+        moves = torch.isneginf(m) | ((bmax[..., j] - m) * LOG2E > t)
+        m = torch.where(moves, bmax[..., j], m)
+        out[..., j] = m
+    return out
+
+
+def underflow_mask(scores32: torch.Tensor, *, order: str, scale: float, block_n: int, fmt="e4m3fn",
+                   scale_mode: str = "multiply", rescale_threshold: float = 0.0, m0: float | None = None
+                   ) -> torch.Tensor:
     """Which keys round to zero under the kernel's running-max rule, from float32 scores.
 
-    Blocks of ``block_n`` keys are visited forward (block 0 first) or in reverse; block j sees
-    ``m_j = max(m_{j-1}, rowmax(block j))``; ``x = exp(s - m_j)·S`` in float32, and a key
-    underflows iff ``0 < x <= fmt.underflow_threshold``. Keys past Nk (the kernel's padding) do
-    not exist here; masked (-inf) keys give x = 0 and never count.
+    Blocks of ``block_n`` keys are visited forward (block 0 first) or in reverse; block j is processed
+    under the max in force m_j: ``m_j = max(m_{j-1}, rowmax(block j))``, or with a lazy threshold τ
+    (``rescale_threshold``) the block's max only when it exceeds m_{j-1} by more than τ in log2 units, and
+    with ``m0`` (a learned sink logit that seeds the max) starting from m0. The unrounded value is
+    ``x = exp(s - m_j)·S`` ("multiply") or ``x = exp2(s·log2 e - (m_j·log2 e - log2 S))`` ("exp2_offset"),
+    in float32; a key underflows iff ``0 < x <= fmt.underflow_threshold``. Keys past Nk (the kernel's
+    padding) do not exist here; masked (-inf) keys give x = 0 and never count.
 
     Args:
-        scores32: float32 [Nq, Nk] scores, computed as the kernel computes them (step 1).
+        scores32: float32 [..., Nq, Nk] scores, computed as the kernel computes them (step 1).
     Returns:
-        bool [Nq, Nk].
+        bool [..., Nq, Nk].
     """
     f = _check_rule_args(order, scale, block_n, fmt)
-    if scores32.dtype != torch.float32 or scores32.dim() != 2:
-        raise ValueError("scores32 must be a float32 [Nq, Nk] tensor (the kernel's step-1 scores)")
-    nq, nk = scores32.shape
+    if scale_mode not in ("multiply", "exp2_offset"):
+        raise ValueError(f"scale_mode={scale_mode!r} must be multiply or exp2_offset")
+    if scores32.dtype != torch.float32 or scores32.dim() < 2:
+        raise ValueError("scores32 must be a float32 [..., Nq, Nk] tensor (the kernel's step-1 scores)")
+    *lead, nq, nk = scores32.shape
     nblk = -(-nk // block_n)
     pad = nblk * block_n - nk
     s = torch.nn.functional.pad(scores32, (0, pad), value=float("-inf")) if pad else scores32
-    bmax = s.view(nq, nblk, block_n).amax(-1)
-    if order == "reverse":
-        m = torch.flip(torch.cummax(torch.flip(bmax, [-1]), dim=-1).values, [-1])
-    else:
-        m = torch.cummax(bmax, dim=-1).values
+    sb = s.reshape(*lead, nq, nblk, block_n)
+    m = _max_in_force(sb.amax(-1), order, float(rescale_threshold), m0)
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-    x = torch.exp(s.view(nq, nblk, block_n) - m[..., None]) * torch.tensor(scale, dtype=torch.float32)
+    if scale_mode == "exp2_offset":
+        x = torch.mul(sb, LOG2E).sub_((m * LOG2E - log2_scale(scale))[..., None]).exp2_()
+    else:
+        x = torch.sub(sb, m[..., None]).exp_().mul_(torch.tensor(scale, dtype=torch.float32))
     under = (x > 0) & (x <= f.underflow_threshold)
-    return under.view(nq, nblk * block_n)[:, :nk]
+    return under.reshape(*lead, nq, nblk * block_n)[..., :nk]
 
 
 def mass_underflow(p_exact: torch.Tensor, mask: torch.Tensor) -> float:
     """Mean over rows of the exact probability mass of the keys that round to zero."""
-    return float((p_exact.to(torch.float64) * mask).sum(-1).mean())
+    p = p_exact.to(torch.float64).reshape(-1)
+    return float(torch.dot(p, mask.reshape(-1).to(torch.float64))) / max(mask.shape[0], 1)
 
 
 def step1_scores(q_h: torch.Tensor, k_h: torch.Tensor, sm_scale: float) -> torch.Tensor:
@@ -168,20 +195,26 @@ def step1_scores(q_h: torch.Tensor, k_h: torch.Tensor, sm_scale: float) -> torch
 
 def rule_applies(kwargs, *, sink_logit=None) -> bool:
     """Whether :func:`underflow_mask` states the rule of a run with these :func:`kernels.attention` keywords:
-    eager max in multiply mode, float32 Q and K, a P format, no learned sink logit."""
-    return (kwargs.get("scale_mode", "multiply") == "multiply" and float(kwargs.get("rescale_threshold", 0.0)) == 0.0
-            and kwargs.get("qk_fmt") is None and kwargs.get("fmt", "e4m3fn") is not None and sink_logit is None)
+    multiply or exp2_offset, any lazy threshold, float32 Q and K, an FP8 P format; a learned sink logit seeds
+    the max (``sink_mode="init"``, the mask's ``m0``) or stays out of it ("final")."""
+    fmt = kwargs.get("fmt", "e4m3fn")
+    return (kwargs.get("scale_mode", "multiply") in ("multiply", "exp2_offset") and kwargs.get("qk_fmt") is None
+            and fmt is not None and (not isinstance(fmt, str) or fmt in FORMATS))
 
 
-def rule_mass(s32: torch.Tensor, p_exact: torch.Tensor, kwargs, *, ksink: int, want=None, where: str = "") -> float:
+def rule_mass(s32: torch.Tensor, p_exact: torch.Tensor, kwargs, *, ksink: int, want=None, where: str = "",
+              sink_logit: float | None = None) -> float:
     """:func:`mass_underflow` of one head under the running-max rule of a run (``kwargs``: its order, scale,
-    block_n, fmt). ``want``: the kernel's ``(non-sink,)`` or ``(non-sink, sink)`` underflow counts, which the
-    rule's own counts must equal (an independent statement of steps 1-3); a RuntimeError naming ``where`` if not.
+    block_n, fmt, scale_mode, rescale_threshold, sink_mode). ``want``: the kernel's ``(non-sink,)`` or
+    ``(non-sink, sink)`` underflow counts, which the rule's own counts must equal (an independent statement of
+    steps 1-3); a RuntimeError naming ``where`` if not. ``sink_logit``: a learned sink logit of the head.
     """
+    m0 = sink_logit if sink_logit is not None and kwargs.get("sink_mode", "final") == "init" else None
     mask = underflow_mask(s32, order=kwargs["order"], scale=float(kwargs["scale"]), block_n=int(kwargs["block_n"]),
-                          fmt=kwargs.get("fmt", "e4m3fn"))
+                          fmt=kwargs.get("fmt", "e4m3fn"), scale_mode=kwargs.get("scale_mode", "multiply"),
+                          rescale_threshold=float(kwargs.get("rescale_threshold", 0.0)), m0=m0)
     if want is not None:
-        got = (int(mask[:, ksink:].sum()), int(mask[:, :ksink].sum()))[:len(want)]
+        got = (int(torch.count_nonzero(mask[:, ksink:])), int(torch.count_nonzero(mask[:, :ksink])))[:len(want)]
         if got != tuple(want):
             raise RuntimeError(f"{where}: the running-max rule (kernels.models.heads.underflow_mask) counts {got} (non-sink"
                                f"{', sink' if len(want) > 1 else ''}) keys rounding to zero, the kernel {tuple(want)}: "

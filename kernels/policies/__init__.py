@@ -19,10 +19,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kernels.contract import BLOCK_SIZES, ORDERS, OPERAND_SCALES, ROWSUMS, SCALE_MODES, SINK_MODES, is_allowed
+from kernels.contract import BLOCK_SIZES, MX_FORMAT_NAMES, ORDERS, OPERAND_SCALES, ROWSUMS, SCALE_MODES, SINK_MODES, is_allowed
 from kernels.formats import FORMATS
 
-__all__ = ["Policy", "POLICIES", "POLICY_KEYS", "get_policy", "policy_from_config", "policies_from_config"]
+__all__ = ["Policy", "POLICIES", "POLICY_KEYS", "allowed_values", "get_policy", "policy_from_config", "policies_from_config"]
 
 READ = "2026-11"  # the month the public sources below were read
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # a policy name: one token, safe in CSV cells and paths
@@ -35,6 +35,11 @@ def _finite_number(value) -> bool:
 
 def _fmt_or_none(value) -> bool:
     return value is None or (isinstance(value, str) and value in FORMATS)
+
+
+def _p_fmt(value) -> bool:
+    """P's format: None, an FP8 format or a microscaled one (as kernels.attention's fmt)."""
+    return _fmt_or_none(value) or (isinstance(value, str) and value in MX_FORMAT_NAMES)
 
 
 def _operand_scale(value) -> bool:
@@ -51,7 +56,7 @@ _RULES = {
     "scale_mode": (lambda x: isinstance(x, str) and x in SCALE_MODES, ", ".join(SCALE_MODES)),
     "rescale_threshold": (lambda x: _finite_number(x) and x >= 0, "a finite number >= 0 (log2 units)"),
     "sink_mode": (lambda x: isinstance(x, str) and x in SINK_MODES, ", ".join(SINK_MODES)),
-    "fmt": (_fmt_or_none, f"None (YAML null), {_FMTS}"),
+    "fmt": (_p_fmt, f"None (YAML null), {_FMTS}, {', '.join(MX_FORMAT_NAMES)}"),
     "rowsum": (lambda x: isinstance(x, str) and x in ROWSUMS, ", ".join(ROWSUMS)),
     "qk_fmt": (_fmt_or_none, f"None (YAML null), {_FMTS}"),
     "qk_scale": (_operand_scale, f"{', '.join(OPERAND_SCALES)} or a finite number > 0"),
@@ -62,6 +67,11 @@ _RULES = {
     "source": (lambda x: isinstance(x, str), "a string (repository@commit and file)"),
     "read": (lambda x: isinstance(x, str), "a string (the month the source was read, YYYY-MM)"),
 }
+
+
+def allowed_values(field: str) -> str:
+    """What a Policy ``field`` allows, in words (the text of its error messages)."""
+    return _RULES[field][1]
 
 
 def _problem(field: str, value) -> str | None:

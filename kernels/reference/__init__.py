@@ -6,7 +6,7 @@ import math
 
 import torch
 
-__all__ = ["reference_attention", "reference_stack", "causal_mask", "expand_kv"]
+__all__ = ["reference_attention", "reference_mse", "reference_stack", "causal_mask", "expand_kv"]
 
 
 def expand_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
@@ -159,3 +159,12 @@ def reference_stack(q: torch.Tensor, k: torch.Tensor, values, *, causal: bool = 
         for out, v, at in zip(outs, vf, a_t):
             out[g] = (w_t * at + torch.matmul(e_h, v[g, :c].double())) / den
     return [out.view(B, H, Nq, -1) for out in outs]
+
+
+def reference_mse(out: torch.Tensor, q, k, v, *, causal: bool = False, sm_scale: float | None = None,
+                  sink_logit: torch.Tensor | None = None) -> tuple[float, torch.Tensor]:
+    """``(mse, mse_heads)`` of ``out`` [B, H, Nq, d] against :func:`reference_attention` of the same call:
+    the mean squared error over everything, and float64 [B, H] per (batch, head)."""
+    ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit)
+    err = (out.double() - ref.to(out.device)) ** 2
+    return float(err.mean()), err.mean(dim=(-2, -1))

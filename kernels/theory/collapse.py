@@ -22,7 +22,7 @@ import numpy as np
 from scipy import integrate, optimize, special
 from scipy.stats import norm
 
-from kernels.contract import ORDERS
+from kernels.contract import ORDERS, scale_keyword
 from kernels.formats import FP8Format, get_format
 
 __all__ = ["delta_k", "log_threshold", "critical_delta", "underflow_fraction", "dp", "coverage",
@@ -115,13 +115,14 @@ def log_threshold(fmt: str | FP8Format = "e4m3fn") -> float:
     return _fmt(fmt).log_threshold
 
 
-def critical_delta(S: float, k: int = 4, fmt: str | FP8Format = "e4m3fn") -> float:
+@scale_keyword
+def critical_delta(scale: float, k: int = 4, fmt: str | FP8Format = "e4m3fn") -> float:
     """The sink strength at which half the non-sink P values underflow, to leading order:
     ``Δc = log_threshold(fmt) + ln S - delta_k(k)`` (in units of sigma = 1).
 
     e4m3fn, k = 4: S = 1 gives 5.902, S = 256 gives 11.447.
     """
-    S = _pos_real(S, "S")
+    S = _pos_real(scale, "scale")
     return log_threshold(fmt) + math.log(S) - delta_k(k)
 
 
@@ -189,7 +190,8 @@ def _blocks(n: int, block_n: int, k: int, order: str):
     return out
 
 
-def underflow_fraction(delta, S: float, k: int = 4, fmt: str | FP8Format = "e4m3fn", sigma: float = 1.0,
+@scale_keyword
+def underflow_fraction(delta, scale: float, k: int = 4, fmt: str | FP8Format = "e4m3fn", sigma: float = 1.0,
                        order: str = "forward", n: int = 1024, block_n: int = 64, method: str = "leading"):
     """Expected fraction of the NON-SINK P values of one query row that round to zero.
 
@@ -230,6 +232,7 @@ def underflow_fraction(delta, S: float, k: int = 4, fmt: str | FP8Format = "e4m3
     Raises:
         ValueError: naming the argument and what is allowed.
     """
+    S = scale  # the S of the formulas
     f, S, sigma, n, block_n, k, d_arr = _underflow_args(delta, S, k, fmt, sigma, order, n, block_n, method)
     c = f.log_threshold + math.log(S)
     if c <= 0:
@@ -250,7 +253,7 @@ def _underflow_args(delta, S, k, fmt, sigma, order, n, block_n, method):
     if order not in ORDERS:
         raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
     f = _fmt(fmt)
-    S = _pos_real(S, "S")
+    S = _pos_real(S, "scale")
     sigma = _pos_real(sigma, "sigma")
     n = _int_arg(n, "n", 2)
     block_n = _int_arg(block_n, "block_n", 1)
@@ -292,7 +295,8 @@ def _dp1(S: float, f: FP8Format) -> float:
     return 2.0 ** (below - f.man_bits) / S
 
 
-def dp(S, fmt: str | FP8Format = "e4m3fn"):
+@scale_keyword
+def dp(scale, fmt: str | FP8Format = "e4m3fn"):
     """Worst-case grid step, relative to S, met by ``P*S`` for P in (0, 1).
 
     The values ``P*S`` fill (0, S); the widest grid spacing there is the spacing of the binade
@@ -310,13 +314,15 @@ def dp(S, fmt: str | FP8Format = "e4m3fn"):
 
     Accepts a scalar (returns a float) or an array-like (returns an ndarray).
     """
+    S = scale  # the S of the formulas
     f = _fmt(fmt)
-    arr = _real_array(S, "S", positive=True)
+    arr = _real_array(S, "scale", positive=True)
     out = np.vectorize(lambda s: _dp1(float(s), f), otypes=[np.float64])(arr)
     return float(out) if out.ndim == 0 else out
 
 
-def coverage(S, fmt: str | FP8Format = "e4m3fn"):
+@scale_keyword
+def coverage(scale, fmt: str | FP8Format = "e4m3fn"):
     """Span, in octaves, of the P in (0, 1] whose ``P*S`` lies in the normal range
     ``[min_normal, max_finite]``.
 
@@ -331,20 +337,22 @@ def coverage(S, fmt: str | FP8Format = "e4m3fn"):
 
     Accepts a scalar (returns a float) or an array-like (returns an ndarray).
     """
+    S = scale  # the S of the formulas
     f = _fmt(fmt)
-    arr = _real_array(S, "S", positive=True)
+    arr = _real_array(S, "scale", positive=True)
     out = np.maximum(np.log2(np.minimum(arr, f.max_finite) / f.min_normal), 0.0)
     return float(out) if out.ndim == 0 else out
 
 
-def bit_exact(S: float) -> bool:
+@scale_keyword
+def bit_exact(scale: float) -> bool:
     """True iff ``P*S`` is exact in float32 for every float32 P in (0, 1] whose product is normal.
 
     That holds iff S is a power of two (``math.frexp(S)[0] == 0.5``) representable as a float32
     normal number (``2^-126 <= S <= 2^127``): multiplying by 2^e only changes the exponent, while
     any other S = m 2^e with odd m > 1 needs more than 24 significant bits for P = 1 - 2^-24.
     """
-    S = _pos_real(S, "S")
+    S = _pos_real(scale, "scale")
     mant, e = math.frexp(S)
     return mant == 0.5 and -126 <= e - 1 <= 127
 

@@ -51,7 +51,7 @@ from scipy.integrate import cumulative_trapezoid, trapezoid
 
 from functools import lru_cache
 
-from kernels.contract import LOG2E, ORDERS, SCALE_MODES, SINK_KINDS, float32, log2_scale
+from kernels.contract import LOG2E, ORDERS, SCALE_MODES, SINK_KINDS, float32, log2_scale, scale_keyword
 from kernels.formats import FP8Format
 from kernels.theory.collapse import _fmt, _int_arg, _pos_real, _real_array
 
@@ -122,10 +122,12 @@ def _block_arrays(groups, T: float, h: float, y: np.ndarray, start: float) -> di
     return out
 
 
-def offset_overshoot(m, S: float, fmt: str | FP8Format = "e4m3fn") -> np.ndarray:
+@scale_keyword
+def offset_overshoot(m, scale: float, fmt: str | FP8Format = "e4m3fn") -> np.ndarray:
     """True where the key AT the max m saturates under ``scale_mode="exp2_offset"``: float32
     ``a = m·LOG2E``, ``b = a - log2_scale(S)``, ``x = exp2(a - b) > max_finite`` (step 2's x at s = m,
     in float32 in the contract's order). ``m`` is rounded to float32 first; any shape."""
+    S = scale  # the S of the formulas
     m32 = np.asarray(m, dtype=np.float64).astype(np.float32)
     a = m32 * np.float32(LOG2E)
     x = np.exp2(a - (a - np.float32(log2_scale(S))))
@@ -142,10 +144,12 @@ def _rate_table(S: float, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     return m.astype(np.float64), offset_overshoot(bits.view(np.float32), S, fmt).mean(axis=1)
 
 
-def overshoot_rate(m, S: float, fmt: str | FP8Format = "e4m3fn") -> np.ndarray:
+@scale_keyword
+def overshoot_rate(m, scale: float, fmt: str | FP8Format = "e4m3fn") -> np.ndarray:
     """The local rate of :func:`offset_overshoot` at scores ``m``: its mean over 4096 consecutive float32
     values, tabulated every 0.05 on ``|m| <= 128`` and interpolated (0 outside: far beyond any score here).
     All zeros when ``log2 S`` is an integer (S a power of two: x at the max is S exactly)."""
+    S = scale  # the S of the formulas
     f = _fmt(fmt)
     if float(log2_scale(S)).is_integer():
         return np.zeros(np.shape(m))
@@ -201,7 +205,8 @@ def _walk_terms(tau: float, S: float, f: FP8Format, sigma: float, scale_mode: st
     return T, h, rate
 
 
-def saturation_fraction(tau: float, S: float, fmt: str | FP8Format = "e4m3fn", sigma: float = 1.0, *,
+@scale_keyword
+def saturation_fraction(tau: float, scale: float, fmt: str | FP8Format = "e4m3fn", sigma: float = 1.0, *,
                         n: int = 1024, block_n: int = 64, order: str = "forward", delta=None,
                         scale_mode: str = "multiply", sink_kind: str = "keys", ksink: int = 4):
     """Expected fraction of a row's keys (sink keys included) whose ``x > max_finite``, τ in log2 units.
@@ -236,7 +241,8 @@ def saturation_fraction(tau: float, S: float, fmt: str | FP8Format = "e4m3fn", s
     Raises:
         ValueError: naming the argument and what is allowed.
     """
-    tau, f, S, sigma = _tau(tau), _fmt(fmt), _pos_real(S, "S"), _pos_real(sigma, "sigma")
+    S = scale  # the S of the formulas
+    tau, f, S, sigma = _tau(tau), _fmt(fmt), _pos_real(S, "scale"), _pos_real(sigma, "sigma")
     n, block_n = _int_arg(n, "n", 1), _int_arg(block_n, "block_n", 1)
     for name, val, allowed in (("order", order, ORDERS), ("scale_mode", scale_mode, SCALE_MODES),
                                ("sink_kind", sink_kind, SINK_KINDS)):
@@ -260,7 +266,8 @@ def saturation_fraction(tau: float, S: float, fmt: str | FP8Format = "e4m3fn", s
     return float(res) if res.ndim == 0 else res
 
 
-def exp2_offset_scale(S) -> float:
+@scale_keyword
+def exp2_offset_scale(scale) -> float:
     """The S that ``scale_mode="exp2_offset"`` really applies: ``2**log2_scale(S)`` in float64.
 
     exp2_offset computes ``x = exp2(s·LOG2E - (m·LOG2E - log2_scale(S)))``, so at ``s = m`` the
@@ -276,6 +283,7 @@ def exp2_offset_scale(S) -> float:
     Raises:
         ValueError: unless every S is a finite real > 0.
     """
-    arr = _real_array(S, "S", positive=True)
+    S = scale  # the S of the formulas
+    arr = _real_array(S, "scale", positive=True)
     out = np.vectorize(lambda s: 2.0 ** log2_scale(float(s)), otypes=[np.float64])(arr)
     return float(out) if out.ndim == 0 else out

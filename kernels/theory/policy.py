@@ -26,7 +26,7 @@ import numpy as np
 from scipy import integrate, optimize
 from scipy.stats import norm
 
-from kernels.contract import ORDERS, log2_scale
+from kernels.contract import log2_scale, ORDERS, scale_keyword
 from kernels.formats import FP8Format
 from kernels.theory.lazy import _tau, exp2_offset_scale, saturation_fraction
 from kernels.theory.collapse import _ZLIM, METHODS, _fmt, _int_arg, _log_phi, _log_Phi, _pos_real, _real_array
@@ -79,7 +79,8 @@ def _init_blocks(n: int, block_n: int, order: str):
     return out
 
 
-def underflow_fraction_init(delta, S: float, fmt: str | FP8Format = "e4m3fn", sigma: float = 1.0, *,
+@scale_keyword
+def underflow_fraction_init(delta, scale: float, fmt: str | FP8Format = "e4m3fn", sigma: float = 1.0, *,
                             n: int = 1024, block_n: int = 64, order: str = "forward", method: str = "leading"):
     """Expected fraction of a row's keys whose ``p_q == 0`` when a learned sink logit Δ seeds the max.
 
@@ -113,11 +114,12 @@ def underflow_fraction_init(delta, S: float, fmt: str | FP8Format = "e4m3fn", si
     Raises:
         ValueError: naming the argument and what is allowed.
     """
+    S = scale  # the S of the formulas
     if method not in METHODS:
         raise ValueError(f"method={method!r} is not allowed; allowed: {', '.join(METHODS)}")
     if order not in ORDERS:
         raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
-    f, S, sigma = _fmt(fmt), _pos_real(S, "S"), _pos_real(sigma, "sigma")
+    f, S, sigma = _fmt(fmt), _pos_real(S, "scale"), _pos_real(sigma, "sigma")
     n, block_n = _int_arg(n, "n", 1), _int_arg(block_n, "block_n", 1)
     d_arr = _real_array(delta, "delta")
     c = f.log_threshold + math.log(S)
@@ -160,7 +162,8 @@ def best_lazy_scale(tau: float, fmt: str | FP8Format = "e4m3fn") -> float:
     return math.ldexp(1.0, e)
 
 
-def max_safe_tau(S: float, fmt: str | FP8Format = "e4m3fn") -> float:
+@scale_keyword
+def max_safe_tau(scale: float, fmt: str | FP8Format = "e4m3fn") -> float:
     """``log2(max_finite / S)``: the largest τ with ``S·2^τ <= max_finite``.
 
     e4m3fn: S = 256 gives log2 1.75 = 0.807 (FA4's τ = 8 needs S <= 1.75, see
@@ -171,5 +174,5 @@ def max_safe_tau(S: float, fmt: str | FP8Format = "e4m3fn") -> float:
     Raises:
         ValueError: unless S is a finite real > 0 and fmt a known format.
     """
-    S = _pos_real(S, "S")
+    S = _pos_real(scale, "scale")
     return math.log2(_fmt(fmt).max_finite / S)

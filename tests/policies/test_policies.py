@@ -229,3 +229,16 @@ def test_config_yaml_policies_section_is_valid():
 def test_import_is_torch_free():
     code = "import sys, kernels.policies; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_yaml_policies_take_every_p_format_the_api_takes():
+    """fmt takes what kernels.attention's fmt takes (FP8 and microscaled formats); the Q/K and V casts stay FP8."""
+    from kernels.contract import MX_FORMAT_NAMES
+    from kernels.formats.microscaling import MX_FORMATS
+    from kernels.policies import policy_from_config
+
+    assert tuple(MX_FORMATS) == MX_FORMAT_NAMES
+    for name in MX_FORMAT_NAMES:
+        assert policy_from_config("mine", {"fmt": name}).fmt == name
+    with pytest.raises(ValueError, match=r"policies.mine.v_fmt='nvfp4' is not allowed"):
+        policy_from_config("mine", {"v_fmt": "nvfp4"})

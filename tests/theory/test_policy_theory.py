@@ -190,8 +190,8 @@ def test_saturation_zero_where_no_key_can_exceed_max():
 
 
 def test_saturation_grid_is_converged(monkeypatch):
-    cases = [dict(tau=8.0, S=256.0, delta=3.0, order="reverse"), dict(tau=0.5, S=600.0),
-             dict(tau=1.0, S=256.0, delta=2.5, sink_kind="logit")]
+    cases = [dict(tau=8.0, scale=256.0, delta=3.0, order="reverse"), dict(tau=0.5, scale=600.0),
+             dict(tau=1.0, scale=256.0, delta=2.5, sink_kind="logit")]
     coarse = [saturation_fraction(**c) for c in cases]
     monkeypatch.setattr(lazy_theory, "_STEP", lazy_theory._STEP / 4)
     fine = [saturation_fraction(**c) for c in cases]
@@ -295,7 +295,7 @@ def test_v_cast_floor_of_the_attention_output():
 @pytest.mark.parametrize("call,argname", [
     (lambda: underflow_fraction_init(6.0, 1.0, method="mean"), "method"),
     (lambda: underflow_fraction_init(6.0, 1.0, order="backward"), "order"),
-    (lambda: underflow_fraction_init(6.0, 0.0), "S"),
+    (lambda: underflow_fraction_init(6.0, 0.0), "scale"),
     (lambda: underflow_fraction_init(6.0, 1.0, "e3m4"), "fmt"),
     (lambda: underflow_fraction_init(6.0, 1.0, sigma=-1.0), "sigma"),
     (lambda: underflow_fraction_init(6.0, 1.0, n=0), "n"),
@@ -304,7 +304,7 @@ def test_v_cast_floor_of_the_attention_output():
     (lambda: saturation_fraction(-1.0, 256.0), "tau"),
     (lambda: saturation_fraction(math.inf, 256.0), "tau"),
     (lambda: saturation_fraction(True, 256.0), "tau"),
-    (lambda: saturation_fraction(8.0, -2.0), "S"),
+    (lambda: saturation_fraction(8.0, -2.0), "scale"),
     (lambda: saturation_fraction(8.0, 256.0, "fp8"), "fmt"),
     (lambda: saturation_fraction(8.0, 256.0, order="sideways"), "order"),
     (lambda: saturation_fraction(8.0, 256.0, scale_mode="add"), "scale_mode"),
@@ -315,9 +315,9 @@ def test_v_cast_floor_of_the_attention_output():
     (lambda: saturation_fraction(8.0, 256.0, n=0), "n"),
     (lambda: best_lazy_scale(-0.5), "tau"),
     (lambda: best_lazy_scale(1.0, "e4m3"), "fmt"),
-    (lambda: max_safe_tau(0.0), "S"),
-    (lambda: exp2_offset_scale(-1.0), "S"),
-    (lambda: exp2_offset_scale([1.0, math.inf]), "S"),
+    (lambda: max_safe_tau(0.0), "scale"),
+    (lambda: exp2_offset_scale(-1.0), "scale"),
+    (lambda: exp2_offset_scale([1.0, math.inf]), "scale"),
     (lambda: v_rounding_mse("bf16"), "v_fmt"),
     (lambda: v_rounding_mse(n=0), "n"),
     (lambda: v_rounding_mse(v_scale="row"), "v_scale"),

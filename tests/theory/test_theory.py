@@ -333,8 +333,8 @@ def test_exact_limits_and_monotonicity():
 @pytest.mark.parametrize("kwargs,argname", [
     (dict(method="mean"), "method"),
     (dict(order="backward"), "order"),
-    (dict(S=0.0), "S"),
-    (dict(S=float("inf")), "S"),
+    (dict(scale=0.0), "scale"),
+    (dict(scale=float("inf")), "scale"),
     (dict(sigma=-1.0), "sigma"),
     (dict(n=1), "n"),
     (dict(block_n=0), "block_n"),
@@ -348,7 +348,7 @@ def test_exact_limits_and_monotonicity():
     (dict(fmt="e3m4"), "fmt"),
 ])
 def test_underflow_fraction_value_errors(kwargs, argname):
-    kw = dict(delta=6.0, S=1.0)
+    kw = dict(delta=6.0, scale=1.0)
     kw.update(kwargs)
     with pytest.raises(ValueError, match=argname):
         underflow_fraction(**kw)
@@ -358,18 +358,18 @@ def test_underflow_fraction_value_errors(kwargs, argname):
     (lambda: delta_k(0), "k"),
     (lambda: delta_k(2.0), "k"),
     (lambda: delta_k(True), "k"),
-    (lambda: critical_delta(0.0), "S"),
-    (lambda: critical_delta(-1.0), "S"),
+    (lambda: critical_delta(0.0), "scale"),
+    (lambda: critical_delta(-1.0), "scale"),
     (lambda: critical_delta(1.0, fmt="fp8"), "fmt"),
     (lambda: log_threshold("bf16"), "fmt"),
-    (lambda: dp(0.0), "S"),
-    (lambda: dp(float("nan")), "S"),
-    (lambda: dp([1.0, -2.0]), "S"),
-    (lambda: dp(float("inf")), "S"),
-    (lambda: coverage(-3.0), "S"),
-    (lambda: coverage(float("inf")), "S"),
-    (lambda: bit_exact(0.0), "S"),
-    (lambda: bit_exact(float("nan")), "S"),
+    (lambda: dp(0.0), "scale"),
+    (lambda: dp(float("nan")), "scale"),
+    (lambda: dp([1.0, -2.0]), "scale"),
+    (lambda: dp(float("inf")), "scale"),
+    (lambda: coverage(-3.0), "scale"),
+    (lambda: coverage(float("inf")), "scale"),
+    (lambda: bit_exact(0.0), "scale"),
+    (lambda: bit_exact(float("nan")), "scale"),
     (lambda: optimal_scale("e4m3"), "fmt"),
 ])
 def test_value_errors(call, argname):
@@ -455,3 +455,23 @@ def test_emulator_reverse_S256_residual_matches_exact(delta, one_thread):
     assert abs(measured - ex) <= t_crit(U) * se, (measured, ex, se)
     # and the residual is the sink block's: it never exceeds its 60 of 1020 keys
     assert measured <= 60 / (n - 4)
+
+
+def test_S_is_a_deprecated_alias_of_scale():
+    """One name for S everywhere (kernels.attention, Policy, pcast-audit: scale); theory's old S= still works."""
+    import warnings
+
+    from kernels.theory.lazy import saturation_fraction
+    from kernels.theory.policy import max_safe_tau
+
+    for fn, args, kw in ((critical_delta, (), dict(k=4)), (underflow_fraction, (6.0,), {}), (max_safe_tau, (), {}),
+                         (saturation_fraction, (8.0,), {})):
+        new = fn(*args, scale=256.0, **kw)
+        with pytest.warns(DeprecationWarning, match=rf"{fn.__name__}\(S=...\) is deprecated; pass scale="):
+            old = fn(*args, S=256.0, **kw)
+        assert np.all(old == new)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert np.all(fn(*args, 256.0, **kw) == new)  # positional: no warning
+        with pytest.raises(TypeError, match="both scale= and its deprecated alias S="):
+            fn(*args, S=1.0, scale=1.0, **kw)

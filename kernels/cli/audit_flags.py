@@ -1,0 +1,146 @@
+"""pcast-audit's command line: the flags of your policy, generated from the fields of
+:class:`kernels.policies.Policy` (one flag per field, so they cannot drift), ``--exp2-offset K``,
+``--fail-on`` conditions, and the warning for a scale that looks like a log2 offset.
+
+Used by :mod:`kernels.cli.audit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+# Your policy's defaults where they differ from Policy's: the P path the paper recommends.
+YOURS_DEFAULTS = {"order": "reverse", "scale": 256.0}
+_META = ("name", "source", "read")  # Policy fields that are not keywords of kernels.attention
+FAIL_ON_WORDS = ("collapse", "saturation")  # conditions without a number
+FAIL_ON_BOUNDS = ("rel-mse", "floor")  # conditions with a number: rel-mse:X, floor:F
+_POW2 = re.compile(r"^\s*2\s*\^\s*(-?\d+(?:\.\d+)?)\s*$")
+
+
+def policy_fields() -> list:
+    """The fields of Policy that are keywords of kernels.attention, in declaration order."""
+    from kernels.policies import Policy
+
+    return [f for f in dataclasses.fields(Policy) if f.name not in _META]
+
+
+def flag(field: str) -> str:
+    """``scale_mode`` -> ``--scale-mode``."""
+    return "--" + field.replace("_", "-")
+
+
+def _scale_text(text: str) -> float:
+    """A scale as given on the command line: a number, or ``2^K``."""
+    m = _POW2.match(text)
+    return 2.0 ** float(m.group(1)) if m else float(text)
+
+
+def parse_field(field, text: str):
+    """One flag's text as the Policy field's type: numbers for float and int fields, ``none`` for
+    None where the field allows it, a number or a word where both are allowed (qk_scale, v_scale)."""
+    kind = str(field.type).replace(" ", "")
+    if "None" in kind and text.strip().lower() == "none":
+        return None
+    try:
+        if kind == "float":
+            return _scale_text(text) if field.name == "scale" else float(text)
+        if kind == "int":
+            return int(text, 10)
+        if "float" in kind:
+            try:
+                return float(text)
+            except ValueError:
+                return text
+    except ValueError:
+        raise ValueError(f"{flag(field.name)}={text!r} is not allowed; allowed: a number"
+                         + (" or 2^K" if field.name == "scale" else "")) from None
+    return text
+
+
+def add_policy_flags(ap) -> None:
+    """One flag per Policy field (``--order``, ``--scale``, ``--scale-mode``, ..., ``--block-n``)."""
+    from kernels.policies import allowed_values
+
+    group = ap.add_argument_group("your policy (one flag per field of kernels.policies.Policy)")
+    for f in policy_fields():
+        default = YOURS_DEFAULTS.get(f.name, f.default)
+        allowed = allowed_values(f.name).replace("None (YAML null)", "none") + (", or 2^K" if f.name == "scale" else "")
+        group.add_argument(flag(f.name), dest=f"p_{f.name}", default=None, metavar=f.name.upper(),
+                           help=f"{allowed} (default: {'none' if default is None else default})")
+    group.add_argument("--exp2-offset", type=float, default=None, metavar="K",
+                       help="the kernel's log2 offset K (FA3: 8): the same as --scale-mode exp2_offset --scale 2^K")
+
+
+def yours(args):
+    """Your policy (:class:`kernels.policies.Policy` named ``yours``) from the flags; ValueError naming a flag."""
+    from kernels.policies import Policy
+
+    values = {}
+    for f in policy_fields():
+        text = getattr(args, f"p_{f.name}")
+        values[f.name] = YOURS_DEFAULTS.get(f.name, f.default) if text is None else parse_field(f, text)
+    if args.exp2_offset is not None:
+        k = args.exp2_offset
+        if not (math.isfinite(k) and abs(k) <= 64):
+            raise ValueError(f"--exp2-offset={k!r} is not allowed; allowed: a finite number of log2 units, |K| <= 64")
+        if args.p_scale is not None or args.p_scale_mode not in (None, "exp2_offset"):
+            raise ValueError("--exp2-offset is not allowed with --scale or --scale-mode multiply/per_row; allowed: "
+                             "--exp2-offset K alone (it sets --scale-mode exp2_offset --scale 2^K)")
+        values.update(scale_mode="exp2_offset", scale=2.0 ** k)
+    for f in policy_fields():  # one field at a time, so the error names its flag
+        try:
+            Policy("yours", **{f.name: values[f.name]})
+        except ValueError as e:
+            raise ValueError(f"{flag(f.name)}={values[f.name]!r} is not allowed; allowed: "
+                             f"{str(e).split('allowed: ', 1)[1]}") from None
+    return Policy("yours", **values, source="pcast-audit command line")
+
+
+def parse_fail_on(items) -> list:
+    """``--fail-on`` conditions as ``[(word, bound or None), ...]``: ``collapse``, ``saturation``,
+    ``rel-mse:X`` (X > 0), ``floor:F`` (F >= 1)."""
+    out = []
+    allowed = "collapse, saturation, rel-mse:X (X > 0), floor:F (F >= 1)"
+    for item in items:
+        word, _, bound = str(item).strip().partition(":")
+        if word in FAIL_ON_WORDS and not bound:
+            out.append((word, None))
+            continue
+        if word in FAIL_ON_BOUNDS and bound:
+            try:
+                x = float(bound)
+            except ValueError:
+                x = float("nan")
+            if math.isfinite(x) and (x > 0 if word == "rel-mse" else x >= 1):
+                out.append((word, x))
+                continue
+        raise ValueError(f"--fail-on={item!r} is not allowed; allowed: {allowed}")
+    return out
+
+
+def _small_integer(s: float) -> bool:
+    return float(s).is_integer() and 2 <= s <= 16
+
+
+def offset_warnings(mine, policies, scale_given: bool) -> list[str]:
+    """Warnings for a scale that looks like a log2 offset (FA3 writes its S = 2^8 as an offset of 8):
+    exp2_offset with a small integer S, or a small integer ``--scale`` next to an exp2_offset policy."""
+    def both(who, s, fix):
+        return (f"{who} reads S = {s:g} (log2 S = {math.log2(s):.3g}); if {s:g} is the kernel's log2 offset (FA3's "
+                f"Max_offset = 8), S = 2^{s:g} = {2.0 ** s:g}: {fix}")
+
+    lines = []
+    cli_fix = f"pass --exp2-offset {mine.scale:g} or --scale {2.0 ** mine.scale:g}"
+    if scale_given and _small_integer(mine.scale):
+        near = [p.name for p in policies if p.scale_mode == "exp2_offset"]
+        if mine.scale_mode == "exp2_offset":
+            lines.append(both("--scale with --scale-mode exp2_offset", mine.scale, cli_fix))
+        elif near:
+            lines.append(both(f"--scale next to exp2_offset policies ({', '.join(near)})", mine.scale, cli_fix))
+    for p in policies:
+        if p.scale_mode == "exp2_offset" and _small_integer(p.scale):
+            lines.append(both(f"policy {p.name!r} (scale_mode exp2_offset, scale {p.scale:g})", p.scale,
+                              f"set its scale to {2.0 ** p.scale:g}"))
+    return lines

@@ -1,0 +1,69 @@
+"""pcast-audit's per-head measures: the head's sink strength Δ and spread σ, the theory's critical Δc of
+each run and the head's distance to it, and ``mass_underflow``, the exact softmax mass of the keys that
+round to zero under the run's rule (:func:`kernels.models.heads.underflow_mask`: multiply or exp2_offset,
+any lazy threshold τ, a sink logit that seeds the max), checked against the kernel's own count.
+
+Used by :mod:`kernels.cli.audit_heads`.
+"""
+
+from __future__ import annotations
+
+import math
+
+MEASURE_COLUMNS = ("mass_underflow", "delta", "sigma", "delta_c", "distance_to_delta_c")
+
+
+def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks) -> dict:
+    """What the runs of head (b, h) share: the kernel's step-1 float32 scores (``s32``), the float64
+    reference probabilities (``p_exact``), and Δ, σ (medians over rows,
+    :func:`kernels.models.heads.head_scores_stats`, with ``sinks`` the head's sink keys) and their count."""
+    from kernels.cli.audit_heads import head_scores64
+    from kernels.models.heads import exact_probs, head_scores_stats, step1_scores
+    from kernels.reference import causal_mask
+
+    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    s32 = step1_scores(q[b, h], k[b, h // (q.shape[1] // k.shape[1])], sm)
+    if causal:
+        s32 = s32.masked_fill(~causal_mask(s32.shape[0], s32.shape[1], device=s32.device), float("-inf"))
+    s64 = head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal)
+    st = head_scores_stats(s64, list(sinks))
+    return {"s32": s32, "p_exact": exact_probs(s64), "delta": st["delta"], "sigma": st["sigma"],
+            "n_sinks": len(sinks), "masses": {}}
+
+
+def delta_c(full: dict, n_sinks: int):
+    """The theory's critical Δ/σ of a run (:func:`kernels.theory.critical_delta` with the run's S, format and
+    the head's number of sink keys), for the runs it describes: forward order, eager max, an FP8 P format,
+    at least one sink key. None otherwise: a reverse-order run does not collapse from sink keys (the sink's
+    block comes last), and the lazy rule and microscaled formats have other laws."""
+    from kernels.formats import FORMATS
+    from kernels.theory.collapse import critical_delta
+
+    fmt = full["fmt"]
+    if (full["order"] != "forward" or float(full["rescale_threshold"]) != 0.0 or n_sinks < 1
+            or not isinstance(fmt, str) or fmt not in FORMATS or full["scale_mode"] not in ("multiply", "exp2_offset")):
+        return None
+    return critical_delta(float(full["scale"]), k=n_sinks, fmt=fmt)
+
+
+def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, where: str) -> dict:
+    """The measures of one head row ``hr`` (its run's keywords ``full``): mass_underflow (0 for fmt=None,
+    nothing rounds; None where the rule does not describe the run: Q/K casts, microscaled P), Δ, σ, Δc and the
+    distance Δc - Δ/σ. On the emulator (the same step-1 matmul; Triton's scores may differ by an ulp,
+    :mod:`kernels.conformance`) the rule's non-sink count must be the kernel's underflow count."""
+    from kernels.models.heads import rule_applies, rule_mass
+
+    mass = None
+    if full["fmt"] is None and full["qk_fmt"] is None:
+        mass = 0.0
+    elif rule_applies(full):
+        want = (hr["underflow"],) if hr["backend"] == "emulator" else None
+        key = (repr(sorted(full.items())), want)  # runs with the same rule (yours and a combination) share it
+        if key not in hm["masses"]:
+            hm["masses"][key] = rule_mass(hm["s32"], hm["p_exact"], full, ksink=ksink, want=want, where=where,
+                                          sink_logit=sink_logit)
+        mass = hm["masses"][key]
+    dc = delta_c(full, hm["n_sinks"])
+    ratio = hm["delta"] / hm["sigma"] if hm["sigma"] > 0 else math.nan
+    return {"mass_underflow": mass, "delta": hm["delta"], "sigma": hm["sigma"], "delta_c": dc,
+            "distance_to_delta_c": None if dc is None or not math.isfinite(ratio) else dc - ratio}

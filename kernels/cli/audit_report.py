@@ -1,0 +1,139 @@
+"""pcast-audit's report: verdicts per head, the summary block (per policy: its worst head by its own
+error, and how many heads pass each threshold), the ``--fail-on`` gate and the ``--json`` document
+(:data:`SCHEMA_PATH`, version :data:`SCHEMA_VERSION`).
+
+Used by :mod:`kernels.cli.audit`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from kernels.contract import COMBO_LABELS
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "audit_schema.json")
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+VERDICT_COLUMNS = ("collapses", "saturates", "floor_ratio", "exceeds_floor", "exceeds_rel_mse")  # per head  # no --fail-on condition holds; one holds; bad input
+
+
+def head_verdicts(hr: dict, *, collapse_threshold: float, floor_factor: float, rel_mse_bound=None) -> dict:
+    """One head row's verdicts: ``collapses`` (non-sink underflow fraction above the threshold),
+    ``saturates`` (any P entry above the format's max), ``floor_ratio`` (MSE / V-cast floor MSE, None when the
+    run casts no V) and ``exceeds_floor``, ``exceeds_rel_mse`` (None without a bound)."""
+    ratio = None
+    if hr["floor_mse"] is not None:
+        ratio = hr["mse"] / hr["floor_mse"] if hr["floor_mse"] > 0 else (math.inf if hr["mse"] > 0 else 1.0)
+    return {"collapses": hr["underflow_frac"] > collapse_threshold, "saturates": hr["saturated"] > 0,
+            "floor_ratio": ratio, "exceeds_floor": None if ratio is None else ratio > floor_factor,
+            "exceeds_rel_mse": None if rel_mse_bound is None else not hr["rel_mse"] <= rel_mse_bound}
+
+
+def _where(hr) -> str:
+    return f"layer {'-' if hr['layer'] is None else hr['layer']}, batch {hr['batch']}, head {hr['head']}"
+
+
+def summary(head_rows: list, policies: list) -> list[dict]:
+    """Per policy (in run order): its head count, its worst head by its own relative MSE, and how many heads
+    collapse, saturate, exceed the V-cast floor factor (None when it casts no V) and the rel-MSE bound."""
+    out = []
+    for name in policies:
+        mine = [r for r in head_rows if r["policy"] == name]
+        worst = max(mine, key=lambda r: -math.inf if math.isnan(r["rel_mse"]) else r["rel_mse"])
+        floors = [r["exceeds_floor"] for r in mine if r["exceeds_floor"] is not None]
+        bounds = [r["exceeds_rel_mse"] for r in mine if r["exceeds_rel_mse"] is not None]
+        out.append({"policy": name, "heads": len(mine),
+                    "worst_head": {c: worst[c] for c in ("layer", "batch", "head", "mse", "rel_mse",
+                                                         "underflow_frac", "mass_underflow")},
+                    "heads_collapsing": sum(r["collapses"] for r in mine),
+                    "heads_saturating": sum(r["saturates"] for r in mine),
+                    "heads_above_floor": sum(floors) if floors else None,
+                    "heads_above_rel_mse": sum(bounds) if bounds else None})
+    return out
+
+
+def gate(head_rows: list, fail_on: list, *, gated) -> list[dict]:
+    """The heads of the ``gated`` policies that meet a ``--fail-on`` condition: one entry per (condition,
+    policy, head) with the value that met it."""
+    key = {"collapse": ("collapses", "underflow_frac"), "saturation": ("saturates", "saturated_frac"),
+           "rel-mse": ("exceeds_rel_mse", "rel_mse"), "floor": ("exceeds_floor", "floor_ratio")}
+    hits = []
+    for word, bound in fail_on:
+        flag, value = key[word]
+        for r in head_rows:
+            met = r[flag]
+            if word == "floor" and r["floor_ratio"] is not None:
+                met = r["floor_ratio"] > bound
+            if word == "rel-mse":
+                met = not r["rel_mse"] <= bound
+            if r["policy"] in gated and met:
+                hits.append({"condition": word if bound is None else f"{word}:{bound:g}", "policy": r["policy"],
+                             "layer": r["layer"], "batch": r["batch"], "head": r["head"], "value": r[value]})
+    return hits
+
+
+def print_summary(blocks: list, args, n_heads: int) -> None:
+    """The summary block: one line per policy."""
+    bound = f"; rel MSE > {args.rel_mse_bound:g}" if args.rel_mse_bound is not None else ""
+    print(f"Summary over {n_heads} heads (worst head: by the policy's own relative MSE; then the heads past each "
+          f"threshold: collapse: non-sink underflow > {args.collapse_threshold:.0%}; saturate: any P above the "
+          f"format's max; floor: MSE > {args.floor_factor:g}x the V-cast floor{bound}):")
+    for s in blocks:
+        w = s["worst_head"]
+        parts = [f"collapse {s['heads_collapsing']}/{s['heads']}", f"saturate {s['heads_saturating']}/{s['heads']}",
+                 "floor -" if s["heads_above_floor"] is None else f"floor {s['heads_above_floor']}/{s['heads']}"]
+        if s["heads_above_rel_mse"] is not None:
+            parts.append(f"rel MSE {s['heads_above_rel_mse']}/{s['heads']}")
+        print(f"  {s['policy']:<18} worst {_where(w)}: rel MSE {w['rel_mse']:.4g} (uf frac "
+              f"{w['underflow_frac']:.4g}); " + ", ".join(parts))
+
+
+def print_gate(hits: list, fail_on: list, gated: list) -> None:
+    """The gate's verdict: PASS, or FAIL with the first heads that failed (all of them in --json)."""
+    if not fail_on:
+        return
+    what = ", ".join(w if b is None else f"{w}:{b:g}" for w, b in fail_on)
+    if not hits:
+        print(f"Gate (--fail-on {what}; policies {', '.join(gated)}): PASS")
+        return
+    print(f"Gate (--fail-on {what}; policies {', '.join(gated)}): FAIL: {len(hits)} (condition, policy, head)")
+    for h in hits[:10]:
+        print(f"  {h['condition']}: {h['policy']}: {_where(h)}: {h['value']:.4g}")
+    if len(hits) > 10:
+        print(f"  ... and {len(hits) - 10} more (all in --json)")
+
+
+def gated_policies(runs: list) -> list[str]:
+    """The runs --fail-on judges: every run but the four reference combinations."""
+    return [name for name, _ in runs if name not in COMBO_LABELS]
+
+
+def _clean(x):
+    """JSON has no NaN or infinity: those become null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def json_document(*, args, header: str, rows, head_rows, blocks, hits, gated, fail_on, warnings, exit_code) -> dict:
+    """The ``--json`` document (schema :data:`SCHEMA_PATH`)."""
+    return _clean({
+        "schema_version": SCHEMA_VERSION, "tool": "pcast-audit", "inputs": args.inputs, "header": header,
+        "layout": args.layout or "bhnd",
+        "thresholds": {"collapse": args.collapse_threshold, "floor_factor": args.floor_factor,
+                       "rel_mse": args.rel_mse_bound},
+        "fail_on": [{"condition": w, "bound": b} for w, b in fail_on], "gated_policies": gated,
+        "exit_code": exit_code, "failures": hits, "warnings": warnings, "summary": blocks,
+        "rows": rows, "heads": head_rows})
+
+
+def write_json(path: str, doc: dict) -> None:
+    from kernels.pipeline.files import atomic_write_text
+
+    atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n")
