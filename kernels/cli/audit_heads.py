@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+from kernels.cli.audit_measure import head_scores64
 from kernels.contract import COMBOS, DIAGNOSTICS, combo_label
 
 COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
@@ -50,19 +51,6 @@ def leading_ksink(sinks) -> int:
     while n in got:
         n += 1
     return n
-
-
-def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool):
-    """Scaled float64 scores ``q·kᵀ·sm_scale`` [Nq, Nk] of (batch b, head h); masked keys -inf.
-    Grouped-query attention: head h reads key head ``h // (H / H_kv)``."""
-    from kernels.reference import causal_mask
-
-    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    kh = k[b, h // (q.shape[1] // k.shape[1])]
-    s = (q[b, h].double() @ kh.double().transpose(0, 1)) * sm
-    if causal:
-        s = s.masked_fill(~causal_mask(s.shape[0], s.shape[1], device=s.device), float("-inf"))
-    return s
 
 
 def detect_head_sinks(q, k, *, sm_scale: float | None, causal: bool) -> dict:

@@ -13,11 +13,23 @@ import math
 MEASURE_COLUMNS = ("mass_underflow", "delta", "sigma", "delta_c", "distance_to_delta_c")
 
 
+def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool):
+    """Scaled float64 scores ``q·kᵀ·sm_scale`` [Nq, Nk] of (batch b, head h); masked keys -inf.
+    Grouped-query attention: head h reads key head ``h // (H / H_kv)``."""
+    from kernels.reference import causal_mask
+
+    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    kh = k[b, h // (q.shape[1] // k.shape[1])]
+    s = (q[b, h].double() @ kh.double().transpose(0, 1)) * sm
+    if causal:
+        s = s.masked_fill(~causal_mask(s.shape[0], s.shape[1], device=s.device), float("-inf"))
+    return s
+
+
 def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks) -> dict:
     """What the runs of head (b, h) share: the kernel's step-1 float32 scores (``s32``), the float64
     reference probabilities (``p_exact``), and Δ, σ (medians over rows,
     :func:`kernels.models.heads.head_scores_stats`, with ``sinks`` the head's sink keys) and their count."""
-    from kernels.cli.audit_heads import head_scores64
     from kernels.models.heads import exact_probs, head_scores_stats, step1_scores
     from kernels.reference import causal_mask
 
