@@ -180,7 +180,7 @@ def test_lse_of_the_reference_and_causal_decode_mask():
     (dict(p_normalize="partition", rowsum="rounded"), "rowsum"),
     (dict(causal=True), "causal_align"), (dict(causal_align="middle"), "causal_align"),
     (dict(num_splits=2, fmt="nvfp4", block_n=16), "num_splits"),
-    (dict(num_splits=2, backend="triton"), "backend"),
+    (dict(causal=True, causal_align="bottom_right", fmt="nvfp4", block_n=16, backend="triton"), "backend"),
 ])
 def test_bad_decode_input_is_named(bad, word):
     q, k, v = _inputs(1, n=64, ksink=0)
