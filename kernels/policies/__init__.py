@@ -22,11 +22,13 @@ from kernels.contract import (BLOCK_SIZES, ORDERS, OPERAND_SCALES, P_NORMALIZE, 
                               SPLIT_LAYOUTS, is_allowed)
 from kernels.formats import FORMATS, HALF_FORMATS
 
-__all__ = ["Policy", "POLICIES", "POLICY_KEYS", "get_policy", "policy_from_config", "policies_from_config"]
+__all__ = ["Policy", "POLICIES", "POLICY_KEYS", "DECODE_PRESETS", "get_policy", "policy_from_config",
+           "policies_from_config"]
 
 READ = "2026-11"  # the month the public sources below were read
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # a policy name: one token, safe in CSV cells and paths
 _META = ("name", "source", "read")  # Policy fields that are not keywords of kernels.attention
+_DECODE = {"num_splits": 1, "split_layout": "contiguous", "p_normalize": "online"}  # the single pass's values
 
 
 def _finite_number(value) -> bool:
@@ -116,8 +118,11 @@ class Policy:
                 object.__setattr__(self, name, float(value))
 
     def attention_kwargs(self) -> dict:
-        """The keywords of :func:`kernels.attention` this policy sets (every field but name, source, read)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _META}
+        """The keywords of :func:`kernels.attention` this policy sets (every field but name, source, read; the
+        decode fields only where they differ from the single pass, so a single-pass policy's keywords, and the
+        pipeline specs built from them, do not change)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in _META and (f.name not in _DECODE or getattr(self, f.name) != _DECODE[f.name])}
 
     def replace(self, **overrides) -> Policy:
         """A copy with ``overrides`` applied (:func:`dataclasses.replace`; checked again)."""
@@ -233,6 +238,8 @@ _PAPER = tuple(
 )
 
 POLICIES: dict[str, Policy] = {p.name: p for p in _PRESETS + _PAPER}
+# The presets with splits (docs/decode.md): not in the policies experiment's default list (N = 1024 there).
+DECODE_PRESETS = tuple(n for n, p in POLICIES.items() if p.num_splits > 1)
 
 
 # ----------------------------------------------------------------------------- look-up and config

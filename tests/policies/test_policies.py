@@ -12,7 +12,7 @@ import yaml
 
 from kernels.contract import BLOCK_SIZES, COMBOS, log2_scale
 from kernels.formats import get_format
-from kernels.policies import POLICIES, POLICY_KEYS, Policy, get_policy, policies_from_config, policy_from_config
+from kernels.policies import DECODE_PRESETS, POLICIES, POLICY_KEYS, Policy, get_policy, policies_from_config, policy_from_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DECODE = ("fa3-decode", "xqa-sm90", "aiter-pa-ragged", "vllm-paged-v2", "vllm-triton-decode")
@@ -20,7 +20,8 @@ PRESETS = ("fa3", "fa4", "sage2", "flashinfer-hopper", "hpc-ops", "hpc-ops-s1", 
            *DECODE, "forward-s1", "forward-s256", "reverse-s1", "reverse-s256")
 # The keywords of kernels.attention a policy sets (docs/interfaces.md, "Keywords").
 KWARGS = ("order", "scale", "scale_mode", "rescale_threshold", "sink_mode", "fmt", "rowsum", "qk_fmt", "qk_scale",
-          "v_fmt", "v_scale", "block_m", "block_n", "num_splits", "split_layout", "p_normalize")
+          "v_fmt", "v_scale", "block_m", "block_n")
+DECODE_KWARGS = ("num_splits", "split_layout", "p_normalize")  # in attention_kwargs only where not the single pass
 
 # The documented facts of each deployed kernel (implementations.md and the task): order, S,
 # how S is applied, sink mode and P's format.
@@ -97,6 +98,7 @@ def test_decode_presets_run_on_a_decode_row():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, n, 64, generator=g) for n in (1, 1024, 1024))
     sink = torch.full((2,), 4.0)
+    assert DECODE_PRESETS == DECODE
     for name in DECODE:
         r = kernels.attention(q, k, v, policy=name, backend="emulator", sink_logit=sink)
         ref = kernels.attention(q, k, v, backend="reference", sink_logit=sink)
@@ -151,8 +153,11 @@ def test_attention_kwargs_are_the_keywords_without_name_source_read():
     kw = POLICIES["fa4"].attention_kwargs()
     assert tuple(kw) == KWARGS
     assert kw["rescale_threshold"] == POLICIES["fa4"].rescale_threshold
-    assert [f.name for f in dataclasses.fields(Policy)] == ["name", *KWARGS, "source", "read"]
-    assert POLICY_KEYS == (*KWARGS, "source", "read")
+    assert [f.name for f in dataclasses.fields(Policy)] == ["name", *KWARGS, *DECODE_KWARGS, "source", "read"]
+    assert POLICY_KEYS == (*KWARGS, *DECODE_KWARGS, "source", "read")
+    assert tuple(POLICIES["aiter-pa-ragged"].attention_kwargs()) == (*KWARGS, "num_splits", "p_normalize")
+    assert tuple(POLICIES["xqa-sm90"].attention_kwargs()) == (*KWARGS, "num_splits", "split_layout")
+    assert tuple(POLICIES["fa3-decode"].attention_kwargs()) == (*KWARGS, "num_splits")
 
 
 def test_attention_accepts_every_policy_keyword():
@@ -161,7 +166,7 @@ def test_attention_accepts_every_policy_keyword():
     params = inspect.signature(kernels.attention).parameters
     if "policy" not in params:
         pytest.skip("kernels.attention does not take policy keywords yet")
-    assert set(KWARGS) <= set(params)
+    assert set(KWARGS) | set(DECODE_KWARGS) <= set(params)
 
 
 def test_replace_checks_again_and_leaves_the_original():
