@@ -182,7 +182,8 @@ def _output_bound(fr, v, oa, *, tol, scale_out):
 
 
 _POLICY_DEFAULTS = dict(scale_mode="multiply", rescale_threshold=0.0, sink_logit=None, sink_mode="final", qk_fmt=None,
-                        qk_scale="tensor", v_fmt=None, v_scale="tensor")
+                        qk_scale="tensor", v_fmt=None, v_scale="tensor", num_splits=1, split_layout="contiguous",
+                        p_normalize="online", causal_align=None)
 
 
 def compare(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=0, block_m=64, block_n=64,
@@ -192,7 +193,8 @@ def compare(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, 
 
     ``policy``: the P-policy keywords of :func:`kernels.attention` (``scale_mode``,
     ``rescale_threshold``, ``sink_logit``, ``sink_mode``, ``qk_fmt``, ``qk_scale``, ``v_fmt``,
-    ``v_scale``). ``exp_rel_err`` is picked by the backend that ran (:func:`exp_rel_err_for`)."""
+    ``v_scale``) and the decode keywords (``num_splits``, ``split_layout``, ``p_normalize``, ``causal_align``).
+    ``exp_rel_err`` is picked by the backend that ran (:func:`exp_rel_err_for`)."""
     from kernels.api import attention
 
     unknown = sorted(set(policy) - set(_POLICY_DEFAULTS))
