@@ -3,60 +3,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from kernels.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
-                       is_allowed)
-from kernels.formats import FORMATS, FP8Format, get_format
+                       causal_offset, is_allowed)
+from kernels.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
+from kernels.result import AttentionResult
+from kernels.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
 from kernels.formats.microscaling import MX_FORMATS, get_mx_format, is_mx
 
 __all__ = ["attention", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS",
            "resolve_backend", "fp8_gpu_available"]
-
-
-@dataclass
-class AttentionResult:
-    """Output and per-row diagnostics of one attention call.
-
-    A key's unrounded value is p (``scale_mode="multiply"``) or x (``"exp2_offset"``); x is p·S or
-    the exp2_offset x. A learned sink logit is not a key and is never counted.
-
-    Attributes:
-        out: float32 [B, H, Nq, d] (float64 for the reference backend).
-        underflow: int64 [B, H, Nq]: unmasked non-sink keys (position >= ksink) with unrounded value > 0
-            but p_q == 0.
-        underflow_sink: int64 [B, H, Nq]: the same for sink keys.
-        saturated: int64 [B, H, Nq]: unmasked entries with x above the format's max finite value.
-        terms: int64 [B, H, Nq]: unmasked non-sink keys with unrounded value > 0.
-        terms_sink: int64 [B, H, Nq]: unmasked sink keys with unrounded value > 0.
-        underflow_scale: int64 [B, H, Nq]: the non-sink underflows whose group scale flushed to 0
-            (microscaled ``fmt`` only; 0 otherwise).
-        groups_flushed: int64 [B, H, Nq]: groups with a key's x > 0 whose scale flushed to 0 (idem).
-        backend: what actually ran: "triton-compiled", "triton-interpreted", "emulator" or "reference".
-        mse: with ``reference=True``, the mean squared error of ``out`` against the float64 reference of
-            the same call (:func:`kernels.reference.reference_attention`, the same mask, sm_scale and sink
-            logit); None otherwise.
-        mse_heads: with ``reference=True``, float64 [B, H]: the same per (batch, head); None otherwise.
-    """
-
-    out: torch.Tensor
-    underflow: torch.Tensor
-    underflow_sink: torch.Tensor
-    saturated: torch.Tensor
-    terms: torch.Tensor
-    terms_sink: torch.Tensor
-    backend: str
-    underflow_scale: torch.Tensor | None = None
-    groups_flushed: torch.Tensor | None = None
-    mse: float | None = None
-    mse_heads: torch.Tensor | None = None
-
-    def __post_init__(self):  # a result built without the microscaling diagnostics: zeros
-        for name in ("underflow_scale", "groups_flushed"):
-            if getattr(self, name) is None:
-                setattr(self, name, torch.zeros_like(self.underflow))
 
 
 class _Default:
@@ -75,7 +33,7 @@ class _Default:
 _D = {name: _Default(value) for name, value in (
     ("order", "forward"), ("scale", 1.0), ("scale_mode", "multiply"), ("rescale_threshold", 0.0),
     ("sink_mode", "final"), ("fmt", "e4m3fn"), ("rowsum", "unrounded"), ("qk_fmt", None), ("qk_scale", "tensor"),
-    ("v_fmt", None), ("v_scale", "tensor"), ("block_m", 64), ("block_n", 64))}
+    ("v_fmt", None), ("v_scale", "tensor"), ("block_m", 64), ("block_n", 64), *DECODE_DEFAULTS)}
 
 
 def fp8_gpu_available() -> bool:
@@ -148,8 +106,8 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
         raise ValueError(f"rowsum={rowsum!r} is not allowed; allowed: {', '.join(ROWSUMS)}")
     if not _positive(scale):
         raise ValueError(f"scale={scale!r} is not allowed; allowed: a finite number > 0")
-    if not (_is_format(fmt) or is_mx(fmt)):
-        raise ValueError(f"fmt={fmt!r} is not allowed; allowed: None, {', '.join((*FORMATS, *MX_FORMATS))}")
+    if not (_is_format(fmt) or is_mx(fmt) or (isinstance(fmt, str) and fmt in HALF_FORMATS)):
+        raise ValueError(f"fmt={fmt!r} is not allowed; allowed: None, {', '.join((*FORMATS, *HALF_FORMATS, *MX_FORMATS))}")
     if not isinstance(causal, bool):
         raise ValueError(f"causal={causal!r} is not allowed; allowed: True or False")
     if isinstance(ksink, bool) or not isinstance(ksink, int) or ksink < 0:
@@ -231,6 +189,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
               sink_logit: torch.Tensor | None = None, sink_mode: str = _D["sink_mode"],
               qk_fmt: str | FP8Format | None = _D["qk_fmt"], qk_scale: str | float = _D["qk_scale"],
               v_fmt: str | FP8Format | None = _D["v_fmt"], v_scale: str | float = _D["v_scale"],
+              num_splits: int = _D["num_splits"], split_layout: str = _D["split_layout"],
+              p_normalize: str = _D["p_normalize"], causal_align: str | None = None,
               policy=None, reference: bool = False) -> AttentionResult:
     """FlashAttention-style forward attention with softmax P cast to FP8 before P·V, under a P policy.
 
@@ -255,12 +215,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     Args:
         q: float32 [B, H, Nq, d]; k, v: float32 [B, H_kv, Nk, d], H_kv dividing H (grouped-query
             attention: query head h reads key/value head h // (H / H_kv)); d a multiple of 16 up to 256.
-        order, scale, fmt, rowsum, block_m, block_n, scale_mode, rescale_threshold, sink_mode, qk_fmt: the
-            policy's keywords, with v_fmt, qk_scale, v_scale; explicit ones override it. Defaults: order "forward",
-            scale S = 1.0, fmt "e4m3fn" (None: no rounding), rowsum "unrounded", block_m = block_n = 64 (powers of two
-            16..256), scale_mode "multiply", rescale_threshold 0.0, sink_mode "final", qk_fmt = v_fmt = None
-            (or an FP8 format), qk_scale = v_scale = "tensor" (or a float > 0).
-        causal: top-left aligned mask (key j visible to query i iff j <= i), as SDPA's ``is_causal``.
+        order ("forward"), scale (S, 1.0), fmt ("e4m3fn"; None: no rounding), rowsum ("unrounded"),
+            block_m, block_n (64; query rows and keys per block, powers of two 16..256), scale_mode
+            ("multiply"), rescale_threshold (0.0), sink_mode ("final"), qk_fmt, v_fmt (None; an FP8 format),
+            qk_scale, v_scale ("tensor" or a float > 0): the policy's keywords; explicit ones override it.
+        causal: causal mask, top-left aligned (key j visible to query i iff j <= i, as SDPA's ``is_causal``)
+            unless ``causal_align="bottom_right"`` (j <= i + Nk - Nq); Nq < Nk needs causal_align.
+        num_splits (1), split_layout ("contiguous"), p_normalize ("online"): split-KV decode and
+            partition-normalised P, merged by the float32 log-sum-exp (docs/decode.md).
         ksink: keys at positions < ksink are sink keys (splits the diagnostics only).
         sm_scale: score scale, default 1/sqrt(d). sink_logit: None, or float32 [H] or [B, H] on q's device.
         backend: "auto" (compiled Triton on a CUDA GPU with capability >= 8.9, else "emulator"), "triton"
@@ -279,8 +241,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
         from kernels.reference import reference_mse
 
         sink = None if sink_logit is None else sink_logit.expand(q.shape[:2]).to(torch.float32).contiguous()
+        offset = causal_offset(causal_align, q.shape[-2], k.shape[-2]) if causal else 0
         result.mse, result.mse_heads = reference_mse(result.out, q, k, v, causal=causal, sm_scale=sm_scale,
-                                                     sink_logit=sink)
+                                                     sink_logit=sink, causal_offset=offset)
     return result
 
 
@@ -301,13 +264,20 @@ def _prepare(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
     o = _resolve({n: args[n] for n in _D}, args["policy"])
     causal, ksink, sm_scale, backend, sink_logit = (args[n] for n in ("causal", "ksink", "sm_scale", "backend",
                                                                       "sink_logit"))
+    dec = {n: o.pop(n) for n, _ in DECODE_DEFAULTS}
     _check(q, k, values[0], causal=causal, ksink=ksink, sm_scale=sm_scale, backend=backend, sink_logit=sink_logit,
            **o)
+    offset = check_decode(q, k, {**o, **dec}, causal=causal, causal_align=args["causal_align"], backend=backend)
     _check_values(values)
+    ran = resolve_backend(backend, q.device)
+    if ran.startswith("triton") and offset and (is_mx(o["fmt"]) or o["scale_mode"] == "per_row"):
+        raise ValueError(f"backend={backend!r} with causal_align='bottom_right' takes an FP8, bf16, fp16 or no P "
+                         "cast; allowed: backend='emulator' for microscaled P")
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     sink = None if sink_logit is None else sink_logit.expand(q.shape[:2]).to(torch.float32).contiguous()
-    kw = _backend_kwargs(o, causal=causal, ksink=ksink, sm_scale=sm, sink_logit=sink)
-    return kw, resolve_backend(backend, q.device), o["block_m"]
+    kw = {**_backend_kwargs(o, causal=causal, ksink=ksink, sm_scale=sm, sink_logit=sink), **dec,
+          "causal_offset": offset}
+    return kw, ran, o["block_m"]
 
 
 def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
@@ -318,11 +288,11 @@ def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
     one run per scale."""
     kw, ran, block_m = _prepare(q, k, values, args)
     if scales is not None:
-        if ran != "emulator" or kw["scale_mode"] != "multiply":  # exp2_offset: step 2 depends on S
+        if ran != "emulator" or kw["scale_mode"] != "multiply" or is_split_call(kw):  # exp2: step 2 depends on S
             return [_run(q, k, values, {**args, "scale": s}) for s in scales]
         from kernels.emulator.core import emulate_attention_scales
 
-        del kw["scale"]
+        del kw["scale"], kw["num_splits"], kw["split_layout"], kw["p_normalize"]
         return [_emulator_results(outs, diag, ran) for outs, diag in
                 emulate_attention_scales(q, k, values, scales=tuple(float(s) for s in scales), **kw)]
     return _execute(q, k, values, kw, ran, block_m)
@@ -331,8 +301,8 @@ def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
 def _execute(q, k, values: tuple, kw: dict, ran: str, block_m: int) -> list[AttentionResult]:
     """Run backend ``ran`` on every value tensor with the checked backend keywords ``kw``."""
     if ran == "reference":
-        return [_reference_result(q, k, v, kw["causal"], kw["ksink"], kw["sm_scale"], kw["sink_logit"])
-                for v in values]
+        return [_reference_result(q, k, v, kw["causal"], kw["ksink"], kw["sm_scale"], kw["sink_logit"],
+                                  kw["causal_offset"]) for v in values]
     if ran == "emulator":
         from kernels.emulator.core import emulate_attention
 
@@ -340,7 +310,9 @@ def _execute(q, k, values: tuple, kw: dict, ran: str, block_m: int) -> list[Atte
         return _emulator_results(outs, diag, ran)
     results = []
     for v in values:
-        out, diag = _run_triton(q, k, v, compiled=ran == "triton-compiled", block_m=block_m, **dict(kw))
+        tkw = {n: t for n, t in kw.items() if n not in ("num_splits", "split_layout", "p_normalize", "causal_offset")}
+        split = is_split_call(kw) or kw["causal_offset"]
+        out, diag = _run_triton(q, k, v, compiled=ran == "triton-compiled", block_m=block_m, **(kw if split else tkw))
         results.append(AttentionResult(out=out, backend=ran, **diag))
     return results
 
@@ -357,7 +329,7 @@ def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:
         return None if f is None else get_format(f)
 
     def p_format(f):  # P's format may also be microscaled (qk_fmt and v_fmt are FP8)
-        return get_mx_format(f) if is_mx(f) else fmt_or_none(f)
+        return get_mx_format(f) if is_mx(f) else None if f is None else get_p_format(f)
 
     def operand_scale(s):
         return s if s in OPERAND_SCALES else float(s)
@@ -372,27 +344,30 @@ def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:
 def _run_triton(q, k, v, *, compiled: bool, **kw):
     """Run the Triton kernel (on the GPU when ``compiled``); results come back on the inputs' device."""
     from kernels.triton.kernel import triton_attention
+    from kernels.triton.splits import triton_split_attention
 
-    dev = q.device
+    dev, run = q.device, triton_split_attention if "num_splits" in kw else triton_attention
     if compiled and dev.type != "cuda":
         q, k, v = (t.cuda() for t in (q, k, v))
         if kw["sink_logit"] is not None:
             kw["sink_logit"] = kw["sink_logit"].cuda()
-    out, diag = triton_attention(q, k, v, **kw)
+    out, diag = run(q, k, v, **kw)
     return out.to(dev), {n: t.to(dev) for n, t in diag.items()}
 
 
-def _reference_result(q, k, v, causal, ksink, sm_scale, sink_logit=None):
+def _reference_result(q, k, v, causal, ksink, sm_scale, sink_logit=None, offset=0):
     """The float64 reference, and its diagnostics: nothing is rounded, so no underflow or saturation;
     terms count visible keys."""
-    from kernels.reference import causal_mask, reference_attention
+    from kernels.reference import causal_mask, reference_attention, reference_lse
 
-    out = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit)
+    out = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit, causal_offset=offset)
+    lse = reference_lse(q, k, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit, causal_offset=offset)
     zeros = torch.zeros(q.shape[:3], dtype=torch.int64, device=q.device)
     Nq, Nk = q.shape[2], k.shape[2]
-    vis = causal_mask(Nq, Nk, device=q.device) if causal else torch.ones(Nq, Nk, dtype=torch.bool, device=q.device)
+    vis = causal_mask(Nq, Nk, device=q.device, offset=offset) if causal else torch.ones(Nq, Nk, dtype=torch.bool,
+                                                                                        device=q.device)
     ks = min(ksink, Nk)
     terms = vis[:, ks:].sum(-1).expand(q.shape[:3]).to(torch.int64)
     terms_sink = vis[:, :ks].sum(-1).expand(q.shape[:3]).to(torch.int64)
     return AttentionResult(out=out, underflow=zeros, underflow_sink=zeros.clone(), saturated=zeros.clone(),
-                           terms=terms.clone(), terms_sink=terms_sink.clone(), backend="reference")
+                           terms=terms.clone(), terms_sink=terms_sink.clone(), backend="reference", lse=lse)

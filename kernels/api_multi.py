@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
+from kernels.api_decode import is_split_call
 from kernels.api import AttentionResult, _emulator_results, _execute, _positive, _prepare, _run, attention
 
 __all__ = ["attention_values", "attention_scales", "attention_calls"]
@@ -96,14 +97,15 @@ def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -
         except ValueError as e:
             raise ValueError(f"calls[{i}]: {e}") from None
     results: list = [None] * len(calls)
-    emu = [i for i, (_, ran, _) in enumerate(prepared) if ran == "emulator"]
+    # several splits or partition P: one emulator run per call (kernels.emulator.splits shares nothing)
+    emu = [i for i, (kw, ran, _) in enumerate(prepared) if ran == "emulator" and not is_split_call(kw)]
     if emu:
         from kernels.emulator.calls import emulate_calls
 
         for i, (outs, diag) in zip(emu, emulate_calls(q, k, tuple(values), [prepared[i][0] for i in emu])):
             results[i] = _emulator_results(outs, diag, "emulator")
     for i, (kw, ran, block_m) in enumerate(prepared):
-        if ran != "emulator":
+        if results[i] is None:
             results[i] = _execute(q, k, tuple(values), kw, ran, block_m)
     return results
 

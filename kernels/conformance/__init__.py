@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.contract import DIAGNOSTICS
+from kernels.contract import DIAGNOSTICS, causal_offset
+from kernels.conformance.splits import fragile_split_elements
 from kernels.conformance.model import EX2_APPROX_REL_ERR, EXP_REL_ERR_CPU, cast_operand, exp_rel_err_for, fragile_elements
 from kernels.reference import expand_kv
 
@@ -46,7 +47,8 @@ __all__ = ["fragile_elements", "explain", "compare", "exp_rel_err_for", "EXP_REL
 def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=0, block_n=64,
             sm_scale=None, tol=1e-5, fragile=None, scale_mode="multiply", rescale_threshold=0.0, sink_logit=None,
             sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor",
-            exp_rel_err=EXP_REL_ERR_CPU):
+            exp_rel_err=EXP_REL_ERR_CPU, num_splits=1, split_layout="contiguous", p_normalize="online",
+            causal_align=None):
     """Compare two :class:`~kernels.api.AttentionResult` of the same call; explain every difference.
 
     The keywords are those of the call (:func:`kernels.attention`'s), plus ``tol`` (relative output
@@ -55,7 +57,10 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
     max|out|), ``diag_equal`` (all seven diagnostics identical), ``mismatched_rows``, ``fragile_elements``,
     ``walk_fragile_rows`` (rows whose lazy running-max walk may differ), ``explained`` (True when every
     difference is accounted for), ``why`` (text). ``fragile`` may pass :func:`fragile_elements` of the
-    same call, computed once for several comparisons.
+    same call, computed once for several comparisons. ``num_splits``, ``split_layout``, ``p_normalize`` and
+    ``causal_align`` select the split contract's model (:mod:`kernels.conformance.splits`); where both results
+    carry ``lse``, it must agree within ``tol`` (relative to 1 + |lse|) plus what fragile elements can move a
+    rounded row sum by.
     """
     diffs = {n: (getattr(a, n).cpu() - getattr(b, n).cpu()) for n in DIAGNOSTICS}
     mism = torch.zeros_like(diffs["terms"], dtype=torch.bool)
@@ -64,11 +69,12 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
     oa, ob = a.out.detach().cpu().double(), b.out.detach().cpu().double()
     dout = (oa - ob).abs()
     scale_out = max(float(ob.abs().max()), 1e-30)
-    fr = fragile if fragile is not None else fragile_elements(
-        q.cpu(), k.cpu(), order=order, scale=scale, fmt=fmt, causal=causal, block_n=block_n, sm_scale=sm_scale,
-        scale_mode=scale_mode, rescale_threshold=rescale_threshold,
-        sink_logit=None if sink_logit is None else sink_logit.cpu(), sink_mode=sink_mode, qk_fmt=qk_fmt,
-        qk_scale=qk_scale, exp_rel_err=exp_rel_err)
+    fr = fragile if fragile is not None else _model(
+        q.cpu(), k.cpu(), (num_splits, split_layout, p_normalize),
+        order=order, scale=scale, fmt=fmt, causal=causal, block_n=block_n, sm_scale=sm_scale, scale_mode=scale_mode,
+        rescale_threshold=rescale_threshold, sink_logit=None if sink_logit is None else sink_logit.cpu(),
+        sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, exp_rel_err=exp_rel_err,
+        causal_offset=causal_offset(causal_align, q.shape[2], k.shape[2]) if causal else 0)
     frag = fr["fragile"]
     ok, why = _check_diagnostics(diffs, fr, ksink, k.shape[-2])
     v_eff = cast_operand(v.detach().cpu(), v_fmt, v_scale)  # the V' every implementation multiplies by
@@ -76,7 +82,7 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
     if bool(bad.any()):
         ok = False
         why.append(f"outputs differ beyond the bound in {int(bad.sum())} rows")
-    clean = ~frag.any(-1)
+    ok, clean = _check_lse(a, b, fr, tol, why) and ok, ~frag.any(-1)
     max_rel = float(dout.max()) / scale_out
     max_rel_clean = float(dout.amax(-1)[clean].max()) / scale_out if bool(clean.any()) else 0.0
     if max_rel_clean > tol:
@@ -98,6 +104,32 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
         "explained": ok,
         "why": text,
     }
+
+
+def _model(q, k, splits, **kw):
+    """The fragile elements of the call: the split contract's model (several splits or partition P), else the
+    single pass's."""
+    num_splits, split_layout, p_normalize = splits
+    if num_splits > 1 or p_normalize != "online":
+        return fragile_split_elements(q, k, num_splits=num_splits, split_layout=split_layout, p_normalize=p_normalize,
+                                      **kw)
+    return fragile_elements(q, k, **kw)
+
+
+def _check_lse(a, b, fr, tol, why) -> bool:
+    """Where both results carry ``lse``: per row, ``|Δlse| <= tol·(1 + |lse|) + 1e-6·(1 + |lse|)`` (float32's
+    own rounding of m + ln l) plus the fragile elements' share of the row sum (a rounded row sum moves)."""
+    la, lb = getattr(a, "lse", None), getattr(b, "lse", None)
+    if la is None or lb is None:
+        return True
+    la, lb = la.detach().cpu().double(), lb.detach().cpu().double()
+    flip = (fr["step"] * fr["fragile"]).sum(-1) / fr["lx"].clamp_min(1e-300)
+    allowed = (tol + 1e-6) * (1 + lb.abs()) + flip
+    bad = (la - lb).abs() > allowed
+    if bool(bad.any()):
+        why.append(f"lse differs beyond the bound in {int(bad.sum())} rows (max {float((la - lb).abs().max()):.3g})")
+        return False
+    return True
 
 
 def _check_diagnostics(diffs, fr, ksink, nk):
@@ -150,7 +182,8 @@ def _output_bound(fr, v, oa, *, tol, scale_out):
 
 
 _POLICY_DEFAULTS = dict(scale_mode="multiply", rescale_threshold=0.0, sink_logit=None, sink_mode="final", qk_fmt=None,
-                        qk_scale="tensor", v_fmt=None, v_scale="tensor")
+                        qk_scale="tensor", v_fmt=None, v_scale="tensor", num_splits=1, split_layout="contiguous",
+                        p_normalize="online", causal_align=None)
 
 
 def compare(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=0, block_m=64, block_n=64,
@@ -160,7 +193,8 @@ def compare(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, 
 
     ``policy``: the P-policy keywords of :func:`kernels.attention` (``scale_mode``,
     ``rescale_threshold``, ``sink_logit``, ``sink_mode``, ``qk_fmt``, ``qk_scale``, ``v_fmt``,
-    ``v_scale``). ``exp_rel_err`` is picked by the backend that ran (:func:`exp_rel_err_for`)."""
+    ``v_scale``) and the decode keywords (``num_splits``, ``split_layout``, ``p_normalize``, ``causal_align``).
+    ``exp_rel_err`` is picked by the backend that ran (:func:`exp_rel_err_for`)."""
     from kernels.api import attention
 
     unknown = sorted(set(policy) - set(_POLICY_DEFAULTS))

@@ -39,7 +39,7 @@ import torch
 
 from kernels.contract import LOG2E, float32, log2_scale
 from kernels.emulator.core import operand_cast, running_max
-from kernels.formats import FP8Format, get_format
+from kernels.formats import FP8Format, get_p_format as get_format
 from kernels.formats.microscaling import E2M1, PER_ROW_TARGET, MXFormat, get_mx_format, group_scale, is_mx
 from kernels.formats.quantize import quantize
 from kernels.reference import causal_mask, expand_kv
@@ -88,7 +88,7 @@ def cast_operand(t: torch.Tensor, fmt, scale="tensor") -> torch.Tensor:
     return operand_cast(t, get_format(fmt), scale if isinstance(scale, str) else float(scale))
 
 
-def _scores64(q, k, *, causal, sm_scale):
+def _scores64(q, k, *, causal, sm_scale, causal_offset=0):
     """float64 scores (masked: -inf) and the per-element bound on the fp32 score error."""
     q64, k64 = q.double(), expand_kv(k, q.shape[1]).double()  # grouped-query attention: H_kv -> H heads
     Nq, Nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
@@ -100,7 +100,7 @@ def _scores64(q, k, *, causal, sm_scale):
     gamma = n * _U / (1 - n * _U)
     sabs = torch.matmul(q64.abs(), k64.abs().transpose(-1, -2)) * sm_scale
     if causal:
-        vis = causal_mask(Nq, Nk, device=q.device)
+        vis = causal_mask(Nq, Nk, device=q.device, offset=causal_offset)
         s = s.masked_fill(~vis, float("-inf"))
         sabs = sabs.masked_fill(~vis, 0.0)
     err_s = sabs * gamma + s.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0) * _U
@@ -151,7 +151,7 @@ def _walk(s, err_s, *, reverse, block_n, tau, sink_init):
 
 def fragile_elements(q, k, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, block_n=64, sm_scale=None,
                      scale_mode="multiply", rescale_threshold=0.0, sink_logit=None, sink_mode="final", qk_fmt=None,
-                     qk_scale="tensor", exp_rel_err=EXP_REL_ERR_CPU):
+                     qk_scale="tensor", exp_rel_err=EXP_REL_ERR_CPU, causal_offset=0):
     """Elements whose FP8 rounding the implementations' float32 errors could flip.
 
     The keywords are those of :func:`kernels.attention` (names or formats); ``exp_rel_err`` bounds the
@@ -171,7 +171,7 @@ def fragile_elements(q, k, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
         f = None if fmt is None else get_format(fmt)
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     q, k = cast_operand(q, qk_fmt, qk_scale), cast_operand(k, qk_fmt, qk_scale)
-    s, err_s = _scores64(q, k, causal=causal, sm_scale=sm)
+    s, err_s = _scores64(q, k, causal=causal, sm_scale=sm, causal_offset=causal_offset)
     sigma = None if sink_logit is None else sink_logit.detach().cpu().double().expand(q.shape[:2])[..., None].expand(
         q.shape[:3])
     reverse = order == "reverse"

@@ -18,7 +18,7 @@ __all__ = [
     "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
     "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL", "FP4_EXPERIMENT",
-    "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS",
+    "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS", "SPLIT_LAYOUTS", "P_NORMALIZE", "CAUSAL_ALIGNS", "causal_offset",
 ]
 
 # ----------------------------------------------------------------------------- the contract
@@ -51,6 +51,17 @@ SINK_MODES = ("init", "final")  # a learned sink logit seeds (m, l), or joins l 
 # these besides an FP8 format; Q, K and V casts are FP8 only
 MX_FORMAT_NAMES = ("nvfp4", "mxfp4")
 OPERAND_SCALES = ("tensor",)  # qk_scale / v_scale words: amax per (batch, head) / max_finite; or a float
+# Decode-time options (docs/interfaces.md, "Decode-time attention"): how KV blocks are dealt to splits,
+# how a split normalises P before its cast, and how a causal mask aligns when Nq != Nk.
+SPLIT_LAYOUTS = ("contiguous", "interleaved")  # split s holds blocks [s·c, (s+1)·c), or block j -> j mod splits
+P_NORMALIZE = ("online", "partition")  # running max and sum, or the split's exact max and sum first
+CAUSAL_ALIGNS = ("top_left", "bottom_right")  # key j visible to row i iff j <= i, or j <= i + Nk - Nq
+
+
+def causal_offset(align: str | None, nq: int, nk: int) -> int:
+    """How far right the causal diagonal sits: key j is visible to row i iff ``j <= i + offset``;
+    ``Nk - Nq`` for ``"bottom_right"``, else 0."""
+    return nk - nq if align == "bottom_right" else 0
 
 
 def float32(x: float) -> float:

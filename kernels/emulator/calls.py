@@ -53,6 +53,7 @@ def _clone_rows(c: _em._Call, g: int, a: int, r0: int, r1: int, outs: tuple, dia
             l = l + _em._sink_value(c, c.sink[g], m_final)
         for out, acc in zip(outs_i, accs):
             out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
+        diag["lse"][g, r0:r1] = _em.row_lse(c, m_final, l)
 
 
 def _probe_slice(rows: int, d: int, np_: int, cols: int, device) -> bool:
@@ -180,7 +181,7 @@ def _groups(q, k, v: tuple, calls) -> dict:
         outs, diags = _em._buffers(c, G, Nq, d, q.device)
         fmt = kw.get("qk_fmt")
         key = (None if fmt is None else fmt.name, kw.get("qk_scale") if fmt is not None else None, c.sm_scale,
-               bool(kw["causal"]), c.nblk * c.block_n)
+               bool(kw["causal"]), kw.get("causal_offset", 0), c.nblk * c.block_n)
         groups.setdefault(key, []).append((c, outs, diags, which))
     return groups
 

@@ -37,12 +37,13 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.contract import DIAGNOSTICS, LOG2E, float32, log2_scale
+from kernels.contract import DIAGNOSTICS, LOG2E, log2_scale
 from kernels.formats import FP8Format
 from kernels.emulator.mx import cast_mx as _cast_mx, first_level as _first_level, group_positives as _group_positives
 from kernels.emulator.mx import per_row_scale as _per_row_scale
 from kernels.formats.microscaling import MXFormat
 from kernels.formats.rounding import quantize_fast
+from kernels.emulator.parts import max_in_force, operand_cast, running_max
 from kernels.reference import causal_mask, expand_kv
 
 __all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_in_force", "operand_cast"]
@@ -50,46 +51,6 @@ __all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
 _CHUNK_ELEMS = 1 << 18
-
-
-def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
-    """Running max seen by each block in visiting order. block_max: [..., nblk]."""
-    if reverse:
-        return torch.flip(torch.cummax(torch.flip(block_max, [-1]), dim=-1).values, [-1])
-    return torch.cummax(block_max, dim=-1).values
-
-
-def max_in_force(block_max: torch.Tensor, reverse: bool, tau: float = 0.0,
-                 m0: torch.Tensor | None = None) -> torch.Tensor:
-    """The max in force when each block is processed, under step 2's update rule.
-
-    block_max: [rows, nblk] float32 row maxima of each block; ``m0`` [rows]: the max each row
-    starts with (a sink logit, ``sink_mode="init"``), else -inf. In visiting order, the max
-    moves to a block's max ``bm`` when it is -inf or when ``(bm - m)·LOG2E > tau`` in float32;
-    otherwise it stays (stale). With ``tau = 0`` and no ``m0`` this is :func:`running_max`.
-    """
-    rows, nblk = block_max.shape
-    t = torch.tensor(float32(tau), dtype=torch.float32, device=block_max.device)
-    m = torch.full((rows,), float("-inf"), device=block_max.device) if m0 is None else m0.to(torch.float32)
-    out = torch.empty_like(block_max)
-    for j in (range(nblk - 1, -1, -1) if reverse else range(nblk)):
-        bm = block_max[:, j]
-        m = torch.where(torch.isneginf(m) | ((bm - m) * LOG2E > t), bm, m)
-        out[:, j] = m
-    return out
-
-
-def operand_cast(t: torch.Tensor, fmt: FP8Format, how) -> torch.Tensor:
-    """``t' = quantize(t / s_t, fmt)·s_t`` with one float32 ``s_t`` per (batch, head) of t [B, H, N, d]:
-    ``amax|t| / max_finite`` for ``how="tensor"`` (1 where the amax is 0), else the float ``how``."""
-    amax = t.abs().amax(dim=(-2, -1), keepdim=True)
-    if how == "tensor":
-        # divide by a tensor, not a Python number: CUDA would multiply by a rounded reciprocal
-        st = amax / torch.full_like(amax, fmt.max_finite)
-        st = torch.where(amax == 0, torch.ones_like(st), st)
-    else:
-        st = torch.full_like(amax, how)
-    return quantize_fast(t / st, fmt, saturate=True).mul_(st)
 
 
 @dataclass(frozen=True)
@@ -125,6 +86,7 @@ class _Call:
     sink: torch.Tensor | None  # [G] float32 learned sink logits
     sink_init: bool  # the sink seeds (m, l) (sink_mode="init"), else it joins l at step 6
     cummax: bool  # eager max without a seed: the running max is a cumulative max
+    splits: tuple = (1, "contiguous", "online")  # num_splits, split_layout, p_normalize (kernels.emulator.splits)
 
 
 def _operand(t, heads: int, n: int, pad: int, fmt, how):
@@ -136,15 +98,17 @@ def _operand(t, heads: int, n: int, pad: int, fmt, how):
     return torch.nn.functional.pad(t, (0, 0, 0, pad)) if pad else t
 
 
-def _visible(nq: int, nk: int, np_: int, causal: bool, device) -> torch.Tensor:
+def _visible(nq: int, nk: int, np_: int, causal: bool, device, offset: int = 0) -> torch.Tensor:
     """[nq, np_] visible keys: the causal mask (or all) over the nk real keys, none of the padding."""
     vis = torch.zeros(nq, np_, dtype=torch.bool, device=device)
-    vis[:, :nk] = causal_mask(nq, nk, device=device) if causal else True
+    vis[:, :nk] = causal_mask(nq, nk, device=device, offset=offset) if causal else True
     return vis
 
 
 def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
-            rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale, memo: dict | None = None) -> _Call:
+            rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale, memo: dict | None = None,
+            causal_offset: int = 0, num_splits: int = 1, split_layout: str = "contiguous",
+            p_normalize: str = "online") -> _Call:
     """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask.
 
     ``scales``: the scales S (a tuple; several only with ``scale_mode="multiply"``, where steps 1-2 do
@@ -177,8 +141,8 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
     vf = once(("v", vk, pad), lambda: tuple(_operand(vi, H, Nk, pad, v_fmt, v_scale) for vi in v))
     visible = None
     if causal or pad:
-        visible = once(("visible", bool(causal), pad, block_n),
-                       lambda: _visible(Nq, Nk, nblk * block_n, causal, q.device))
+        visible = once(("visible", bool(causal), pad, block_n, causal_offset),
+                       lambda: _visible(Nq, Nk, nblk * block_n, causal, q.device, causal_offset))
     exp2 = scale_mode == "exp2_offset"
     if exp2 and len(scales) != 1:  # x = exp2(s·L - (m·L - log2 S)): step 2 depends on S
         raise ValueError(f"scale_mode='exp2_offset' takes one scale a call, got {len(scales)}")
@@ -193,7 +157,7 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
                      s > fmt.max_finite or exp2 or rescale_threshold > 0)) for s in scales),
                  exp2=exp2, log2_s=log2_scale(scales[0]), tau=rescale_threshold,
                  sink=None if sink_logit is None else sink_logit.reshape(G).to(torch.float32), sink_init=sink_init,
-                 cummax=rescale_threshold == 0 and not sink_init)
+                 cummax=rescale_threshold == 0 and not sink_init, splits=(num_splits, split_layout, p_normalize))
 
 
 def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torch.Tensor | None = None,
@@ -249,13 +213,14 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         # the same weights (per_row: over S_r, the kernel's division of p_q·V), then one matmul for all of P_q V
         pq.view(nr, c.nblk, c.block_n).mul_((w / s_r if c.per_row else w)[..., None])
         accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
-        _normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep)
+        _normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep, diag["lse"])
 
 
-def _normalise(c: _Call, sc: _Scale, g: int, r0: int, r1: int, outs_i, accs: list, l, m_final, keep) -> None:
+def _normalise(c: _Call, sc: _Scale, g: int, r0: int, r1: int, outs_i, accs: list, l, m_final, keep, lse) -> None:
     """Step 6 for rows r0:r1 of head g at one scale: a sink logit joins the row sum ``l`` (``sink_mode="final"``),
     then each accumulator of ``accs`` (one per value tensor) is divided into ``outs_i``. ``keep``: a list that
-    receives what step 6 starts from, before the sink logit joins (``emulator_calls._clone_rows``)."""
+    receives what step 6 starts from, before the sink logit joins (``emulator_calls._clone_rows``); ``lse``
+    [G, Nq] float32 receives each row's log-sum-exp (:func:`row_lse`)."""
     if keep is not None:  # (no sink_init there: l is the keys' row sum, before a sink logit joins it)
         keep.append((accs, l, m_final))
     # step 6: normalise
@@ -263,6 +228,16 @@ def _normalise(c: _Call, sc: _Scale, g: int, r0: int, r1: int, outs_i, accs: lis
         l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
     for out, acc in zip(outs_i, accs):
         out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
+    lse[g, r0:r1] = row_lse(c, m_final, l)
+
+
+def row_lse(c: _Call, m, l) -> torch.Tensor:
+    """A row's natural-log normaliser from its max ``m`` and row sum ``l`` (float32): ``m + ln l``, less
+    ``log2_scale(S)·ln 2`` under exp2_offset (its l sums x, not p)."""
+    return m + torch.log(l) - c.log2_s * _LN2 if c.exp2 else m + torch.log(l)
+
+
+_LN2 = math.log(2.0)
 
 
 def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torch.Tensor:
@@ -339,19 +314,31 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
                       ksink: int, block_n: int, sm_scale: float, rowsum_rounded: bool, scale_mode: str = "multiply",
                       rescale_threshold: float = 0.0, sink_logit: torch.Tensor | None = None,
                       sink_mode: str = "final", qk_fmt: FP8Format | None = None, qk_scale="tensor",
-                      v_fmt: FP8Format | None = None, v_scale="tensor"):
+                      v_fmt: FP8Format | None = None, v_scale="tensor", **decode):
     """Emulate the kernel contract. Arguments are already validated by :func:`kernels.attention`.
 
     Shapes: q [B, H, Nq, d], k and v [B, H_kv, Nk, d] (H_kv dividing H), all float32 on one device; ``sink_logit`` float32
     [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``. ``v`` may also
     be a tuple of such tensors (value sets sharing q and k): ``out`` is then a tuple, one per value
     tensor, each bit-identical to a call with that tensor alone (:func:`kernels.attention_values`).
+    ``decode``: ``causal_offset``, ``num_splits``, ``split_layout``, ``p_normalize`` (docs/interfaces.md,
+    "Decode-time attention"); several splits or partition normalisation run :mod:`kernels.emulator.splits`.
+    The diag dict also holds ``lse``, float32 [B,H,Nq].
     """
     several = isinstance(v, tuple)
+    if decode.get("num_splits", 1) > 1 or decode.get("p_normalize", "online") != "online":
+        from kernels.emulator.splits import emulate_splits
+
+        return emulate_splits(q, k, v, reverse=reverse, scale=scale, fmt=fmt, causal=causal, ksink=ksink,
+                              block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
+                              scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,
+                              sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale,
+                              **decode)
     ((outs, diag),) = _emulate(q, k, v if several else (v,), (scale,), reverse=reverse, fmt=fmt, causal=causal,
                                ksink=ksink, block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
                                scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,
-                               sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale)
+                               sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale,
+                               causal_offset=decode.get("causal_offset", 0))
     return outs if several else outs[0], diag
 
 
@@ -370,7 +357,8 @@ def _buffers(c: _Call, G: int, Nq: int, d: int, device) -> tuple:
     """A call's results before its rows are run: ``outs[i][j]`` float32 [G, Nq, d] (scale i, value tensor
     j) and ``diags[i]`` (every diagnostic, int64 [G, Nq], zeros)."""
     outs = tuple(tuple(torch.empty(G, Nq, d, dtype=torch.float32, device=device) for _ in c.vf) for _ in c.scales)
-    diags = tuple({n: torch.zeros(G, Nq, dtype=torch.int64, device=device) for n in DIAGNOSTICS} for _ in c.scales)
+    diags = tuple({**{n: torch.zeros(G, Nq, dtype=torch.int64, device=device) for n in DIAGNOSTICS},
+                   "lse": torch.empty(G, Nq, dtype=torch.float32, device=device)} for _ in c.scales)
     return outs, diags
 
 

@@ -124,5 +124,5 @@ def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _Stat
         torch.mul(pq_sh, w[:, j0:, None], out=p[:, j0:])
         p = p.view(nr, c.nblk * bn)
         accs = [torch.matmul(p, vf[g]) for vf in c.vf]
-        _em._normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep)
+        _em._normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep, diag["lse"])
 

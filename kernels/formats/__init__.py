@@ -8,6 +8,6 @@
 May import: nothing else in ``kernels``. Importing this package stays torch-free.
 """
 
-from kernels.formats.fp8 import FORMATS, FP8Format, format_names, get_format
+from kernels.formats.fp8 import FORMATS, HALF_FORMATS, FP8Format, format_names, get_format, get_p_format
 
-__all__ = ["FP8Format", "FORMATS", "get_format", "format_names"]
+__all__ = ["FP8Format", "FORMATS", "HALF_FORMATS", "get_format", "get_p_format", "format_names"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["FP8Format", "FORMATS", "get_format", "format_names"]
+__all__ = ["FP8Format", "FORMATS", "HALF_FORMATS", "get_format", "get_p_format", "format_names"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,25 @@ FORMATS: dict[str, FP8Format] = {
     "e4m3fnuz": FP8Format("e4m3fnuz", exp_bits=4, man_bits=3, bias=8, top_binade_finite_codes=8, ieee_special_exponent=False),
     "e5m2fnuz": FP8Format("e5m2fnuz", exp_bits=5, man_bits=2, bias=16, top_binade_finite_codes=4, ieee_special_exponent=False),
 }
+
+
+# 16-bit formats P may also be cast to (not Q, K or V): the same parameters, their own subnormals.
+HALF_FORMATS: dict[str, FP8Format] = {
+    "bf16": FP8Format("bf16", exp_bits=8, man_bits=7, bias=127, top_binade_finite_codes=128, ieee_special_exponent=True),
+    "fp16": FP8Format("fp16", exp_bits=5, man_bits=10, bias=15, top_binade_finite_codes=1024,
+                      ieee_special_exponent=True),
+}
+
+
+def get_p_format(fmt: str | FP8Format, *, argname: str = "fmt") -> FP8Format:
+    """An FP8 format or a 16-bit one (:data:`HALF_FORMATS`) by name, with a clear error naming the argument."""
+    if isinstance(fmt, str) and fmt in HALF_FORMATS:
+        return HALF_FORMATS[fmt]
+    if isinstance(fmt, FP8Format):
+        return fmt
+    if isinstance(fmt, str) and fmt in FORMATS:
+        return FORMATS[fmt]
+    raise ValueError(f"{argname}={fmt!r} is not a known format; allowed: {', '.join((*FORMATS, *HALF_FORMATS))}")
 
 
 def format_names() -> tuple[str, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.formats.fp8 import FORMATS, FP8Format
+from kernels.formats.fp8 import FORMATS, HALF_FORMATS, FP8Format
 from kernels.formats.microscaling import MX_FORMATS, MXFormat, quantize_mx
 from kernels.formats.rounding import quantize_fp8
 
@@ -17,7 +17,7 @@ def quantize(x: torch.Tensor, fmt: str | FP8Format | MXFormat = "e4m3fn") -> tor
     Args:
         x: float32 tensor of any shape, on any device.
         fmt: a format name from :data:`kernels.formats.FORMATS` or an
-            :class:`~kernels.formats.FP8Format`; or a microscaled FP4 format
+            :class:`~kernels.formats.FP8Format`; ``"bf16"`` or ``"fp16"`` (:data:`kernels.formats.HALF_FORMATS`); or a microscaled FP4 format
             (``"nvfp4"``, ``"mxfp4"``, :mod:`kernels.formats.microscaling`), quantized in groups
             along the last axis, whose length must be a multiple of the group.
 
@@ -26,6 +26,6 @@ def quantize(x: torch.Tensor, fmt: str | FP8Format | MXFormat = "e4m3fn") -> tor
     """
     if isinstance(fmt, MXFormat) or (isinstance(fmt, str) and fmt in MX_FORMATS):
         return quantize_mx(x, fmt)[0]  # groups along the last axis, first-level scale 1
-    if not isinstance(fmt, FP8Format) and not (isinstance(fmt, str) and fmt in FORMATS):
-        raise ValueError(f"fmt={fmt!r} is not a known format; allowed: {', '.join((*FORMATS, *MX_FORMATS))}")
+    if not isinstance(fmt, FP8Format) and not (isinstance(fmt, str) and fmt in (*FORMATS, *HALF_FORMATS)):
+        raise ValueError(f"fmt={fmt!r} is not a known format; allowed: {', '.join((*FORMATS, *HALF_FORMATS, *MX_FORMATS))}")
     return quantize_fp8(x, fmt)

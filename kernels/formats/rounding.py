@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.formats import FORMATS, FP8Format, get_format
+from kernels.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
 
 __all__ = ["quantize_fp8", "quantize_native", "quantize_fast"]
 
@@ -48,9 +48,9 @@ def quantize_fp8(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn") -> torch.Tens
     Returns:
         float32 tensor of the same shape whose values are on the grid.
     """
-    if not isinstance(fmt, FP8Format) and not (isinstance(fmt, str) and fmt in FORMATS):
-        raise ValueError(f"fmt={fmt!r} is not a known FP8 format; allowed: {', '.join(FORMATS)}")
-    f = get_format(fmt)
+    if not isinstance(fmt, FP8Format) and not (isinstance(fmt, str) and fmt in (*FORMATS, *HALF_FORMATS)):
+        raise ValueError(f"fmt={fmt!r} is not a known format; allowed: {', '.join((*FORMATS, *HALF_FORMATS))}")
+    f = get_p_format(fmt)
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype != torch.float32:
@@ -59,16 +59,20 @@ def quantize_fp8(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn") -> torch.Tens
     a = torch.clamp(x.abs(), max=f.max_finite)  # NaN propagates through clamp
     bits = a.view(torch.int32)
     e = (bits >> 23) - 127  # unbiased exponent; -127 for zero and fp32 subnormals
+    sub32 = e == -127  # fp32 zero and subnormals: exponent -126, no implicit bit (bf16 keeps them)
+    e = torch.where(sub32, torch.full_like(e, -126), e)
     t = torch.clamp(e, min=f.emin)
     shift = torch.clamp(23 - m + (t - e), max=25)
-    mant = (bits & _MAN_MASK) | _IMPLICIT
+    mant = (bits & _MAN_MASK) | torch.where(sub32, torch.zeros_like(bits), torch.full_like(bits, _IMPLICIT))
     half_minus_one = (1 << (shift - 1)) - 1
     q = (mant + half_minus_one + ((mant >> shift) & 1)) >> shift
-    # fp32 zero and subnormals (e == -127) lie far below half of any FP8 format's
-    # smallest subnormal; shift == 25 already rounds them to 0, and the implicit
-    # bit added above cannot change that.
-    step = ((t - m + 127) << 23).view(torch.float32)
-    out = q.to(torch.float32) * step
+    # fp32 zero and subnormals lie far below half of any FP8 format's smallest subnormal (shift == 25
+    # rounds them to 0); bf16 shares float32's exponent range and rounds them onto its own subnormals.
+    if f.emin - m + 127 > 0:
+        step = ((t - m + 127) << 23).view(torch.float32)
+        out = q.to(torch.float32) * step
+    else:  # bf16: the subnormal step 2^(emin - m) is itself a float32 subnormal; float64 holds it exactly
+        out = (q.to(torch.float64) * torch.exp2((t - m).to(torch.float64))).to(torch.float32)
     out = torch.where(torch.isnan(x), x, out)
     return torch.copysign(out, x)
 
@@ -101,6 +105,9 @@ def quantize_native(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn") -> torch.T
     return out
 
 
+_HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def quantize_fast(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn", *, saturate: bool = True,
                   out: torch.Tensor | None = None) -> torch.Tensor:
     """Same values as :func:`quantize_fp8`, by IEEE float32 addition: the emulator's hot path.
@@ -114,7 +121,11 @@ def quantize_fast(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn", *, saturate:
     (numerically equal); NaN stays NaN. ``saturate=False`` skips the clamp when the
     caller knows ``|x| <= max_finite``. ``out`` may alias ``x`` to round in place.
     """
-    f = get_format(fmt)
+    f = get_p_format(fmt)
+    if f.name in _HALF_DTYPES:  # torch's own 16-bit casts round to nearest even, subnormals included
+        y = torch.clamp(x, min=-f.max_finite, max=f.max_finite) if saturate else x
+        y = y.to(_HALF_DTYPES[f.name]).to(torch.float32)
+        return y if out is None else out.copy_(y)
     if saturate:
         x = torch.clamp(x, min=-f.max_finite, max=f.max_finite)
     magic = (x.view(torch.int32) & 0x7F800000).view(torch.float32)

@@ -19,14 +19,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kernels.contract import BLOCK_SIZES, MX_FORMAT_NAMES, ORDERS, OPERAND_SCALES, ROWSUMS, SCALE_MODES, SINK_MODES, is_allowed
-from kernels.formats import FORMATS
+from kernels.contract import (BLOCK_SIZES, MX_FORMAT_NAMES, ORDERS, OPERAND_SCALES, P_NORMALIZE, ROWSUMS, SCALE_MODES,
+                              SINK_MODES, SPLIT_LAYOUTS, is_allowed)
+from kernels.formats import FORMATS, HALF_FORMATS
 
-__all__ = ["Policy", "POLICIES", "POLICY_KEYS", "allowed_values", "get_policy", "policy_from_config", "policies_from_config"]
+__all__ = ["Policy", "POLICIES", "POLICY_KEYS", "DECODE_PRESETS", "allowed_values", "get_policy", "policy_from_config",
+           "policies_from_config"]
 
 READ = "2026-11"  # the month the public sources below were read
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # a policy name: one token, safe in CSV cells and paths
 _META = ("name", "source", "read")  # Policy fields that are not keywords of kernels.attention
+_DECODE = {"num_splits": 1, "split_layout": "contiguous", "p_normalize": "online"}  # the single pass's values
 
 
 def _finite_number(value) -> bool:
@@ -38,8 +41,8 @@ def _fmt_or_none(value) -> bool:
 
 
 def _p_fmt(value) -> bool:
-    """P's format: None, an FP8 format or a microscaled one (as kernels.attention's fmt)."""
-    return _fmt_or_none(value) or (isinstance(value, str) and value in MX_FORMAT_NAMES)
+    """P's format: None, an FP8 format, a microscaled one, bf16 or fp16 (as kernels.attention's fmt)."""
+    return _fmt_or_none(value) or (isinstance(value, str) and value in (*MX_FORMAT_NAMES, *HALF_FORMATS))
 
 
 def _operand_scale(value) -> bool:
@@ -56,7 +59,7 @@ _RULES = {
     "scale_mode": (lambda x: isinstance(x, str) and x in SCALE_MODES, ", ".join(SCALE_MODES)),
     "rescale_threshold": (lambda x: _finite_number(x) and x >= 0, "a finite number >= 0 (log2 units)"),
     "sink_mode": (lambda x: isinstance(x, str) and x in SINK_MODES, ", ".join(SINK_MODES)),
-    "fmt": (_p_fmt, f"None (YAML null), {_FMTS}, {', '.join(MX_FORMAT_NAMES)}"),
+    "fmt": (_p_fmt, f"None (YAML null), {_FMTS}, {', '.join(MX_FORMAT_NAMES)}, {', '.join(HALF_FORMATS)}"),
     "rowsum": (lambda x: isinstance(x, str) and x in ROWSUMS, ", ".join(ROWSUMS)),
     "qk_fmt": (_fmt_or_none, f"None (YAML null), {_FMTS}"),
     "qk_scale": (_operand_scale, f"{', '.join(OPERAND_SCALES)} or a finite number > 0"),
@@ -64,6 +67,9 @@ _RULES = {
     "v_scale": (_operand_scale, f"{', '.join(OPERAND_SCALES)} or a finite number > 0"),
     "block_m": (lambda x: is_allowed(x, BLOCK_SIZES), f"a power of two from {BLOCK_SIZES[0]} to {BLOCK_SIZES[-1]}"),
     "block_n": (lambda x: is_allowed(x, BLOCK_SIZES), f"a power of two from {BLOCK_SIZES[0]} to {BLOCK_SIZES[-1]}"),
+    "num_splits": (lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1, "an int >= 1"),
+    "split_layout": (lambda x: isinstance(x, str) and x in SPLIT_LAYOUTS, ", ".join(SPLIT_LAYOUTS)),
+    "p_normalize": (lambda x: isinstance(x, str) and x in P_NORMALIZE, ", ".join(P_NORMALIZE)),
     "source": (lambda x: isinstance(x, str), "a string (repository@commit and file)"),
     "read": (lambda x: isinstance(x, str), "a string (the month the source was read, YYYY-MM)"),
 }
@@ -103,6 +109,9 @@ class Policy:
     v_scale: str | float = "tensor"
     block_m: int = 64
     block_n: int = 64
+    num_splits: int = 1
+    split_layout: str = "contiguous"
+    p_normalize: str = "online"
     source: str = ""
     read: str = ""
 
@@ -119,8 +128,11 @@ class Policy:
                 object.__setattr__(self, name, float(value))
 
     def attention_kwargs(self) -> dict:
-        """The keywords of :func:`kernels.attention` this policy sets (every field but name, source, read)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _META}
+        """The keywords of :func:`kernels.attention` this policy sets (every field but name, source, read; the
+        decode fields only where they differ from the single pass, so a single-pass policy's keywords, and the
+        pipeline specs built from them, do not change)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in _META and (f.name not in _DECODE or getattr(self, f.name) != _DECODE[f.name])}
 
     def replace(self, **overrides) -> Policy:
         """A copy with ``overrides`` applied (:func:`dataclasses.replace`; checked again)."""
@@ -198,6 +210,41 @@ _PRESETS = (
            block_m=128, block_n=64, source=("triton-lang/triton@dc6ee3ed2cf9b2b436544d6153351f9bc679cc61 "
                                            "python/tutorials/06-fused-attention.py"),
            read=READ),
+) + (
+    # Decode presets (docs/decode.md). Where a kernel picks its split count at run time, num_splits is a
+    # parameter: .replace(num_splits=...). Partition sizes are set through num_splits for the decode
+    # experiment's N = 8,192 keys (contiguous splits of c = ceil(blocks / num_splits) blocks); for another N,
+    # num_splits = ceil(N / partition keys).
+    # FlashAttention-3 split-KV decode: each split runs FA3's policy (exp2 offset S = 2^8, reverse order inside
+    # it), partial outputs merged by their lse (hopper/flash_fwd_combine_kernel.h). hopper/heuristics.h
+    # num_splits_heuristic picks the count: 1 when batch·heads·row blocks nearly fill the SMs (or the KV has
+    # at most 4 blocks); else the smallest count whose wave efficiency (n_waves / ceil(n_waves), n_waves =
+    # row blocks·splits / SMs) is within 85% of the best up to min(max_splits, SMs, KV blocks). One decode row
+    # of one head on 132 SMs gives many splits; 16 taken as the default here.
+    Policy("fa3-decode", order="reverse", scale=256.0, scale_mode="exp2_offset", block_m=64, block_n=128,
+           num_splits=16, split_layout="contiguous",
+           source="Dao-AILab/flash-attention hopper/flash_fwd_combine_kernel.h, hopper/heuristics.h", read=READ),
+    # TensorRT-LLM XQA on sm90 (shipped in FlashInfer): 64-token tiles dealt to the sub-sequences of a
+    # sequence in turn (interleaved), ascending order, P times 448 before its e4m3 cast; the sub-sequence
+    # count (nbSubSeqPerSeq) is chosen from the SM count at run time: 4 taken.
+    Policy("xqa-sm90", order="forward", scale=448.0, scale_mode="multiply", block_m=64, block_n=64,
+           num_splits=4, split_layout="interleaved", source="flashinfer-ai/flashinfer csrc/xqa/mha_sm90.cu",
+           read=READ),
+    # AMD aiter paged_attention_ragged: per 256-key partition, exact max and sum first, then the normalised
+    # P = exp(s - m)/l cast to e4m3 with no scale (S = 1): 32 partitions of 256 keys at N = 8,192.
+    Policy("aiter-pa-ragged", order="forward", scale=1.0, p_normalize="partition", block_m=16, block_n=256,
+           num_splits=32, split_layout="contiguous", source="ROCm/aiter aiter/ops/attention.py (paged_attention_ragged)",
+           read=READ),
+    # vLLM paged attention v2: 512-key partitions (PARTITION_SIZE), exact max and sum per partition, P kept
+    # in bf16 for P·V: 16 partitions of two 256-key blocks at N = 8,192.
+    Policy("vllm-paged-v2", order="forward", scale=1.0, p_normalize="partition", fmt="bf16", block_m=16,
+           block_n=256, num_splits=16, split_layout="contiguous",
+           source="vllm-project/vllm csrc/attention/paged_attention_v2.cu", read=READ),
+    # vLLM's Triton decode (kernel_unified_attention_3d + reduce_segments): contiguous segments, forward
+    # order, the learned sink seeding segment 0's max and sum; 16 segments (NUM_SEGMENTS_PER_SEQ) taken.
+    Policy("vllm-triton-decode", order="forward", scale=1.0, scale_mode="multiply", sink_mode="init", block_m=16,
+           block_n=32, num_splits=16, split_layout="contiguous",
+           source="vllm-project/vllm vllm/attention/ops/triton_unified_attention.py", read=READ),
 )
 
 # The paper's four combinations (kernels.contract.COMBOS): the contract of kernels.attention with
@@ -209,6 +256,8 @@ _PAPER = tuple(
 )
 
 POLICIES: dict[str, Policy] = {p.name: p for p in _PRESETS + _PAPER}
+# The presets with splits (docs/decode.md): not in the policies experiment's default list (N = 1024 there).
+DECODE_PRESETS = tuple(n for n, p in POLICIES.items() if p.num_splits > 1)
 
 
 # ----------------------------------------------------------------------------- look-up and config

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-__all__ = ["reference_attention", "reference_mse", "reference_stack", "causal_mask", "expand_kv"]
+__all__ = ["reference_attention", "reference_lse", "reference_mse", "reference_stack", "causal_mask", "expand_kv"]
 
 
 def expand_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
@@ -16,23 +16,25 @@ def expand_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
     return t if kv == heads else t.repeat_interleave(heads // kv, dim=1)
 
 
-def causal_mask(nq: int, nk: int, device=None) -> torch.Tensor:
-    """Boolean [nq, nk] mask of visible keys, top-left aligned like torch SDPA's ``is_causal``:
-    key ``j`` is visible to query ``i`` iff ``j <= i``."""
+def causal_mask(nq: int, nk: int, device=None, *, offset: int = 0) -> torch.Tensor:
+    """Boolean [nq, nk] mask of visible keys: key ``j`` is visible to query ``i`` iff ``j <= i + offset``.
+    ``offset=0`` is top-left aligned like torch SDPA's ``is_causal``; ``Nk - Nq`` is bottom-right
+    (:func:`kernels.contract.causal_offset`)."""
     i = torch.arange(nq, device=device)[:, None]
     j = torch.arange(nk, device=device)[None, :]
-    return j <= i
+    return j <= i + offset
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                        sm_scale: float | None = None, sink_logit: torch.Tensor | None = None) -> torch.Tensor:
+                        sm_scale: float | None = None, sink_logit: torch.Tensor | None = None,
+                        causal_offset: int = 0) -> torch.Tensor:
     """softmax(q kᵀ · sm_scale) v computed in float64, with an optional learned sink logit.
 
     Args:
         q: [B, H, Nq, d] (any float dtype; promoted to float64).
         k: [B, H_kv, Nk, d], H_kv dividing H (grouped-query attention, :func:`expand_kv`).
         v: [B, H_kv, Nk, d].
-        causal: top-left aligned causal mask (key j visible to query i iff j <= i).
+        causal: causal mask (key j visible to query i iff j <= i + causal_offset; 0: top-left).
         sm_scale: score scale, default 1/sqrt(d).
         sink_logit: None, or [H] or [B, H]: a logit σ_h with no key and no value, so
             ``exp(σ_h - M)`` joins each row's softmax denominator (M the row's max).
@@ -40,13 +42,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
     Returns:
         float64 tensor [B, H, Nq, d].
     """
-    d = q.shape[-1]
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(d)
-    q64, k64, v64 = q.double(), expand_kv(k, q.shape[1]).double(), expand_kv(v, q.shape[1]).double()
-    s = torch.matmul(q64, k64.transpose(-1, -2)) * sm_scale
-    if causal:
-        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], device=s.device), float("-inf"))
+    s = _scores(q, k, causal, sm_scale, causal_offset)
+    v64 = expand_kv(v, q.shape[1]).double()
     if sink_logit is None:
         p = torch.softmax(s, dim=-1)
     else:
@@ -54,6 +51,26 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
         sig = sink_logit.double().expand(q.shape[:2])[..., None, None].expand(*s.shape[:-1], 1)
         p = torch.softmax(torch.cat([s, sig], dim=-1), dim=-1)[..., :-1]
     return torch.matmul(p, v64)
+
+
+def _scores(q, k, causal, sm_scale, causal_offset):
+    """float64 scores ``q·kᵀ·sm_scale``, masked keys -inf."""
+    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    s = torch.matmul(q.double(), expand_kv(k, q.shape[1]).double().transpose(-1, -2)) * sm_scale
+    if causal:
+        s = s.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], device=s.device, offset=causal_offset),
+                          float("-inf"))
+    return s
+
+
+def reference_lse(q, k, *, causal=False, sm_scale=None, sink_logit=None, causal_offset: int = 0) -> torch.Tensor:
+    """float64 [B, H, Nq]: each row's natural-log softmax normaliser ``logsumexp`` of its visible scores,
+    with the sink logit as one more column."""
+    s = _scores(q, k, causal, sm_scale, causal_offset)
+    if sink_logit is not None:
+        sig = sink_logit.double().expand(q.shape[:2])[..., None, None].expand(*s.shape[:-1], 1)
+        s = torch.cat([s, sig], dim=-1)
+    return torch.logsumexp(s, dim=-1)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -162,9 +179,10 @@ def reference_stack(q: torch.Tensor, k: torch.Tensor, values, *, causal: bool = 
 
 
 def reference_mse(out: torch.Tensor, q, k, v, *, causal: bool = False, sm_scale: float | None = None,
-                  sink_logit: torch.Tensor | None = None) -> tuple[float, torch.Tensor]:
+                  sink_logit: torch.Tensor | None = None, causal_offset: int = 0) -> tuple[float, torch.Tensor]:
     """``(mse, mse_heads)`` of ``out`` [B, H, Nq, d] against :func:`reference_attention` of the same call:
     the mean squared error over everything, and float64 [B, H] per (batch, head)."""
-    ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit)
+    ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit,
+                              causal_offset=causal_offset)
     err = (out.double() - ref.to(out.device)) ** 2
     return float(err.mean()), err.mean(dim=(-2, -1))

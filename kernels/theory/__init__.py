@@ -5,7 +5,8 @@
 * :mod:`.lazy`: saturation under lazy rescaling (τ > 0);
 * :mod:`.policy`: the P-policy options (sink seeding, exp2 offset, the best lazy scale);
 * :mod:`.vcast`: the V-cast floor;
-* :mod:`.fp4`: P in microscaled FP4.
+* :mod:`.fp4`: P in microscaled FP4;
+* :mod:`.decode`: underflow under split-KV decode and the error of a partition-normalised P.
 
 May import: :mod:`kernels.contract` and :mod:`kernels.formats`.
 """

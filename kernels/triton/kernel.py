@@ -35,7 +35,8 @@ from kernels.reference import expand_kv
 from kernels.formats.microscaling import MXFormat
 from kernels.triton.rounding import fp8_round
 from kernels.triton.fp4 import MX_CODE, cast_p, per_row_div
-from kernels.triton.policy import SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, sink_final
+from kernels.triton.policy import (SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, partition_p,
+                                   sink_final, split_range)
 
 __all__ = ["triton_attention", "attention_launch", "triton_quantize", "triton_builtin_cast", "fp8_round",
            "LAUNCH_OPTIONS", "attention_num_warps"]
@@ -113,23 +114,23 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
                     REVERSE: tl.constexpr,  # visit KV blocks last to first
                     CAUSAL: tl.constexpr,  # top-left causal mask: key j visible to query i iff j <= i
                     QUANT: tl.constexpr,  # round p*S to the FP8 grid (False: no rounding)
-                    MAN_BITS: tl.constexpr,  # FP8 format: stored mantissa bits
-                    EMIN: tl.constexpr,  # FP8 format: exponent of the smallest normal
-                    MAX_FINITE: tl.constexpr,  # FP8 format: saturation value
+                    MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_FINITE: tl.constexpr,  # P's format (as _attn_fwd)
                     ROWSUM_ROUNDED: tl.constexpr,  # l sums p_q / S (exp2_offset: p_q) instead of the unrounded value
                     EXP2_OFFSET: tl.constexpr,  # scale_mode="exp2_offset": x = exp2(s·LOG2E - (m·LOG2E - log2 S))
                     LAZY: tl.constexpr,  # rescale_threshold > 0: the max moves only when (bm - m)·LOG2E > tau
                     QK_QUANT: tl.constexpr, QK_MAN_BITS: tl.constexpr, QK_EMIN: tl.constexpr,  # K cast: on, format
                     QK_MAX_FINITE: tl.constexpr,  # K cast format: saturation value
                     V_QUANT: tl.constexpr, V_MAN_BITS: tl.constexpr, V_EMIN: tl.constexpr,  # V cast: on, format
-                    V_MAX_FINITE: tl.constexpr,  # V cast format: saturation value
-                    MX: tl.constexpr, GROUP: tl.constexpr,  # P microscaled: 0 no, 1 nvfp4, 2 mxfp4; keys per group
+                    V_MAX_FINITE: tl.constexpr, MX: tl.constexpr, GROUP: tl.constexpr,  # MX: 0, nvfp4 1, mxfp4 2
                     PER_ROW: tl.constexpr,  # scale_mode="per_row": x = p·S_r per row and block (nvfp4)
+                    split, causal_off,  # this program's split; causal: key j visible to row i iff j <= i + off
+                    SPLITS: tl.constexpr, INTERLEAVED: tl.constexpr, PARTITION: tl.constexpr,  # kernels.triton.splits
                     ):
-    """Steps 1-5 and the diagnostics over every KV block for BLOCK_M rows; returns the state in argument order."""
-    n_blocks = tl.cdiv(N_K, BLOCK_N)
-    for i in range(0, n_blocks):
-        blk = n_blocks - 1 - i if REVERSE else i
+    """Steps 1-5 and the diagnostics over one split's KV blocks (SPLITS = 1: all) for BLOCK_M rows; returns the
+    state in argument order. PARTITION: m_i, l_i come in as the split's exact max and sum."""
+    n_iter, blk0, stride = split_range(tl.cdiv(N_K, BLOCK_N), split, SPLITS, INTERLEAVED)
+    for i in range(0, n_iter):
+        blk = blk0 + (n_iter - 1 - i if REVERSE else i) * stride
         offs_n = blk * BLOCK_N + tl.arange(0, BLOCK_N)
         key_ok = offs_n < N_K
         kT = _load_operand(k_base + offs_n[None, :] * stride_kn + offs_d[:, None], key_ok[None, :], scale_ptr + 1,
@@ -138,20 +139,22 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
                           V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE)
         # step 1: scores
         s = tl.dot(q, kT, input_precision="ieee") * sm_scale  # fp32 with exact products (no TF32)
-        visible = (key_ok[None, :] & (offs_n[None, :] <= offs_m[:, None])) if CAUSAL else key_ok[None, :]
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_off)
         s = tl.where(visible, s, float("-inf"))
         # step 2: running max
-        m_new = new_max(m_i, tl.max(s, 1), tau, LAZY)
+        m_new = m_i if PARTITION else new_max(m_i, tl.max(s, 1), tau, LAZY)
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that have seen no key yet
         p, alpha = exp_block(s, m_i, m_safe, log2s, EXP2_OFFSET)  # p: exp(s - m), or x under EXP2_OFFSET
         # step 3: cast
         x, pq, d_blk, n_saturated, n_underflow_scale, n_groups_flushed = cast_p(  # d_blk: S, or S_r per row
-            p, p_scale, offs_n, KSINK, n_saturated, n_underflow_scale, n_groups_flushed, QUANT, MAN_BITS, EMIN,
+            partition_p(p, l_i, PARTITION), p_scale, offs_n, KSINK, n_saturated, n_underflow_scale, n_groups_flushed, QUANT, MAN_BITS, EMIN,
             MAX_FINITE, EXP2_OFFSET, MX, GROUP, PER_ROW)
         # step 4: row sum
         rs = tl.sum(pq, 1)
         l_rnd = rs if EXP2_OFFSET else tl.div_rn(rs, tl.broadcast_to(d_blk, rs.shape))  # / S (or S_r; exp2: / 1)
-        l_i = l_i * alpha + (l_rnd if ROWSUM_ROUNDED else tl.sum(p, 1))
+        l_i = l_i if PARTITION else l_i * alpha + (l_rnd if ROWSUM_ROUNDED else tl.sum(p, 1))  # partition: exact
         # step 5: accumulate
         acc = acc * alpha[:, None] + per_row_div(tl.dot(pq, v, input_precision="ieee"), d_blk, PER_ROW)
         m_i = m_new
@@ -230,7 +233,8 @@ def _attn_fwd(Q, K, V, Out, Diag,
         K + z * stride_kz + h * stride_kh, V + z * stride_vz + h * stride_vh, stride_kn, stride_vn,
         offs_m, offs_d, N_K, sm_scale, p_scale, KSINK, tau, log2s, scale_ptr,
         HEAD_D, BLOCK_N, REVERSE, CAUSAL, QUANT, MAN_BITS, EMIN, MAX_FINITE, ROWSUM_ROUNDED, EXP2_OFFSET, LAZY,
-        QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE, V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE, MX, GROUP, PER_ROW)
+        QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE, V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE, MX, GROUP, PER_ROW,
+        0, 0, 1, False, False)
     # step 6: normalise
     l_i = sink_final(l_i, m_i, Sink + pid_bh, log2s, SINK_MODE, EXP2_OFFSET)
     den = l_i if EXP2_OFFSET else l_i * p_scale

@@ -9,6 +9,8 @@ option's operations, so a default call runs the plain contract.
 * ``exp_block``: ``p = exp(s − m)`` or the exp2-offset ``x`` (``scale_mode``), and ``alpha``.
 * ``init_state`` / ``sink_final``: a learned sink logit seeds ``(m, l)`` or joins ``l``
   after the last block (``sink_logit``, ``sink_mode``).
+* :func:`split_range` / :func:`partition_p`: the blocks of one split (``num_splits``, ``split_layout``) and
+  partition-normalised P (``p_normalize="partition"``; docs/interfaces.md, "Decode-time attention").
 * :func:`operand_scales`: the per-(batch, head) scales ``s_t``, computed on the host in float32.
 """
 
@@ -21,7 +23,8 @@ import triton.language as tl
 from kernels.contract import LOG2E, SINK_MODES
 from kernels.formats import FP8Format
 
-__all__ = ["new_max", "exp_block", "init_state", "sink_final", "operand_scales", "SINK_MODE_CODE"]
+__all__ = ["new_max", "exp_block", "init_state", "sink_final", "operand_scales", "SINK_MODE_CODE", "split_range",
+           "partition_p"]
 
 _LOG2E = tl.constexpr(LOG2E)  # kernels.contract.LOG2E, as a compile-time float32 constant
 # The kernel's SINK_MODE constexpr: 0 = no sink logit, then 1 + the index in kernels.contract.SINK_MODES.
@@ -90,6 +93,38 @@ def sink_final(l_i, m_i, sink_ptr, log2s,
         else:
             l_i = l_i + tl.exp(sig - m_safe)
     return l_i
+
+
+@triton.jit
+def split_range(n_blocks, split,
+                SPLITS: tl.constexpr,  # splits; 1: every block, in the kernel's original loop
+                INTERLEAVED: tl.constexpr,  # block j in split j mod SPLITS (else contiguous ranges of cdiv(n, SPLITS))
+                ):
+    """``(n_iter, first block, stride)``: split ``split`` visits blocks ``first + i·stride``, i < n_iter."""
+    if SPLITS == 1:
+        n_iter = n_blocks
+        blk0 = 0
+        stride = 1
+    elif INTERLEAVED:
+        n_iter = tl.maximum(tl.cdiv(n_blocks - split, SPLITS), 0)
+        blk0 = split
+        stride = SPLITS
+    else:
+        c = tl.cdiv(n_blocks, SPLITS)
+        blk0 = split * c
+        n_iter = tl.maximum(tl.minimum(n_blocks - blk0, c), 0)
+        stride = 1
+    return n_iter, blk0, stride
+
+
+@triton.jit
+def partition_p(p, l_i,
+                PARTITION: tl.constexpr,  # p / l_s (the split's exact sum; rows without keys: p itself, 0)
+                ):
+    """What step 3 casts before the scale: ``p``, or ``p / l_s`` (``tl.div_rn``: correctly rounded compiled too)."""
+    if PARTITION:
+        p = tl.div_rn(p, tl.where(l_i > 0.0, l_i, 1.0)[:, None])
+    return p
 
 
 # ============================================================================= host side

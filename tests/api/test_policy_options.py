@@ -42,6 +42,8 @@ def sink_inputs(seed, nq, nk, d=32, *, b=2, h=2, delta=6.0):
 def agree(q, k, v, **kw):
     """Emulator and loop oracle on one call: diagnostics identical and outputs within 1e-5 of max|out|,
     or (where a diagnostic differs) every difference explained by kernels.conformance.explain."""
+    if kw.get("causal") and q.shape[2] < k.shape[2]:  # Nq < Nk: the top-left mask these tests check, named
+        kw = {**kw, "causal_align": "top_left"}
     emu = kernels.attention(q, k, v, backend="emulator", **kw)
     out, diag = loop_attention(q, k, v, **{n: x for n, x in kw.items() if n != "block_m"})
     loop = SimpleNamespace(out=out, **diag)
@@ -138,7 +140,8 @@ def test_max_in_force_is_the_running_max_at_tau_zero_and_goes_stale_above():
 @pytest.mark.parametrize("backend", ["emulator", "triton"])
 def test_every_option_at_its_default_is_todays_contract(backend):
     q, k, v = sink_inputs(70, 40, 70, d=16, b=1)
-    for kw in (dict(order="forward", scale=1.0), dict(order="reverse", scale=256.0, causal=True, block_n=16)):
+    for kw in (dict(order="forward", scale=1.0), dict(order="reverse", scale=256.0, causal=True, causal_align="top_left",
+                                                         block_n=16)):
         base = kernels.attention(q, k, v, ksink=1, backend=backend, **kw)
         same = [kernels.attention(q, k, v, ksink=1, backend=backend, policy=None, **OPTION_DEFAULTS, **kw)]
         same += [kernels.attention(q, k, v, ksink=1, backend=backend, **{n: x}, **kw)
@@ -242,9 +245,10 @@ def test_unrounded_options_match_the_reference(scale_mode, sink_mode):
     the output is the float64 reference's (with the sink in the denominator) up to fp32 rounding."""
     q, k, v = sink_inputs(73, 40, 150, b=2)
     sink = torch.tensor([[3.0, -2.0], [8.0, 0.5]])
-    ref = kernels.attention(q, k, v, sink_logit=sink, causal=True, backend="reference").out
+    ref = kernels.attention(q, k, v, sink_logit=sink, causal=True, causal_align="top_left", backend="reference").out
     for tau in (0.0, 8.0):
-        out = kernels.attention(q, k, v, fmt=None, causal=True, scale=256.0, block_n=16, sink_logit=sink,
+        out = kernels.attention(q, k, v, fmt=None, causal=True, causal_align="top_left", scale=256.0, block_n=16,
+                                sink_logit=sink,
                                 sink_mode=sink_mode, scale_mode=scale_mode, rescale_threshold=tau,
                                 backend="emulator").out
         assert float((out.double() - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
@@ -279,7 +283,8 @@ def test_a_seeded_sink_collapses_both_orders_and_a_final_sink_does_not():
 def test_reference_with_a_sink_logit_is_the_explicit_float64_softmax():
     q, k, v = sink_inputs(74, 9, 23, d=16)
     for sink in (torch.tensor([2.0, -30.0]), torch.tensor([[1.5, 40.0], [0.0, -3.0]])):
-        got = kernels.attention(q, k, v, sink_logit=sink, causal=True, sm_scale=0.3, backend="reference").out
+        got = kernels.attention(q, k, v, sink_logit=sink, causal=True, causal_align="top_left", sm_scale=0.3,
+                                backend="reference").out
         s = np.einsum("bhid,bhjd->bhij", q.double().numpy(), k.double().numpy()) * 0.3
         s[..., np.triu(np.ones((9, 23), dtype=bool), 1)] = -np.inf
         sig = np.broadcast_to(sink.double().numpy(), (2, 2))[..., None, None]

@@ -16,7 +16,7 @@ import torch
 import kernels
 from kernels.reference import reference_attention
 
-from test_attention import check_three
+from three_way import check_three
 
 
 def gqa_inputs(seed, *, b=2, h=4, hkv=2, nq=37, nk=70, d=80):
@@ -45,7 +45,7 @@ CASES = {
 def test_three_implementations_agree_on_real_shapes(case):
     shape, kw = CASES[case]
     q, k, v = gqa_inputs(len(case), **shape)
-    tri, emu, _ = check_three(q, k, v, fmt="e4m3fn", ksink=1, **kw)
+    tri, emu, _, _ = check_three(q, k, v, fmt="e4m3fn", ksink=1, **kw)
     assert tri.out.shape == q.shape and int(emu.terms.sum()) > 0
     assert int(emu.underflow.sum()) > 0  # the comparison covered real underflow
 
@@ -58,7 +58,7 @@ def test_unrounded_matches_the_float64_reference(d, hkv):
     idx = torch.arange(4) // (4 // hkv)
     assert torch.equal(ref, reference_attention(q, k[:, idx], v[:, idx], causal=True))
     for backend in ("emulator", "triton"):
-        out = kernels.attention(q, k, v, fmt=None, causal=True, backend=backend).out.double()
+        out = kernels.attention(q, k, v, fmt=None, causal=True, causal_align="top_left", backend=backend).out.double()
         assert float((out - ref).abs().max()) <= 1e-5 * float(ref.abs().max()), backend
 
 

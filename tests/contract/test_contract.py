@@ -14,7 +14,9 @@ from kernels import contract
 ROOT = Path(__file__).resolve().parents[2]
 
 # The three implementations of the per-row contract.
-IMPLEMENTATIONS = ("kernels/triton/kernel.py", "kernels/emulator/core.py", "tests/support/loop_contract.py")
+# The split contract (several splits, partition-normalised P) has its own emulator module with the same markers.
+IMPLEMENTATIONS = ("kernels/triton/kernel.py", "kernels/emulator/core.py", "tests/support/loop_contract.py",
+                   "kernels/emulator/splits.py")
 MARKERS = tuple(contract.step_marker(n) for n in range(1, len(contract.STEPS) + 1))
 
 
@@ -141,8 +143,8 @@ def test_attention_result_carries_exactly_the_diagnostics_in_order():
     from kernels.api import AttentionResult
 
     fields = [f.name for f in dataclasses.fields(AttentionResult)]
-    # besides the diagnostics: the output, the backend that ran, and the MSE of reference=True
-    assert tuple(f for f in fields if f not in ("out", "backend", "mse", "mse_heads")) == contract.DIAGNOSTICS
+    # besides the diagnostics: the output, the backend that ran, the MSE of reference=True and the row's lse
+    assert tuple(f for f in fields if f not in ("out", "backend", "mse", "mse_heads", "lse")) == contract.DIAGNOSTICS
 
 
 def test_every_backend_reports_a_name_of_backends_ran():

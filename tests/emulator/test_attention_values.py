@@ -53,10 +53,12 @@ def assert_same_bits(a, b):
 CASES = {
     "fa4": dict(policy="fa4", block_n=16),
     "vllm-init-logit": dict(policy="vllm-unified", sink=True),
-    "paper-rounded-causal": dict(order="reverse", scale=256.0, rowsum="rounded", causal=True, block_n=32),
+    "paper-rounded-causal": dict(order="reverse", scale=256.0, rowsum="rounded", causal=True, block_n=32,
+                                 causal_align="top_left"),
     "v-cast-tensor": dict(policy="fa3", v_fmt="e4m3fn", qk_fmt="e4m3fn", block_n=128),
     "v-cast-fixed": dict(policy="sage2", v_fmt="e5m2", v_scale=0.25, sink=True, sink_mode="final"),
-    "saturating": dict(scale=448.0, scale_mode="exp2_offset", rescale_threshold=4.0, block_n=16, causal=True),
+    "saturating": dict(scale=448.0, scale_mode="exp2_offset", rescale_threshold=4.0, block_n=16, causal=True,
+                       causal_align="top_left"),
 }
 
 

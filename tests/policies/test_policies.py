@@ -13,14 +13,16 @@ import yaml
 
 from kernels.contract import BLOCK_SIZES, COMBOS, log2_scale
 from kernels.formats import get_format
-from kernels.policies import POLICIES, POLICY_KEYS, Policy, get_policy, policies_from_config, policy_from_config
+from kernels.policies import DECODE_PRESETS, POLICIES, POLICY_KEYS, Policy, get_policy, policies_from_config, policy_from_config
 
 ROOT = Path(__file__).resolve().parents[2]
+DECODE = ("fa3-decode", "xqa-sm90", "aiter-pa-ragged", "vllm-paged-v2", "vllm-triton-decode")
 PRESETS = ("fa3", "fa4", "sage2", "flashinfer-hopper", "hpc-ops", "hpc-ops-s1", "vllm-unified", "triton-tutorial",
-           "forward-s1", "forward-s256", "reverse-s1", "reverse-s256")
+           *DECODE, "forward-s1", "forward-s256", "reverse-s1", "reverse-s256")
 # The keywords of kernels.attention a policy sets (docs/interfaces.md, "Keywords").
 KWARGS = ("order", "scale", "scale_mode", "rescale_threshold", "sink_mode", "fmt", "rowsum", "qk_fmt", "qk_scale",
           "v_fmt", "v_scale", "block_m", "block_n")
+DECODE_KWARGS = ("num_splits", "split_layout", "p_normalize")  # in attention_kwargs only where not the single pass
 
 # The documented facts of each deployed kernel (implementations.md and the task): order, S,
 # how S is applied, sink mode and P's format.
@@ -33,6 +35,19 @@ FACTS = {
     "hpc-ops-s1": ("forward", 1.0, "multiply", "final", "e4m3fn"),
     "vllm-unified": ("forward", 1.0, "multiply", "init", "e4m3fn"),
     "triton-tutorial": ("forward", 1.0, "exp2_offset", "final", "e5m2"),
+    "fa3-decode": ("reverse", 256.0, "exp2_offset", "final", "e4m3fn"),
+    "xqa-sm90": ("forward", 448.0, "multiply", "final", "e4m3fn"),
+    "aiter-pa-ragged": ("forward", 1.0, "multiply", "final", "e4m3fn"),
+    "vllm-paged-v2": ("forward", 1.0, "multiply", "final", "bf16"),
+    "vllm-triton-decode": ("forward", 1.0, "multiply", "init", "e4m3fn"),
+}
+# The decode presets' splits (docs/decode.md): layout, normalisation, keys per split at N = 8,192.
+DECODE_FACTS = {
+    "fa3-decode": ("contiguous", "online", None),
+    "xqa-sm90": ("interleaved", "online", None),
+    "aiter-pa-ragged": ("contiguous", "partition", 256),
+    "vllm-paged-v2": ("contiguous", "partition", 512),
+    "vllm-triton-decode": ("contiguous", "online", None),
 }
 
 
@@ -64,6 +79,36 @@ def test_deployed_preset_matches_its_documented_facts(name):
     assert (p.order, p.scale, p.scale_mode, p.sink_mode, p.fmt) == FACTS[name]
 
 
+@pytest.mark.parametrize("name", DECODE)
+def test_decode_preset_splits(name):
+    from kernels.emulator.splits import split_blocks
+
+    p = POLICIES[name]
+    layout, normalize, keys = DECODE_FACTS[name]
+    assert (p.split_layout, p.p_normalize) == (layout, normalize) and p.num_splits > 1
+    if keys is not None:  # partitions of exactly that many keys at the decode experiment's N
+        parts = split_blocks(8192 // p.block_n, p.num_splits, p.split_layout)
+        assert {len(b) * p.block_n for b in parts} == {keys}
+    if name == "xqa-sm90":
+        assert p.block_n == 64  # XQA's 64-token tiles
+
+
+def test_decode_presets_run_on_a_decode_row():
+    import torch
+
+    import kernels
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, n, 64, generator=g) for n in (1, 1024, 1024))
+    sink = torch.full((2,), 4.0)
+    assert DECODE_PRESETS == DECODE
+    for name in DECODE:
+        r = kernels.attention(q, k, v, policy=name, backend="emulator", sink_logit=sink)
+        ref = kernels.attention(q, k, v, backend="reference", sink_logit=sink)
+        assert r.lse is not None and float((r.out - ref.out).abs().max()) < 0.1, name
+        assert int(r.terms.min()) == 1024, name
+
+
 def test_fa3_offset_is_max_offset_8():
     # FA3 subtracts Max_offset = 8 inside exp2: log2 S must be exactly 8, and exactly representable
     assert log2_scale(POLICIES["fa3"].scale) == 8.0
@@ -87,7 +132,7 @@ def test_fa4_lazy_threshold_leaves_no_room_to_saturate():
 
 def test_only_fa4_rescales_lazily_and_only_vllm_seeds_the_max_with_the_sink():
     assert [n for n, p in POLICIES.items() if p.rescale_threshold > 0] == ["fa4"]
-    assert [n for n, p in POLICIES.items() if p.sink_mode == "init"] == ["vllm-unified"]
+    assert [n for n, p in POLICIES.items() if p.sink_mode == "init"] == ["vllm-unified", "vllm-triton-decode"]
 
 
 def test_paper_presets_are_the_four_combinations_of_the_contract():
@@ -111,8 +156,11 @@ def test_attention_kwargs_are_the_keywords_without_name_source_read():
     kw = POLICIES["fa4"].attention_kwargs()
     assert tuple(kw) == KWARGS
     assert kw["rescale_threshold"] == POLICIES["fa4"].rescale_threshold
-    assert [f.name for f in dataclasses.fields(Policy)] == ["name", *KWARGS, "source", "read"]
-    assert POLICY_KEYS == (*KWARGS, "source", "read")
+    assert [f.name for f in dataclasses.fields(Policy)] == ["name", *KWARGS, *DECODE_KWARGS, "source", "read"]
+    assert POLICY_KEYS == (*KWARGS, *DECODE_KWARGS, "source", "read")
+    assert tuple(POLICIES["aiter-pa-ragged"].attention_kwargs()) == (*KWARGS, "num_splits", "p_normalize")
+    assert tuple(POLICIES["xqa-sm90"].attention_kwargs()) == (*KWARGS, "num_splits", "split_layout")
+    assert tuple(POLICIES["fa3-decode"].attention_kwargs()) == (*KWARGS, "num_splits")
 
 
 def test_attention_accepts_every_policy_keyword():
@@ -121,7 +169,7 @@ def test_attention_accepts_every_policy_keyword():
     params = inspect.signature(kernels.attention).parameters
     if "policy" not in params:
         pytest.skip("kernels.attention does not take policy keywords yet")
-    assert set(KWARGS) <= set(params)
+    assert set(KWARGS) | set(DECODE_KWARGS) <= set(params)
 
 
 def test_replace_checks_again_and_leaves_the_original():

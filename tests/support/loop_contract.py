@@ -19,7 +19,7 @@ import torch
 
 from kernels import quantize
 from kernels.contract import DIAGNOSTICS, LOG2E, float32, log2_scale
-from kernels.formats import get_format
+from kernels.formats import get_p_format as get_format
 from kernels.formats.microscaling import E2M1, MX_FORMATS, PER_ROW_TARGET
 
 
@@ -41,23 +41,95 @@ def cast_operand(t, fmt, scale="tensor"):
     return out
 
 
+def _deal(nblk, num_splits, layout):
+    """The blocks of each split, ascending (contiguous ranges of ceil(nblk / num_splits), or j mod num_splits)."""
+    if layout == "contiguous":
+        c = (nblk + num_splits - 1) // num_splits
+        return [list(range(s * c, min(nblk, (s + 1) * c))) for s in range(num_splits)]
+    return [[j for j in range(nblk) if j % num_splits == s] for s in range(num_splits)]
+
+
+def _block_scores(q, k, cols, rows, sm, causal, offset):
+    """fp32 scores of one block's keys ``cols``, masked keys -inf (key j visible to row i iff j <= i + offset)."""
+    s = torch.matmul(q, k[:, :, cols].transpose(-1, -2)) * sm
+    if causal:
+        s = torch.where(cols[None, :] <= rows + offset, s, torch.tensor(float("-inf")))
+    return s
+
+
+def _walk(q, k, v, blocks, st, o):
+    """Steps 1-5 over one split's blocks (in visiting order) from state ``st`` = (m, l, acc); ``o``: the
+    call's settings. Partition normalisation first takes the split's exact max and sum (o["part"])."""
+    m, l, acc = st
+    Nq, Nk = q.shape[2], k.shape[2]
+    rows = torch.arange(Nq)[:, None]
+    exp2, scale, fmt, mx, diag = o["exp2"], o["scale"], o["fmt"], o["mx"], o["diag"]
+    part = None
+    if o["partition"]:  # the split's exact max m_s and sum l_s, float32, before any cast
+        ss = torch.cat([_block_scores(q, k, _cols(j, o), rows, o["sm"], o["causal"], o["offset"]) for j in blocks], -1)
+        m = torch.maximum(m, ss.amax(-1)) if o["seeded"] else ss.amax(-1)
+        m_use = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+        part = torch.exp(ss - m_use[..., None]).sum(-1) + (torch.exp(o["sigma"] - m_use) if o["seeded"] else 0.0)
+        l = part
+    for j in blocks:
+        cols = _cols(j, o)
+        # step 1: scores
+        s = _block_scores(q, k, cols, rows, o["sm"], o["causal"], o["offset"])
+        # step 2: running max
+        bm = s.amax(-1)
+        m_new = m if part is not None else torch.where(torch.isneginf(m) | ((bm - m) * LOG2E > o["tau"]), bm, m)
+        m_use = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+        if exp2:
+            u = torch.exp2(s * LOG2E - (m_use * LOG2E - o["log2s"])[..., None])  # x; p*S is never formed
+            alpha = torch.exp2(m * LOG2E - m_use * LOG2E)
+        else:
+            u = torch.exp(s - m_use[..., None])  # p
+            alpha = torch.ones_like(m) if part is not None else torch.exp(m - m_use)
+        # step 3: cast
+        div = scale  # what the block's rounded row sum and (per_row) its p_q·V are divided by
+        if o["per_row"]:  # S_r = float32(2688 / r), r the block's row max of p; 1 where r = 0
+            r = u.amax(-1)
+            div = torch.where(r > 0, torch.tensor(PER_ROW_TARGET) / r, torch.tensor(1.0))
+            x = u * div[..., None]
+        elif part is not None:  # partition: x = (p / l_s)·S
+            x = u / torch.where(part > 0, part, torch.ones_like(part))[..., None] * scale
+        else:
+            x = u if exp2 else u * scale
+        if mx is not None:
+            pq = _cast_groups(x, u, mx, cols < o["ksink"], diag)
+        else:
+            pq = x if fmt is None else quantize(x, fmt)
+        # step 4: row sum
+        if part is None:
+            lb = u.sum(-1) if o["rowsum"] == "unrounded" else (pq.sum(-1) if exp2 else pq.sum(-1) / div)
+            l = l * alpha + lb
+        # step 5: accumulate
+        pv = torch.matmul(pq, v[:, :, cols])
+        acc = acc * alpha[..., None] + (pv / div[..., None] if o["per_row"] else pv)
+        m = m_new
+        _count(diag, u, pq, x, cols < o["ksink"], None if mx is not None else fmt)
+    return m, l, acc
+
+
+def _cols(j, o):
+    return torch.arange(j * o["block_n"], min(o["nk"], (j + 1) * o["block_n"]))
+
+
 def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=0, block_n=64,
                    sm_scale=None, rowsum="unrounded", scale_mode="multiply", rescale_threshold=0.0, sink_logit=None,
-                   sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor"):
+                   sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor", num_splits=1,
+                   split_layout="contiguous", p_normalize="online", causal_align=None):
     """q [B,H,Nq,d], k and v [B,H_kv,Nk,d] float32 (H_kv dividing H) -> (out [B,H,Nq,d] float32, dict of
-    int64 [B,H,Nq]).
+    int64 [B,H,Nq] diagnostics and float32 ``lse``).
 
     The keywords are those of ``kernels.attention`` (names and strings, not resolved objects);
-    ``sink_logit`` is None or float32 [H] or [B, H].
+    ``sink_logit`` is None or float32 [H] or [B, H]. Splits (``num_splits``, ``split_layout``), partition
+    normalisation and the merge follow docs/interfaces.md ("Decode-time attention").
     """
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
-    sm = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
     exp2 = scale_mode == "exp2_offset"
     log2s = log2_scale(scale)
-    mx = MX_FORMATS.get(fmt) if isinstance(fmt, str) else None  # microscaled P (groups of keys, a scale each)
-    per_row = scale_mode == "per_row"
-    tau = torch.tensor(float32(rescale_threshold))
     if qk_fmt is not None:
         q, k = cast_operand(q, qk_fmt, qk_scale), cast_operand(k, qk_fmt, qk_scale)
     if v_fmt is not None:
@@ -67,60 +139,58 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
     kv_of = torch.arange(H) // (H // k.shape[1])  # query head h reads key/value head h // (H / H_kv)
     k, v = k[:, kv_of], v[:, kv_of]
     sigma = None if sink_logit is None else sink_logit.float().expand(B, H)[..., None].expand(B, H, Nq)
-    m = torch.full((B, H, Nq), float("-inf"))
-    l = torch.zeros(B, H, Nq)
-    if sigma is not None and sink_mode == "init":
-        m = sigma.clone()  # the sink seeds the max, and l holds the sink's own unrounded value
-        l = torch.exp2(sigma * LOG2E - (sigma * LOG2E - log2s)) if exp2 else torch.ones(B, H, Nq)
-    acc = torch.zeros(B, H, Nq, d)
-    diag = {n: torch.zeros(B, H, Nq, dtype=torch.int64) for n in DIAGNOSTICS}
+    o = dict(exp2=exp2, log2s=log2s, scale=scale, fmt=fmt, rowsum=rowsum, ksink=ksink, block_n=block_n, nk=Nk,
+             sm=1.0 / math.sqrt(d) if sm_scale is None else sm_scale, causal=causal, sigma=sigma,
+             offset=Nk - Nq if causal_align == "bottom_right" else 0, per_row=scale_mode == "per_row",
+             mx=MX_FORMATS.get(fmt) if isinstance(fmt, str) else None, tau=torch.tensor(float32(rescale_threshold)),
+             partition=p_normalize == "partition",
+             diag={n: torch.zeros(B, H, Nq, dtype=torch.int64) for n in DIAGNOSTICS})
     nblk = (Nk + block_n - 1) // block_n
-    blocks = range(nblk - 1, -1, -1) if order == "reverse" else range(nblk)
-    rows = torch.arange(Nq)[:, None]
-    for j in blocks:
-        cols = torch.arange(j * block_n, min(Nk, (j + 1) * block_n))
-        # step 1: scores
-        s = torch.matmul(q, k[:, :, cols].transpose(-1, -2)) * sm
-        if causal:
-            s = torch.where(cols[None, :] <= rows, s, torch.tensor(float("-inf")))
-        # step 2: running max
-        bm = s.amax(-1)
-        m_new = torch.where(torch.isneginf(m) | ((bm - m) * LOG2E > tau), bm, m)
-        m_use = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
-        if exp2:
-            u = torch.exp2(s * LOG2E - (m_use * LOG2E - log2s)[..., None])  # x; p*S is never formed
-            alpha = torch.exp2(m * LOG2E - m_use * LOG2E)
-        else:
-            u = torch.exp(s - m_use[..., None])  # p
-            alpha = torch.exp(m - m_use)
-        # step 3: cast
-        div = scale  # what the block's rounded row sum and (per_row) its p_q·V are divided by
-        if per_row:  # S_r = float32(2688 / r), r the block's row max of p; 1 where r = 0
-            r = u.amax(-1)
-            div = torch.where(r > 0, torch.tensor(PER_ROW_TARGET) / r, torch.tensor(1.0))
-            x = u * div[..., None]
-        else:
-            x = u if exp2 else u * scale
-        if mx is not None:
-            pq = _cast_groups(x, u, mx, cols < ksink, diag)
-        else:
-            pq = x if fmt is None else quantize(x, fmt)
-        # step 4: row sum
-        if rowsum == "unrounded":
-            lb = u.sum(-1)
-        else:
-            lb = pq.sum(-1) if exp2 else pq.sum(-1) / div
-        l = l * alpha + lb
-        # step 5: accumulate
-        pv = torch.matmul(pq, v[:, :, cols])
-        acc = acc * alpha[..., None] + (pv / div[..., None] if per_row else pv)
-        m = m_new
-        _count(diag, u, pq, x, cols < ksink, None if mx is not None else fmt)
+    states = []
+    for si, blocks in enumerate(_deal(nblk, num_splits, split_layout)):
+        o["seeded"] = sigma is not None and sink_mode == "init" and si == 0
+        m = sigma.clone() if o["seeded"] else torch.full((B, H, Nq), float("-inf"))
+        l = torch.zeros(B, H, Nq)
+        if o["seeded"]:  # the sink seeds the max, and l holds the sink's own unrounded value
+            l = torch.exp2(sigma * LOG2E - (sigma * LOG2E - log2s)) if exp2 else torch.ones(B, H, Nq)
+        if blocks:
+            states.append(_walk(q, k, v, blocks[::-1] if order == "reverse" else blocks, (m, l, torch.zeros(B, H, Nq, d)), o))
     # step 6: normalise
-    if sigma is not None and sink_mode == "final":
+    final = sigma if sigma is not None and sink_mode == "final" else None
+    if num_splits == 1 and p_normalize == "online":
+        (m, l, acc), = states
         mf = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-        l = l + (torch.exp2(sigma * LOG2E - (mf * LOG2E - log2s)) if exp2 else torch.exp(sigma - mf))
-    return (acc / l[..., None] if exp2 else acc / (l * scale)[..., None]), diag
+        if final is not None:
+            l = l + (torch.exp2(final * LOG2E - (mf * LOG2E - log2s)) if exp2 else torch.exp(final - mf))
+        out = acc / l[..., None] if exp2 else acc / (l * scale)[..., None]
+        return out, {**o["diag"], "lse": _lse(mf, l, exp2, log2s)}
+    return _merge(states, final, o)
+
+
+def _lse(m, l, exp2, log2s):
+    return m + torch.log(l) - log2s * math.log(2.0) if exp2 else m + torch.log(l)
+
+
+def _merge(states, final, o):
+    """The merge of the splits' (m, l, acc): lse_s, O_s, then FlashAttention-3's combine in float32."""
+    lses, outs = [], []
+    for m, l, acc in states:
+        mf = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+        if o["partition"]:
+            lses.append(mf + torch.log(l))
+            outs.append(acc / o["scale"])
+        else:
+            lses.append(_lse(mf, l, o["exp2"], o["log2s"]))
+            outs.append(acc / l[..., None] if o["exp2"] else acc / (l * o["scale"])[..., None])
+    big = torch.stack(lses).amax(0)
+    den, num = torch.zeros_like(big), torch.zeros_like(outs[0])
+    for lse_s, o_s in zip(lses, outs):
+        w = torch.exp(lse_s - big)
+        den = den + w
+        num = num + w[..., None] * torch.where(torch.isneginf(lse_s)[..., None], torch.zeros_like(o_s), o_s)
+    if final is not None:
+        den = den + torch.exp(final - big)
+    return num / den[..., None], {**o["diag"], "lse": big + torch.log(den)}
 
 
 def _count(diag, u, pq, x, sink, fmt):

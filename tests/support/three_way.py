@@ -57,8 +57,11 @@ def check_three(q, k, v, *, block_m=64, rowsum="unrounded", triton=True, **kw):
     """Triton (interpreted; skipped with ``triton=False``), emulator and loop agree on one call
     (keywords ``kw`` of kernels.attention), every difference explained.
 
-    Returns ``(triton result or None, emulator result, loop result, reports by pair)``.
+    Returns ``(triton result or None, emulator result, loop result, reports by pair)``. A causal call
+    with Nq < Nk and no ``causal_align`` runs top-left aligned, the mask these tests check.
     """
+    if kw.get("causal") and q.shape[2] < k.shape[2] and "causal_align" not in kw:
+        kw = {**kw, "causal_align": "top_left"}
     emu = kernels.attention(q, k, v, backend="emulator", block_m=block_m, rowsum=rowsum, **kw)
     assert emu.backend == "emulator"
     loop = as_result(*loop_attention(q, k, v, rowsum=rowsum, **kw))

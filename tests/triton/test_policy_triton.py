@@ -149,6 +149,8 @@ def test_a_clear_lazy_decision_is_not_fragile_and_the_other_walk_is_rejected(c):
 
 def _pair(kw_a, kw_b, *, seed=31, nq=64, nk=96, d=16):
     q, k, v = sink_inputs(seed, nq, nk, d, h=2)
+    align = {"causal_align": "top_left"} if nq < nk else {}  # Nq < Nk: the top-left mask, named
+    kw_a, kw_b = {**kw_a, **align}, {**kw_b, **align}
     a = kernels.attention(q, k, v, backend="emulator", ksink=4, **kw_a)
     b = as_result(*loop_attention(q, k, v, ksink=4, **kw_b))
     return q, k, v, a, b

@@ -1,0 +1,52 @@
+"""Parts of steps 1-2 that the emulator and its engines share: the running max in visiting order, the
+max in force under step 2's update rule (lazy rescaling, a seeded max) and the operand casts of Q, K, V."""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.contract import LOG2E, float32
+from kernels.formats import FP8Format
+from kernels.formats.rounding import quantize_fast
+
+__all__ = ["running_max", "max_in_force", "operand_cast"]
+
+
+def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
+    """Running max seen by each block in visiting order. block_max: [..., nblk]."""
+    if reverse:
+        return torch.flip(torch.cummax(torch.flip(block_max, [-1]), dim=-1).values, [-1])
+    return torch.cummax(block_max, dim=-1).values
+
+
+def max_in_force(block_max: torch.Tensor, reverse: bool, tau: float = 0.0,
+                 m0: torch.Tensor | None = None) -> torch.Tensor:
+    """The max in force when each block is processed, under step 2's update rule.
+
+    block_max: [rows, nblk] float32 row maxima of each block; ``m0`` [rows]: the max each row
+    starts with (a sink logit, ``sink_mode="init"``), else -inf. In visiting order, the max
+    moves to a block's max ``bm`` when it is -inf or when ``(bm - m)·LOG2E > tau`` in float32;
+    otherwise it stays (stale). With ``tau = 0`` and no ``m0`` this is :func:`running_max`.
+    """
+    rows, nblk = block_max.shape
+    t = torch.tensor(float32(tau), dtype=torch.float32, device=block_max.device)
+    m = torch.full((rows,), float("-inf"), device=block_max.device) if m0 is None else m0.to(torch.float32)
+    out = torch.empty_like(block_max)
+    for j in (range(nblk - 1, -1, -1) if reverse else range(nblk)):
+        bm = block_max[:, j]
+        m = torch.where(torch.isneginf(m) | ((bm - m) * LOG2E > t), bm, m)
+        out[:, j] = m
+    return out
+
+
+def operand_cast(t: torch.Tensor, fmt: FP8Format, how) -> torch.Tensor:
+    """``t' = quantize(t / s_t, fmt)·s_t`` with one float32 ``s_t`` per (batch, head) of t [B, H, N, d]:
+    ``amax|t| / max_finite`` for ``how="tensor"`` (1 where the amax is 0), else the float ``how``."""
+    amax = t.abs().amax(dim=(-2, -1), keepdim=True)
+    if how == "tensor":
+        # divide by a tensor, not a Python number: CUDA would multiply by a rounded reciprocal
+        st = amax / torch.full_like(amax, fmt.max_finite)
+        st = torch.where(amax == 0, torch.ones_like(st), st)
+    else:
+        st = torch.full_like(amax, how)
+    return quantize_fast(t / st, fmt, saturate=True).mul_(st)
