@@ -238,13 +238,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
         raise ValueError(f"reference={reference!r} is not allowed; allowed: True or False")
     result = _run(q, k, (v,), args)[0]
     if reference:
-        from kernels.reference import reference_mse
-
-        sink = None if sink_logit is None else sink_logit.expand(q.shape[:2]).to(torch.float32).contiguous()
-        offset = causal_offset(causal_align, q.shape[-2], k.shape[-2]) if causal else 0
-        result.mse, result.mse_heads = reference_mse(result.out, q, k, v, causal=causal, sm_scale=sm_scale,
-                                                     sink_logit=sink, causal_offset=offset)
+        _add_mse(result, q, k, v, args)
     return result
+
+
+def _add_mse(result: AttentionResult, q, k, v, args: dict) -> None:
+    """Fill ``result.mse`` and ``mse_heads`` against the float64 reference of the same call (mask, its
+    alignment, sm_scale and sink logit)."""
+    from kernels.reference import reference_mse
+
+    sink = args["sink_logit"]
+    sink = None if sink is None else sink.expand(q.shape[:2]).to(torch.float32).contiguous()
+    offset = causal_offset(args["causal_align"], q.shape[-2], k.shape[-2]) if args["causal"] else 0
+    result.mse, result.mse_heads = reference_mse(result.out, q, k, v, causal=args["causal"], sm_scale=args["sm_scale"],
+                                                 sink_logit=sink, causal_offset=offset)
 
 
 def _check_values(values) -> None:
@@ -304,9 +311,12 @@ def _execute(q, k, values: tuple, kw: dict, ran: str, block_m: int) -> list[Atte
         return [_reference_result(q, k, v, kw["causal"], kw["ksink"], kw["sm_scale"], kw["sink_logit"],
                                   kw["causal_offset"]) for v in values]
     if ran == "emulator":
-        from kernels.emulator.core import emulate_attention
+        if is_split_call(kw):  # several splits or partition-normalised P
+            from kernels.emulator.splits import emulate_splits as emulate
+        else:
+            from kernels.emulator.core import emulate_attention as emulate
 
-        outs, diag = emulate_attention(q, k, values, **kw)
+        outs, diag = emulate(q, k, values, **kw)
         return _emulator_results(outs, diag, ran)
     results = []
     for v in values:

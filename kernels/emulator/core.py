@@ -321,19 +321,14 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
     [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``. ``v`` may also
     be a tuple of such tensors (value sets sharing q and k): ``out`` is then a tuple, one per value
     tensor, each bit-identical to a call with that tensor alone (:func:`kernels.attention_values`).
-    ``decode``: ``causal_offset``, ``num_splits``, ``split_layout``, ``p_normalize`` (docs/interfaces.md,
-    "Decode-time attention"); several splits or partition normalisation run :mod:`kernels.emulator.splits`.
+    ``decode``: ``causal_offset`` (docs/interfaces.md, "Decode-time attention"); one split with online
+    normalisation (several splits or partition normalisation: :func:`kernels.emulator.splits.emulate_splits`).
     The diag dict also holds ``lse``, float32 [B,H,Nq].
     """
     several = isinstance(v, tuple)
     if decode.get("num_splits", 1) > 1 or decode.get("p_normalize", "online") != "online":
-        from kernels.emulator.splits import emulate_splits
-
-        return emulate_splits(q, k, v, reverse=reverse, scale=scale, fmt=fmt, causal=causal, ksink=ksink,
-                              block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
-                              scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,
-                              sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale,
-                              **decode)
+        raise ValueError("emulate_attention runs one split with online normalisation; several splits or "
+                         "partition normalisation: kernels.emulator.splits.emulate_splits")
     ((outs, diag),) = _emulate(q, k, v if several else (v,), (scale,), reverse=reverse, fmt=fmt, causal=causal,
                                ksink=ksink, block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
                                scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,

@@ -139,9 +139,7 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
                           V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE)
         # step 1: scores
         s = tl.dot(q, kT, input_precision="ieee") * sm_scale  # fp32 with exact products (no TF32)
-        visible = key_ok[None, :]
-        if CAUSAL:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_off)
+        visible = (key_ok[None, :] & (offs_n[None, :] <= offs_m[:, None] + causal_off)) if CAUSAL else key_ok[None, :]
         s = tl.where(visible, s, float("-inf"))
         # step 2: running max
         m_new = m_i if PARTITION else new_max(m_i, tl.max(s, 1), tau, LAZY)
@@ -214,8 +212,7 @@ def _attn_fwd(Q, K, V, Out, Diag,
               PER_ROW: tl.constexpr,  # scale_mode="per_row": x = p·S_r, S_r = 2688 / the block's row max of p
               ):
     """BLOCK_M query rows of one (batch, head) over all KV blocks. Diag: int32 [7, B*H, N_Q] (DIAGNOSTICS)."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
     z = pid_bh // H
     h = pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -33,7 +33,7 @@ ALLOWED["probes"] = {"api", "policies", "models", "conformance", "reference", "t
 ALLOWED["analysis"] = {"models", "policies", "theory", "contract", "formats"}
 ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes"}
 ALLOWED["cli"] = set(ALLOWED["pipeline"]) | {"pipeline"}
-ROOT_MODULES = {"kernels", "kernels.api", "kernels.api_multi", "kernels.aot"}
+ROOT_MODULES = {"kernels", "kernels.api", "kernels.api_multi", "kernels.api_decode", "kernels.aot", "kernels.result"}
 
 
 def _modules() -> dict[str, Path]:
