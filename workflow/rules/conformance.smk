@@ -23,6 +23,7 @@ rule conformance_shard:
     resources:
         gpu=gpu_resource,
     params:
+        code=library_code("conformance_shard"),
         spec=shard_spec,
     script:
         "../scripts/conformance_shard.py"

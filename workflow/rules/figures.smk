@@ -15,6 +15,7 @@ rule fig_theory_scale:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("fig_theory_scale"),
         fmt=EXPERIMENT_CFG["scales"].get("fmt", "e4m3fn"),
         highlight=CRITERIA["C3"]["scale"],
         compare=CRITERIA["C3"]["compare_scale"],
@@ -33,6 +34,8 @@ rule fig_collapse:
         f"{ANALYSIS_BENCH}/fig_collapse.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_collapse"),
     script:
         "../scripts/fig_collapse.py"
 
@@ -50,6 +53,7 @@ rule fig_mse:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("fig_mse"),
         baseline=STATS_CFG["baseline"],
         reference=STATS_CFG["reference"],
         band=CRITERIA["C5"]["band"],
@@ -70,6 +74,7 @@ rule fig_improvement:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("fig_improvement"),
         baseline=STATS_CFG["baseline"],
         fixes=STATS_CFG["fixes"],
         band=CRITERIA["C5"]["band"],
@@ -90,6 +95,7 @@ rule fig_threshold:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("fig_threshold"),
         tolerance=CRITERIA["C4"]["max_abs_error"],
     script:
         "../scripts/fig_threshold.py"
@@ -106,6 +112,8 @@ rule fig_conformance:
         f"{ANALYSIS_BENCH}/fig_conformance.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_conformance"),
     script:
         "../scripts/fig_conformance.py"
 
@@ -122,6 +130,7 @@ rule fig_policies:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("fig_policies"),
         variant=CRITERIA["audit"]["variant"],
         floor_variant=CRITERIA["audit"]["floor_variant"],
     script:
@@ -139,6 +148,8 @@ rule fig_realmodel_heads:
         f"{ANALYSIS_BENCH}/fig_realmodel_heads.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_realmodel_heads"),
     script:
         "../scripts/fig_realmodel_heads.py"
 
@@ -154,6 +165,8 @@ rule fig_realmodel_theory:
         f"{ANALYSIS_BENCH}/fig_realmodel_theory.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_realmodel_theory"),
     script:
         "../scripts/fig_realmodel_theory.py"
 
@@ -169,6 +182,8 @@ rule fig_realmodel_outputs:
         f"{ANALYSIS_BENCH}/fig_realmodel_outputs.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_realmodel_outputs"),
     script:
         "../scripts/fig_realmodel_outputs.py"
 
@@ -184,5 +199,7 @@ rule fig_fp4:
         f"{ANALYSIS_BENCH}/fig_fp4.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_fp4"),
     script:
         "../scripts/fig_fp4.py"

@@ -18,6 +18,7 @@ rule inputs:
         "../envs/pcast-fp8.yaml"
     threads: 1
     params:
+        code=library_code("inputs"),
         spec=inputs_spec,
     script:
         "../scripts/inputs.py"

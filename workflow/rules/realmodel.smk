@@ -6,6 +6,8 @@
 
 
 rule realmodel_capture:
+    input:
+        realmodel_user_tensors,
     output:
         tensors=f"{REALMODEL_INPUTS}/tensors.safetensors",
         passages=f"{REALMODEL_INPUTS}/passages.json",
@@ -17,6 +19,7 @@ rule realmodel_capture:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("realmodel_capture"),
         spec=realmodel_spec("capture"),
     script:
         "../scripts/realmodel_capture.py"
@@ -40,6 +43,7 @@ rule realmodel_heads:
     resources:
         gpu=pconfig.gpu_jobs(REALMODEL_CFG),
     params:
+        code=library_code("realmodel_heads"),
         spec=realmodel_spec("heads"),
     script:
         "../scripts/realmodel_heads.py"
@@ -62,6 +66,7 @@ rule realmodel_outputs:
     resources:
         gpu=pconfig.gpu_jobs(REALMODEL_CFG),
     params:
+        code=library_code("realmodel_outputs"),
         spec=realmodel_spec("outputs"),
     script:
         "../scripts/realmodel_outputs.py"

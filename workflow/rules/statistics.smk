@@ -17,6 +17,7 @@ rule stats_collapse:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("stats_collapse"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_collapse.py"
@@ -35,6 +36,7 @@ rule stats_paired:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("stats_paired"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_paired.py"
@@ -52,6 +54,7 @@ rule stats_scales:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("stats_scales"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_scales.py"
@@ -69,6 +72,7 @@ rule stats_threshold:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("stats_threshold"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_threshold.py"
@@ -86,6 +90,7 @@ rule stats_policies:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("stats_policies"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_policies.py"
@@ -103,6 +108,7 @@ rule stats_fp4:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("stats_fp4"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_fp4.py"
@@ -122,5 +128,7 @@ rule stats_realmodel:
         f"{ANALYSIS_BENCH}/stats_realmodel.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("stats_realmodel"),
     script:
         "../scripts/stats_realmodel.py"

@@ -28,6 +28,7 @@ rule sweep_shard:
     resources:
         gpu=gpu_resource,
     params:
+        code=library_code("sweep_shard"),
         spec=shard_spec,
     script:
         "../scripts/sweep_shard.py"
@@ -56,6 +57,7 @@ rule tidy_table:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("tidy_table"),
         expected=expected_rows,
     script:
         "../scripts/tidy_table.py"

@@ -15,6 +15,7 @@ rule table_paired_tests:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("table_paired_tests"),
         stats=STATS_CFG,
     script:
         "../scripts/table_paired_tests.py"
@@ -31,6 +32,8 @@ rule table_scales:
         f"{ANALYSIS_BENCH}/table_scales.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("table_scales"),
     script:
         "../scripts/table_scales.py"
 
@@ -48,6 +51,7 @@ rule table_thresholds:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("table_thresholds"),
         c4=CRITERIA["C4"],
     script:
         "../scripts/table_thresholds.py"
@@ -64,6 +68,8 @@ rule table_conformance:
         f"{ANALYSIS_BENCH}/table_conformance.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("table_conformance"),
     script:
         "../scripts/table_conformance.py"
 
@@ -80,6 +86,7 @@ rule table_policies:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("table_policies"),
         stats=STATS_CFG,
         audit=CRITERIA["audit"],
     script:
@@ -98,6 +105,7 @@ rule table_realmodel:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("table_realmodel"),
         realmodel=CRITERIA["realmodel"],
     script:
         "../scripts/table_realmodel.py"
@@ -115,6 +123,7 @@ rule table_fp4:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("table_fp4"),
         stats=STATS_CFG,
         fp4=CRITERIA["fp4"],
     script:
