@@ -96,16 +96,21 @@ def _dry_run(cwd: Path, env_path: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def _direct_jobs(out: str) -> dict[str, set]:
-    """rule -> wildcards of the jobs whose own params changed (not those rerun for their inputs)."""
-    found: dict[str, set] = {}
+def _jobs(out: str) -> dict[str, dict[str, str]]:
+    """rule -> {wildcards: reason} of every job ``snakemake -n`` lists (Snakemake names one reason:
+    a job whose inputs are remade shows that, even when its params changed too)."""
+    found: dict[str, dict[str, str]] = {}
     for block in re.split(r"\n(?=\[[^\]]+\]\n(?:local)?rule )", "\n" + out):
         m = re.search(r"^(?:local)?rule (\w+):$", block, re.M)
         reason = re.search(r"^\s+reason: (.*)$", block, re.M)
-        if m and reason and reason.group(1).startswith("Params have changed"):
+        if m and reason:
             wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
-            found.setdefault(m.group(1), set()).add(wc.group(1) if wc else "")
+            found.setdefault(m.group(1), {})[wc.group(1) if wc else ""] = reason.group(1)
     return found
+
+
+def _direct(jobs: dict) -> set[str]:
+    return {r for r, w in jobs.items() if any(v.startswith("Params have changed") for v in w.values())}
 
 
 def _edited(smoke_run: Path, rel: str):
@@ -124,21 +129,28 @@ def _edited(smoke_run: Path, rel: str):
 def test_editing_the_theory_reruns_its_analysis_and_no_sweep(smoke_run):
     res = _edited(smoke_run, "kernels/theory/collapse.py")
     assert res.returncode == 0, res.stderr[-3000:]
-    direct = _direct_jobs(res.stdout)
-    assert {"stats_collapse", "stats_threshold", "fig_collapse", "fig_theory_scale", "table_thresholds",
-            "claims"} <= set(direct), sorted(direct)
-    assert not SWEEP_RULES & set(direct), sorted(direct)
-    assert all(ANALYSIS.match(r) or r.startswith("realmodel_") for r in direct), sorted(direct)
+    jobs = _jobs(res.stdout)
+    listed, direct = set(jobs) - {"all"}, _direct(jobs)
+    assert not SWEEP_RULES & listed, sorted(listed)  # no input, shard or merge job
+    # statistics whose tidy tables did not change, and a figure and a table whose inputs did not change
+    # either (the conformance ones), rerun because the code they run changed
+    assert {"stats_collapse", "stats_paired", "stats_scales", "stats_threshold", "fig_conformance",
+            "table_conformance"} <= direct, sorted(direct)
+    assert {"fig_collapse", "fig_theory_scale", "table_thresholds", "claims"} <= listed
+    assert all(ANALYSIS.match(r) or r.startswith("realmodel_") for r in listed), sorted(listed)
 
 
 @pytestmark_smk
 def test_editing_the_emulator_reruns_the_sweeps(smoke_run):
     res = _edited(smoke_run, "kernels/emulator/core.py")
     assert res.returncode == 0, res.stderr[-3000:]
-    direct = _direct_jobs(res.stdout)
-    assert direct["sweep_shard"] == {f"experiment={e}, shard=000" for e in
-                                     ("collapse", "scales", "threshold", "policies", "fp4")}
-    assert "conformance_shard" in direct and "realmodel_heads" in direct
+    jobs = _jobs(res.stdout)
+    direct = _direct(jobs)
+    assert set(jobs["sweep_shard"]) == {f"experiment={e}, shard=000" for e in
+                                        ("collapse", "scales", "threshold", "policies", "fp4")}
+    assert all(v.startswith("Params have changed") for v in jobs["sweep_shard"].values())
+    assert {"sweep_shard", "conformance_shard", "realmodel_capture"} <= direct
+    assert "inputs" not in jobs  # the inputs do not run the emulator
     assert not {r for r in direct if ANALYSIS.match(r)}, sorted(direct)  # they rerun for their inputs only
 
 
