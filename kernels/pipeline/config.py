@@ -51,6 +51,9 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
     return out
 
 
+PRESET_NOTES = ("description", "expected_verdicts")  # keys of a preset that describe it and override nothing
+
+
 def resolve_preset(config: Mapping, overrides: Mapping | None = None) -> dict:
     """Merge ``presets[preset]`` over the rest of the config, then ``overrides`` over that.
 
@@ -65,7 +68,7 @@ def resolve_preset(config: Mapping, overrides: Mapping | None = None) -> dict:
         allowed = ", ".join(sorted(presets)) or "(none defined)"
         raise ConfigError(f"config key 'preset': {name!r} is not a defined preset; allowed: {allowed} "
                           "(the keys of the 'presets' section)")
-    override = {k: v for k, v in (presets[name] or {}).items() if k != "description"}
+    override = {k: v for k, v in (presets[name] or {}).items() if k not in PRESET_NOTES}
     merged = deep_merge({k: v for k, v in config.items() if k != "presets"}, override)
     if overrides:
         merged = deep_merge(merged, {k: v for k, v in overrides.items() if k not in ("preset", "presets")})

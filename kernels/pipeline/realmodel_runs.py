@@ -1,6 +1,8 @@
 """The realmodel experiment's jobs: capture a pretrained model's Q, K, V; measure every head; embed.
 
-* :func:`run_capture`: the passages (:func:`kernels.models.realmodel.passages`), their token ids, Q, K, V of
+* :func:`run_capture`: the model's files and the passages' source texts checked against their expected
+  sha256 (:func:`kernels.models.realmodel.check_model_files`, :func:`kernels.models.realmodel.source_text`),
+  then the passages (:func:`kernels.models.realmodel.passages`), their token ids, Q, K, V of
   every layer (``layer{L}/q|k|v``, float32 [P, H, N, d]) and the exact embeddings, as safetensors
   with the model, its revision and the passages' sources and hashes in the metadata.
 * :func:`run_layer`: one layer's heads under every run: the four combinations, the named policies,
@@ -69,8 +71,10 @@ def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
     if cfg.get("tensors"):
         return _user_tensors(cfg, tensors_out=tensors_out, meta_out=meta_out)
     t0 = time.perf_counter()
-    tok, model = rm.load_tokenizer(), rm.load_model()
-    ps = rm.passages(tok, count=int(cfg["passages"]), tokens=int(cfg["tokens"]))
+    rm.check_model_files()  # the weights, config and tokenizer, before anything is loaded or written
+    tok = rm.load_tokenizer()
+    ps = rm.passages(tok, count=int(cfg["passages"]), tokens=int(cfg["tokens"]))  # each source's text checked
+    model = rm.load_model()
     ids = rm.encode(tok, ps, int(cfg["tokens"]))
     cap = rm.capture(model, ids)
     emb = rm.embed(model, ids)

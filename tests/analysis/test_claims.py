@@ -125,6 +125,19 @@ def test_result_structure_and_outputs(verdicts):
     assert C.to_json(verdicts) == C.to_json(verdicts)
 
 
+def test_claims_md_shows_the_presets_expected_verdicts_and_flags_a_difference(verdicts):
+    expected = {"C1": {"verdict": "PASS", "why": "same as the default run"},
+                "C4": {"verdict": "PARTIAL", "why": "a coarse grid"}}
+    md = C.render_markdown(verdicts, preset="smoke", expected=expected)
+    section = md.split("## Expected verdicts of the `smoke` preset")[1].split("\n## ")[0]
+    assert "| C1 | PASS | PASS | same as the default run |" in section
+    assert "| C4 | PARTIAL | PASS (differs) | a coarse grid |" in section
+    assert "differs from the expected verdict in: C4." in section
+    agree = C.render_markdown(verdicts, preset="smoke", expected={"C1": expected["C1"]})
+    assert "This run gives every expected verdict." in agree
+    assert "Expected verdicts" not in C.render_markdown(verdicts, preset="smoke")
+
+
 def test_criteria_come_from_config(agreeing, cfgs):
     """Tightening a criterion in the config (not the data) changes the verdict."""
     stats_cfg, claims_cfg = cfgs

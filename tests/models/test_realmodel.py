@@ -219,3 +219,46 @@ def test_a_users_own_tensors_go_through_the_same_steps(tmp_path):
         R.run_capture({**cfg, "layers": 2}, tensors_out=str(tmp_path / "u.safetensors"),
                       meta_out=str(tmp_path / "u.json"))
     assert not (tmp_path / "u.safetensors").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# checked inputs: the model's files and the passages' sources against their expected sha256
+
+CAPTURE_CFG = {"passages": 2, "tokens": 64, "layers": 6, "tensors": None}
+
+
+def _no_load():
+    raise AssertionError("the model was loaded before its inputs were checked")
+
+
+def test_the_installed_model_files_have_their_expected_sha256():
+    import hashlib
+
+    rm.check_model_files()
+    weights = hashlib.sha256((rm.model_dir() / "model.safetensors").read_bytes()).hexdigest()
+    assert weights == rm.EXPECTED_FILES["model.safetensors"] == rm.model_info()["model_sha256"]
+    with pytest.raises(rm.InputMismatch, match=r"config\.json has sha256 [0-9a-f]{64}, expected 0{64}"):
+        rm.check_model_files(expected={"config.json": "0" * 64})
+    with pytest.raises(rm.InputMismatch, match="nope.bin has sha256 missing"):
+        rm.check_model_files(expected={"nope.bin": "0" * 64})
+
+
+def test_a_wrong_weight_hash_stops_the_capture_before_anything_is_written(tmp_path, monkeypatch):
+    from kernels.pipeline.realmodel_runs import run_capture
+
+    monkeypatch.setitem(rm.EXPECTED_FILES, "model.safetensors", "f" * 64)
+    monkeypatch.setattr(rm, "load_model", _no_load)
+    with pytest.raises(rm.InputMismatch, match="model.safetensors has sha256 .* expected f{64}.*nothing written"):
+        run_capture(CAPTURE_CFG, tensors_out=str(tmp_path / "t.safetensors"), meta_out=str(tmp_path / "p.json"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_changed_passage_source_stops_the_capture_before_anything_is_written(tmp_path, monkeypatch):
+    from kernels.pipeline.realmodel_runs import run_capture
+
+    monkeypatch.setitem(rm.EXPECTED_SOURCES, rm.PASSAGE_SOURCES[0], "e" * 64)
+    monkeypatch.setattr(rm, "load_model", _no_load)
+    with pytest.raises(rm.InputMismatch, match=f"passage source '{rm.PASSAGE_SOURCES[0]}'.*expected e{{64}}"):
+        run_capture(CAPTURE_CFG, tensors_out=str(tmp_path / "t.safetensors"), meta_out=str(tmp_path / "p.json"))
+    assert list(tmp_path.iterdir()) == []
+    assert rm.source_text(rm.PASSAGE_SOURCES[1]) == rm._docstrings(rm.PASSAGE_SOURCES[1])  # the others pass

@@ -3,6 +3,7 @@
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,3 +79,88 @@ def test_ci_runs_exactly_the_readme_test_command():
     # then the docs build, the README's command for it
     docs = [ln for ln in readme.split("<!-- docs-command -->")[1].split("```")[1].splitlines()[1:] if ln.strip()]
     assert ci_cmd == services + cmd + docs
+
+
+
+# ---------------------------------------------------------------------------------------------
+# the rules' conda environments and the lock
+
+LOCK = ROOT / "requirements" / "cpu.lock"
+
+
+def _pip_lines(path):
+    env = yaml.safe_load(path.read_text())
+    pips = [d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d]
+    assert len(pips) == 1, path
+    return pips[0], env["dependencies"]
+
+
+def _locked():
+    """{canonical name: version} of every line of the lock; each line must be an exact pin."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in LOCK.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        req = Requirement(line.strip())
+        (spec,) = req.specifier
+        assert spec.operator == "==" and not req.marker, f"not an exact pin: {line!r}"
+        pins[canonicalize_name(req.name)] = spec.version
+    return pins
+
+
+@pytest.mark.parametrize("env", sorted((ROOT / "workflow" / "envs").glob("*.yaml")), ids=lambda p: p.name)
+def test_workflow_envs_pin_exactly_pyprojects_dependencies(env):
+    lines, deps = _pip_lines(env)
+    assert sorted(lines) == sorted(_pyproject()["project"]["dependencies"])
+    assert "python=3.11" in deps
+
+
+def test_the_lock_pins_every_declared_requirement_within_its_range():
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    proj = _pyproject()["project"]
+    pins = _locked()
+    declared = proj["dependencies"] + proj["optional-dependencies"]["test"] + proj["optional-dependencies"]["slurm"]
+    for text in declared:
+        req = Requirement(text)
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req.name} is declared in pyproject.toml but not locked"
+        assert req.specifier.contains(pins[name], prereleases=True), f"lock has {name}=={pins[name]}, not {req}"
+
+
+def test_the_lock_is_the_cpu_build_of_torch_2_13_0():
+    pins = _locked()
+    assert pins["torch"] == "2.13.0+cpu"
+    assert not [n for n in pins if n.startswith("nvidia-") or "cuda" in n], "a CUDA package in the CPU lock"
+
+
+def test_the_lock_names_the_command_that_made_it():
+    head = LOCK.read_text().splitlines()[:3]
+    assert any("uv pip compile pyproject.toml --extra test --extra slurm --python-version 3.11" in ln for ln in head)
+
+
+def test_the_lock_holds_the_requirements_of_every_locked_package():
+    """Transitive closure, read from the installed packages' own metadata (those installed here)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins, missing, checked = _locked(), [], 0
+    for name in pins:
+        try:
+            dist = distribution(name)
+        except PackageNotFoundError:
+            continue
+        checked += 1
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                if canonicalize_name(req.name) not in pins:
+                    missing.append(f"{name} needs {req}")
+    assert checked >= len(pins) // 2, "too few locked packages are installed here to check the closure"
+    assert not missing, missing

@@ -1,6 +1,8 @@
 # Config handling and helper functions shared by every rule file (no rules in this file).
 #
 # Order of events, all before any job is scheduled:
+#   0. the `kernels` the rules' scripts import must have this checkout's code (kernels.pipeline.provenance),
+#      else stop with the command that fixes it;
 #   1. validate config.yaml (plus --config / --configfile overrides) against the JSON schema;
 #   2. merge presets[preset] over it (--config preset=smoke|default|paper), then the command-line
 #      overrides again (so --config/--configfile values beat the preset's), and validate again,
@@ -21,7 +23,8 @@
 # Shared with every rules file -- EXPERIMENT_CFG (the config sections), SWEEPS, CONFORMANCE,
 # POLICY_EXPERIMENT, FP4_EXPERIMENT, SHARD_EXPERIMENTS (the sweeps, policies and fp4, whose shards
 # sweep_shard runs),
-# ALL_EXPERIMENTS (names from kernels.contract), STATS_CFG, CRITERIA; input functions shard_files(),
+# ALL_EXPERIMENTS (names from kernels.contract), STATS_CFG, CRITERIA; library_code() (every rule's `code`
+# param: the hash of the library modules its script runs); input functions shard_files(),
 # shard_spec, inputs_spec, expected_rows, gpu_resource, category, tidy_labels, realmodel_spec; the
 # realmodel experiment's REALMODEL_CFG, REALMODEL_INPUTS, REALMODEL_DIR, REALMODEL_LAYERS; paths TIDY,
 # POLICY_TIDY (results/tidy/policies.csv), FP4_TIDY (results/tidy/fp4.csv), TIDY_TABLES, TIMING_TABLES, STATS_DIR, ANALYSIS_LOGS,
@@ -29,16 +32,40 @@
 # table_outputs(), verdict_outputs(), ANALYSIS_TARGETS (every figure, table and the verdict, from
 # the claims registry kernels.analysis.registry).
 
+import importlib.util
 import logging
 import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger as snakemake_logger
 from snakemake.utils import min_version
+
+# This checkout, and its own kernels/pipeline/provenance.py, loaded from its file: the check below
+# must work when the imported `kernels` is another checkout's (or missing).
+CHECKOUT = Path(workflow.basedir).resolve()
+_spec = importlib.util.spec_from_file_location(
+    "pcast_provenance", CHECKOUT / "kernels" / "pipeline" / "provenance.py"
+)
+provenance = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(provenance)
+
+
+def check_checkout():
+    """Stop unless the `kernels` the rules' scripts import has this checkout's code (the message
+    says how to fix it). Snakemake puts this folder on its own path only, not on a job's.
+    """
+    imported = provenance.imported_by_jobs(sys.executable)
+    message = provenance.checkout_mismatch(CHECKOUT, imported)
+    if message:
+        raise WorkflowError(f"pcast-fp8: {message}")
+
+
+check_checkout()
 
 from kernels import contract
 from kernels.analysis import registry
@@ -226,6 +253,21 @@ REALMODEL_CFG = EXPERIMENT_CFG[contract.REALMODEL]
 REALMODEL_INPUTS = "results/inputs/realmodel"
 REALMODEL_DIR = "results/realmodel"
 REALMODEL_LAYERS = list(range(REALMODEL_CFG["layers"]))
+
+
+def library_code(script):
+    """A rule's `code` param: the sha256 of the kernels modules workflow/scripts/<script>.py runs
+    (kernels.pipeline.provenance), so that editing one reruns exactly the rules that use it.
+    """
+    return provenance.code_digest(
+        CHECKOUT, CHECKOUT / "workflow" / "scripts" / f"{script}.py"
+    )
+
+
+def realmodel_user_tensors(wildcards):
+    """The user's own tensors file (experiments.realmodel.tensors) as an input, so that a new file reruns the
+    capture; none when the model is captured."""
+    return [REALMODEL_CFG["tensors"]] if REALMODEL_CFG.get("tensors") else []
 
 
 def realmodel_spec(stage):

@@ -25,6 +25,7 @@ rule conformance_shard:
         mem_mb=shard_mem_mb,
         runtime=shard_runtime,
     params:
+        code=library_code("conformance_shard"),
         spec=shard_spec,
     script:
         "../scripts/conformance_shard.py"

@@ -16,6 +16,7 @@ rule fig_theory_scale:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("fig_theory_scale"),
         fmt=EXPERIMENT_CFG["scales"].get("fmt", "e4m3fn"),
         highlight=CRITERIA["C3"]["scale"],
         compare=CRITERIA["C3"]["compare_scale"],
@@ -35,6 +36,8 @@ rule fig_collapse:
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_collapse"),
     script:
         "../scripts/fig_collapse.py"
 
@@ -53,6 +56,7 @@ rule fig_mse:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("fig_mse"),
         baseline=STATS_CFG["baseline"],
         reference=STATS_CFG["reference"],
         band=CRITERIA["C5"]["band"],
@@ -74,6 +78,7 @@ rule fig_improvement:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("fig_improvement"),
         baseline=STATS_CFG["baseline"],
         fixes=STATS_CFG["fixes"],
         band=CRITERIA["C5"]["band"],
@@ -95,6 +100,7 @@ rule fig_threshold:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("fig_threshold"),
         level=float(STATS_CFG["confidence_level"]),
     script:
         "../scripts/fig_threshold.py"
@@ -112,6 +118,8 @@ rule fig_conformance:
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_conformance"),
     script:
         "../scripts/fig_conformance.py"
 
@@ -129,6 +137,7 @@ rule fig_policies:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("fig_policies"),
         variant=CRITERIA["audit"]["variant"],
         floor_variant=CRITERIA["audit"]["floor_variant"],
     script:
@@ -147,6 +156,8 @@ rule fig_realmodel_heads:
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_realmodel_heads"),
     script:
         "../scripts/fig_realmodel_heads.py"
 
@@ -163,6 +174,8 @@ rule fig_realmodel_theory:
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_realmodel_theory"),
     script:
         "../scripts/fig_realmodel_theory.py"
 
@@ -179,6 +192,8 @@ rule fig_realmodel_outputs:
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_realmodel_outputs"),
     script:
         "../scripts/fig_realmodel_outputs.py"
 
@@ -195,5 +210,7 @@ rule fig_fp4:
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_fp4"),
     script:
         "../scripts/fig_fp4.py"

@@ -21,6 +21,7 @@ rule inputs:
         mem_mb=inputs_mem_mb,
         runtime=resources.RUNTIME_FLOOR_MIN,
     params:
+        code=library_code("inputs"),
         spec=inputs_spec,
     script:
         "../scripts/inputs.py"

@@ -6,6 +6,8 @@
 
 
 rule realmodel_capture:
+    input:
+        realmodel_user_tensors,
     output:
         tensors=f"{REALMODEL_INPUTS}/tensors.safetensors",
         passages=f"{REALMODEL_INPUTS}/passages.json",
@@ -19,6 +21,7 @@ rule realmodel_capture:
     resources:
         **fixed_resources("realmodel_capture"),
     params:
+        code=library_code("realmodel_capture"),
         spec=realmodel_spec("capture"),
     script:
         "../scripts/realmodel_capture.py"
@@ -43,6 +46,7 @@ rule realmodel_heads:
         **fixed_resources("realmodel_heads"),
         gpu=pconfig.gpu_jobs(REALMODEL_CFG),
     params:
+        code=library_code("realmodel_heads"),
         spec=realmodel_spec("heads"),
     script:
         "../scripts/realmodel_heads.py"
@@ -66,6 +70,7 @@ rule realmodel_outputs:
         **fixed_resources("realmodel_outputs"),
         gpu=pconfig.gpu_jobs(REALMODEL_CFG),
     params:
+        code=library_code("realmodel_outputs"),
         spec=realmodel_spec("outputs"),
     script:
         "../scripts/realmodel_outputs.py"

@@ -19,6 +19,7 @@ rule stats_collapse:
     resources:
         **fixed_resources("stats_collapse"),
     params:
+        code=library_code("stats_collapse"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_collapse.py"
@@ -39,6 +40,7 @@ rule stats_paired:
     resources:
         **fixed_resources("stats_paired"),
     params:
+        code=library_code("stats_paired"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_paired.py"
@@ -58,6 +60,7 @@ rule stats_scales:
     resources:
         **fixed_resources("stats_scales"),
     params:
+        code=library_code("stats_scales"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_scales.py"
@@ -77,6 +80,7 @@ rule stats_threshold:
     resources:
         **fixed_resources("stats_threshold"),
     params:
+        code=library_code("stats_threshold"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_threshold.py"
@@ -96,6 +100,7 @@ rule stats_policies:
     resources:
         **fixed_resources("stats_policies"),
     params:
+        code=library_code("stats_policies"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_policies.py"
@@ -115,6 +120,7 @@ rule stats_fp4:
     resources:
         **fixed_resources("stats_fp4"),
     params:
+        code=library_code("stats_fp4"),
         stats=STATS_CFG,
     script:
         "../scripts/stats_fp4.py"
@@ -136,5 +142,7 @@ rule stats_realmodel:
         "../envs/pcast-fp8.yaml"
     resources:
         **fixed_resources("stats_realmodel"),
+    params:
+        code=library_code("stats_realmodel"),
     script:
         "../scripts/stats_realmodel.py"

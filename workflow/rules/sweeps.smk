@@ -30,6 +30,7 @@ rule sweep_shard:
         mem_mb=shard_mem_mb,
         runtime=shard_runtime,
     params:
+        code=library_code("sweep_shard"),
         spec=shard_spec,
     script:
         "../scripts/sweep_shard.py"
@@ -58,6 +59,7 @@ rule tidy_table:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("tidy_table"),
         expected=expected_rows,
     script:
         "../scripts/tidy_table.py"

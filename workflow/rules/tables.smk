@@ -16,6 +16,7 @@ rule table_paired_tests:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("table_paired_tests"),
         stats=STATS_CFG,
     script:
         "../scripts/table_paired_tests.py"
@@ -33,6 +34,8 @@ rule table_scales:
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("table_scales"),
     script:
         "../scripts/table_scales.py"
 
@@ -51,6 +54,7 @@ rule table_thresholds:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("table_thresholds"),
         level=float(STATS_CFG["confidence_level"]),
     script:
         "../scripts/table_thresholds.py"
@@ -68,6 +72,8 @@ rule table_conformance:
     localrule: True
     conda:
         "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("table_conformance"),
     script:
         "../scripts/table_conformance.py"
 
@@ -85,6 +91,7 @@ rule table_policies:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("table_policies"),
         stats=STATS_CFG,
         audit=CRITERIA["audit"],
     script:
@@ -104,6 +111,7 @@ rule table_realmodel:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("table_realmodel"),
         realmodel=CRITERIA["realmodel"],
     script:
         "../scripts/table_realmodel.py"
@@ -122,6 +130,7 @@ rule table_fp4:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("table_fp4"),
         stats=STATS_CFG,
         fp4=CRITERIA["fp4"],
     script:

@@ -2,6 +2,7 @@
 # behind it (figures/claims.md and claims.json), by kernels.analysis.verdicts.evaluate from the
 # statistics and the `claims:` section of config.yaml, the audit of deployed P policies included
 # (claims.audit), the real-model section (claims.realmodel) and the FP4 section (claims.fp4): `snakemake --cores 2 claims`.
+# claims.md also shows the preset's expected verdicts (presets.<name>.expected_verdicts) beside this run's.
 
 
 rule claims:
@@ -26,8 +27,10 @@ rule claims:
     conda:
         "../envs/pcast-fp8.yaml"
     params:
+        code=library_code("claims"),
         claims=CRITERIA,
         confidence_level=float(config["statistics"]["confidence_level"]),
         preset=config["preset"],
+        expected=config["presets"][config["preset"]].get("expected_verdicts", {}),
     script:
         "../scripts/claims.py"

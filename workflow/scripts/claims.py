@@ -20,5 +20,8 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
     )
     for key, r in result.items():
         log.info("%s: %s", key, r["verdict"])
-    Path(out.md).write_text(verdicts.render_markdown(result, preset=params.preset), encoding="utf-8")
-    Path(out.json).write_text(verdicts.to_json({"preset": params.preset, "claims": result}), encoding="utf-8")
+    expected = dict(params.expected)
+    md = verdicts.render_markdown(result, preset=params.preset, expected=expected)
+    Path(out.md).write_text(md, encoding="utf-8")
+    Path(out.json).write_text(verdicts.to_json({"preset": params.preset, "claims": result, "expected": expected}),
+                              encoding="utf-8")

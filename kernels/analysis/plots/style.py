@@ -126,15 +126,20 @@ def save_figure(fig, data: pd.DataFrame, pdf: str | Path, png: str | Path,
     plt.close(fig)
 
 
+RULE_PARAMS = ("code",)  # every rule's hash of the library code it runs (workflow/rules/common.smk)
+
+
 def render(build, snakemake) -> pd.DataFrame:
     """Run a figure rule: read its named inputs (CSV), call ``build(**inputs, **params)``, save
     to its ``pdf``, ``png`` and ``csv`` outputs; returns the figure's data.
 
     The rule names its inputs after ``build``'s tables and its params after its keyword
-    arguments (workflow/rules/figures.smk), so no script maps config keys by hand.
+    arguments (workflow/rules/figures.smk), so no script maps config keys by hand; the params of
+    :data:`RULE_PARAMS` describe the rule, not the figure, and are not passed.
     """
     tables = {name: pd.read_csv(path) for name, path in snakemake.input.items()}
-    fig, data = build(**tables, **snakemake.params)
+    params = {k: v for k, v in snakemake.params.items() if k not in RULE_PARAMS}
+    fig, data = build(**tables, **params)
     save_figure(fig, data, **snakemake.output)
     logging.getLogger(f"pcast.{snakemake.rule}").info("%s: %d data rows", snakemake.rule, len(data))
     return data

@@ -135,9 +135,9 @@ def _section(key: str, r: Mapping) -> list[str]:
     return lines
 
 
-def render_markdown(result: Mapping, *, preset: str | None = None) -> str:
-    """``figures/claims.md``: a verdict table, then per claim its sentence, the verdict on it, the
-    tolerances, the scoped verdicts and the numbers."""
+def render_markdown(result: Mapping, *, preset: str | None = None, expected: Mapping | None = None) -> str:
+    """``figures/claims.md``: a verdict table, what the preset is expected to give (``expected``: claim ->
+    {verdict, why}, the preset's ``expected_verdicts``), then per claim the criterion and the numbers."""
     lines = ["# Claims verdict", ""]
     if preset:
         lines += [f"Computed from the `{preset}` preset's tidy tables by `snakemake claims`; "
@@ -146,6 +146,21 @@ def render_markdown(result: Mapping, *, preset: str | None = None) -> str:
     for key, r in result.items():
         lines.append(f"| {key} | **{r['verdict']}** | {', '.join(r['evidence']) or '—'} |")
     lines.append("")
+    if expected:
+        lines += expected_section(result, expected, preset)
     for key, r in result.items():
         lines += _section(key, r)
     return "\n".join(lines)
+
+
+def expected_section(result: Mapping, expected: Mapping, preset: str | None) -> list[str]:
+    """Markdown lines: per claim the preset's expected verdict, this run's, and why it is expected."""
+    differ = [k for k, e in expected.items() if k in result and result[k]["verdict"] != e["verdict"]]
+    lines = [f"## Expected verdicts of the `{preset}` preset", "",
+             ("This run gives every expected verdict." if not differ else
+              f"This run differs from the expected verdict in: {', '.join(differ)}."), "",
+             "| claim | expected | this run | why |", "|---|---|---|---|"]
+    for key, e in expected.items():
+        got = result[key]["verdict"] if key in result else "not run"
+        lines.append(f"| {key} | {e['verdict']} | {got}{' (differs)' if key in differ else ''} | {e['why']} |")
+    return lines + [""]
