@@ -134,6 +134,8 @@ def _program(words: list[str]) -> list[str] | None:
         if words[1] == "-m":
             return words[:4] if words[2] == "pip" else words[:3]
         return words[:2]
+    if words[:2] == ["uv", "pip"]:  # uv pip compile, uv pip install: the subcommand's own options
+        return words[:3]
     return words[:1]
 
 
