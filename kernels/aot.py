@@ -50,8 +50,13 @@ def attention_launch_for(*, backend="triton", target="sm_90", batch=1, heads=2, 
 
         grid, a, kwargs, _ = deploy_launch(q, k, v, block_m=block_m, capability=TARGETS[target], **kw)
         return _attn_fwd_fp8, grid, a, kwargs
+    from kernels.api_decode import is_split_call
     from kernels.triton.kernel import _attn_fwd, attention_launch
 
+    if is_split_call(kw) or kw["causal_offset"]:
+        raise ValueError("num_splits > 1, p_normalize='partition' and causal_align='bottom_right' are not allowed "
+                         "here; allowed: the single-pass kernel's options (the split kernels run interpreted)")
+    kw = {n: x for n, x in kw.items() if n not in ("num_splits", "split_layout", "p_normalize", "causal_offset")}
     grid, a, kwargs, _, _ = attention_launch(q, k, v, block_m=block_m, **kw)
     return _attn_fwd, grid, a, kwargs
 

@@ -223,28 +223,28 @@ _PRESETS = (
     # of one head on 132 SMs gives many splits; 16 taken as the default here.
     Policy("fa3-decode", order="reverse", scale=256.0, scale_mode="exp2_offset", block_m=64, block_n=128,
            num_splits=16, split_layout="contiguous",
-           source="Dao-AILab/flash-attention hopper/flash_fwd_combine_kernel.h, hopper/heuristics.h", read=READ),
+           source="Dao-AILab/flash-attention@c082294e0f6c01d46318694a6f3e0274225a9683 hopper/flash_fwd_combine_kernel.h, hopper/heuristics.h", read=READ),
     # TensorRT-LLM XQA on sm90 (shipped in FlashInfer): 64-token tiles dealt to the sub-sequences of a
     # sequence in turn (interleaved), ascending order, P times 448 before its e4m3 cast; the sub-sequence
     # count (nbSubSeqPerSeq) is chosen from the SM count at run time: 4 taken.
     Policy("xqa-sm90", order="forward", scale=448.0, scale_mode="multiply", block_m=64, block_n=64,
-           num_splits=4, split_layout="interleaved", source="flashinfer-ai/flashinfer csrc/xqa/mha_sm90.cu",
+           num_splits=4, split_layout="interleaved", source="flashinfer-ai/flashinfer@7146f71f5c3bbbd1bc9b99414e57e8180e540ce3 csrc/xqa/mha_sm90.cu",
            read=READ),
     # AMD aiter paged_attention_ragged: per 256-key partition, exact max and sum first, then the normalised
     # P = exp(s - m)/l cast to e4m3 with no scale (S = 1): 32 partitions of 256 keys at N = 8,192.
     Policy("aiter-pa-ragged", order="forward", scale=1.0, p_normalize="partition", block_m=16, block_n=256,
-           num_splits=32, split_layout="contiguous", source="ROCm/aiter aiter/ops/attention.py (paged_attention_ragged)",
+           num_splits=32, split_layout="contiguous", source="ROCm/aiter@b9a79d4e2e1c778e63c111e97fed57a2176c4197 aiter/ops/attention.py (paged_attention_ragged)",
            read=READ),
     # vLLM paged attention v2: 512-key partitions (PARTITION_SIZE), exact max and sum per partition, P kept
     # in bf16 for P·V: 16 partitions of two 256-key blocks at N = 8,192.
     Policy("vllm-paged-v2", order="forward", scale=1.0, p_normalize="partition", fmt="bf16", block_m=16,
            block_n=256, num_splits=16, split_layout="contiguous",
-           source="vllm-project/vllm csrc/attention/paged_attention_v2.cu", read=READ),
+           source="vllm-project/vllm@cc17020a31f79ed0ac6cc662df2b14d8dcc82624 csrc/attention/paged_attention_v2.cu", read=READ),
     # vLLM's Triton decode (kernel_unified_attention_3d + reduce_segments): contiguous segments, forward
     # order, the learned sink seeding segment 0's max and sum; 16 segments (NUM_SEGMENTS_PER_SEQ) taken.
     Policy("vllm-triton-decode", order="forward", scale=1.0, scale_mode="multiply", sink_mode="init", block_m=16,
            block_n=32, num_splits=16, split_layout="contiguous",
-           source="vllm-project/vllm vllm/attention/ops/triton_unified_attention.py", read=READ),
+           source="vllm-project/vllm@1c98a4967619bdc682aaf2f15eec6c3302d64368 vllm/attention/ops/triton_unified_attention.py", read=READ),
 )
 
 # The paper's four combinations (kernels.contract.COMBOS): the contract of kernels.attention with

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import kernels
-from kernels.policies import POLICIES
+from kernels.policies import DECODE_PRESETS, POLICIES
 from kernels.probes import ProbeError, assert_policy, default_probes, fingerprint
 
 EXP_ULP = 2.0 ** -23  # one float32 ulp at 1: ex2.approx is within 2 of them
@@ -27,8 +27,14 @@ def _box(policy=None, backend="emulator", jitter: float = 0.0, dtype=torch.float
     return fn
 
 
+# The single-pass presets: the probe set has no decode probes yet, so the split-KV presets
+# (kernels.policies.DECODE_PRESETS) are left out of the matrix, as candidates and as black boxes.
+PREFILL = tuple(n for n in POLICIES if n not in DECODE_PRESETS)
+
+
 def _confusion(jitter: float, dtype=torch.float32) -> dict:
-    return {name: fingerprint(_box(name, jitter=jitter, dtype=dtype), params=False) for name in POLICIES}
+    return {name: fingerprint(_box(name, jitter=jitter, dtype=dtype), candidates=PREFILL, params=False)
+            for name in PREFILL}
 
 
 def _assert_diagonal(found: dict) -> None:
@@ -40,7 +46,7 @@ def _assert_diagonal(found: dict) -> None:
 
 def test_confusion_matrix_every_preset_through_the_emulator():
     found = _confusion(0.0)
-    assert len(found) == len(POLICIES) == 12  # a 12 x 12 matrix
+    assert len(found) == len(PREFILL) == 12  # a 12 x 12 matrix
     _assert_diagonal(found)
     for name, fp in found.items():
         assert fp.distance[name] == 0.0
