@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -61,6 +62,8 @@ def test_check_memory_names_the_largest_experiments_key():
 
 _PEAK = """
 import json, sys
+import torch
+torch.set_num_threads(1)  # as every pipeline job runs (its rule's threads: 1)
 from kernels.pipeline import config as pc, plan
 from kernels.pipeline.inputs import write_inputs
 from kernels.pipeline.runs import run_sweep_shard
@@ -79,8 +82,9 @@ def test_memory_model_against_a_measured_peak(tmp_path):
     times too big, e.g. a 10× error in it fails here)."""
     exp = pconfig.resolve_preset(CONFIG)["experiments"]["collapse"]
     exp.update(seeds=1, seeds_per_shard=1)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one thread, as the jobs run
     proc = subprocess.run([sys.executable, "-c", _PEAK, json.dumps(exp), str(tmp_path)], capture_output=True,
-                          text=True, timeout=600, cwd=REPO)
+                          text=True, timeout=600, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     model, measured = json.loads(proc.stdout.strip().splitlines()[-1])  # the child's own peak (ru_maxrss, KiB)
     assert 0.6 <= model / measured <= 1.5, (model / 2**20, measured / 2**20)
