@@ -138,7 +138,7 @@ def plan_runs(mine, policies=(), *, combos=True) -> list:
 
 def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_logit=None, sm_scale=None, layer=None,
                 sinks=None, per_head=False):
-    """``(rows, head_rows)``: one row per run of ``runs`` (:func:`plan_runs`) and one per (batch, head, run).
+    """``(rows, head_rows)``: one row per run of ``runs`` (:func:`~kernels.cli.audit_heads.plan_runs`) and one per (batch, head, run).
 
     ``ksink``: an int for every head, or ``{(b, h): ksink}`` (``--ksink auto``). ``sinks``: None or
     ``{(b, h): [sink keys]}`` for the ``sinks`` column. ``layer`` goes in every row. Every run (and the V-cast

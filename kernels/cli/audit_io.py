@@ -180,7 +180,7 @@ def resolve_policies(names, policies_file=None) -> list:
 
 def estimate(layers, runs, *, measure: bool, min_seconds: float = 20.0) -> str | None:
     """For a long run, the time it should take from the plan's calibration
-    (:func:`kernels.pipeline.calibration.load_calibration`, one thread): steps 1-2 once per run that does not
+    (``kernels.pipeline.calibration.load_calibration``, one thread): steps 1-2 once per run that does not
     differ from another in S alone, the cast, row sum and P·V once per run, the float64 reference, and the
     per-head measures; None when the work is small (no calibration is made for it) or under ``min_seconds``."""
     scores = sum(q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] for _, q, k, _ in layers)

@@ -105,7 +105,7 @@ def _line(row: dict) -> str:
 
 
 def scale_comparison(rows) -> list[dict]:
-    """Per target, the deploy kernel's S = 1 and S = 256 SASS compared (:func:`compare_scales`)."""
+    """Per target, the deploy kernel's S = 1 and S = 256 SASS compared (``compare_scales``)."""
     out = []
     for t in sorted({r["target"] for r in rows if r["kind"] == "deploy"}):
         a, b = (next(r for r in rows if r["target"] == t and r["spec"] == f"deploy-S{s}") for s in ("1", "256"))

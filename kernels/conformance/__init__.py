@@ -49,7 +49,7 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
             sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor",
             exp_rel_err=EXP_REL_ERR_CPU, num_splits=1, split_layout="contiguous", p_normalize="online",
             causal_align=None):
-    """Compare two :class:`~kernels.api.AttentionResult` of the same call; explain every difference.
+    """Compare two :class:`~kernels.AttentionResult` of the same call; explain every difference.
 
     The keywords are those of the call (:func:`kernels.attention`'s), plus ``tol`` (relative output
     tolerance on rows without fragile elements) and ``exp_rel_err`` (see :func:`exp_rel_err_for`: it
@@ -59,7 +59,7 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
     difference is accounted for), ``why`` (text). ``fragile`` may pass :func:`fragile_elements` of the
     same call, computed once for several comparisons. ``num_splits``, ``split_layout``, ``p_normalize`` and
     ``causal_align`` select the split contract's model (:mod:`kernels.conformance.splits`); where both results
-    carry ``lse``, it must agree within ``tol`` (relative to 1 + |lse|) plus what fragile elements can move a
+    carry ``lse``, it must agree within ``tol`` (relative to 1 + ``|lse|``) plus what fragile elements can move a
     rounded row sum by.
     """
     diffs = {n: (getattr(a, n).cpu() - getattr(b, n).cpu()) for n in DIAGNOSTICS}
@@ -117,7 +117,7 @@ def _model(q, k, splits, **kw):
 
 
 def _check_lse(a, b, fr, tol, why) -> bool:
-    """Where both results carry ``lse``: per row, ``|Δlse| <= tol·(1 + |lse|) + 1e-6·(1 + |lse|)`` (float32's
+    """Where both results carry ``lse``: per row, ``|Δlse| <= tol·(1 + ``|lse|``) + 1e-6·(1 + ``|lse|``)`` (float32's
     own rounding of m + ln l) plus the fragile elements' share of the row sum (a rounded row sum moves)."""
     la, lb = getattr(a, "lse", None), getattr(b, "lse", None)
     if la is None or lb is None:

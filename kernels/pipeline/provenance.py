@@ -2,7 +2,7 @@
 
 * :func:`modules_used`: the ``kernels`` modules a script imports, followed through their own imports
   (lazy ones inside functions included) and the package ``__init__`` files Python runs on the way,
-  read from the source with :mod:`ast` (nothing is imported);
+  read from the source with ``ast`` (nothing is imported);
 * :func:`code_digest`: the sha256 of those modules' source, the ``code`` param of every rule that
   runs library code, so that Snakemake's params rerun trigger sees a library edit;
 * :func:`imported_by_jobs`: the ``kernels/__init__.py`` a rule's script imports (Snakemake puts the

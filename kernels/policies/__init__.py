@@ -264,7 +264,7 @@ DECODE_PRESETS = tuple(n for n, p in POLICIES.items() if p.num_splits > 1)
 
 def get_policy(name_or_policy, extra: Mapping | None = None) -> Policy:
     """A :class:`Policy` from a preset name, a name in ``extra`` (name -> Policy, or name -> a
-    config mapping as in :func:`policy_from_config`), or the Policy itself.
+    config mapping as in :func:`~kernels.policies.policy_from_config`), or the Policy itself.
 
     Raises:
         ValueError: naming ``policy`` and the allowed names.
@@ -308,7 +308,7 @@ def policies_from_config(mapping) -> dict[str, Policy]:
     """The ``policies:`` section of config.yaml (name -> keys) as name -> :class:`Policy`.
 
     Raises:
-        ValueError: for a name that is a preset's, or as :func:`policy_from_config`.
+        ValueError: for a name that is a preset's, or as :func:`~kernels.policies.policy_from_config`.
     """
     if mapping is None:
         return {}

@@ -9,7 +9,7 @@ option's operations, so a default call runs the plain contract.
 * ``exp_block``: ``p = exp(s − m)`` or the exp2-offset ``x`` (``scale_mode``), and ``alpha``.
 * ``init_state`` / ``sink_final``: a learned sink logit seeds ``(m, l)`` or joins ``l``
   after the last block (``sink_logit``, ``sink_mode``).
-* :func:`split_range` / :func:`partition_p`: the blocks of one split (``num_splits``, ``split_layout``) and
+* ``split_range`` / ``partition_p``: the blocks of one split (``num_splits``, ``split_layout``) and
   partition-normalised P (``p_normalize="partition"``; docs/interfaces.md, "Decode-time attention").
 * :func:`operand_scales`: the per-(batch, head) scales ``s_t``, computed on the host in float32.
 """
