@@ -217,10 +217,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
             attention: query head h reads key/value head h // (H / H_kv)); d a multiple of 16 up to 256.
         order, scale, fmt, rowsum, block_m, block_n, scale_mode, rescale_threshold, sink_mode, qk_fmt: the
             policy's keywords, with v_fmt, qk_scale, v_scale; explicit ones override it. Defaults: order "forward",
-            scale S = 1.0, fmt "e4m3fn" (None: no rounding), rowsum "unrounded", block_m = block_n = 64
-            (query rows and keys per block, powers of two 16..256), scale_mode "multiply",
-            rescale_threshold 0.0, sink_mode "final", qk_fmt = v_fmt = None (or an FP8 format),
-            qk_scale = v_scale = "tensor" (or a float > 0).
+            scale S = 1.0, fmt "e4m3fn" (None: no rounding), rowsum "unrounded", block_m = block_n = 64 (powers of
+            two 16..256), scale_mode "multiply", rescale_threshold 0.0, sink_mode "final", qk_fmt = v_fmt = None.
         causal: causal mask, top-left aligned (key j visible to query i iff j <= i, as SDPA's ``is_causal``)
             unless ``causal_align="bottom_right"`` (j <= i + Nk - Nq); Nq < Nk needs causal_align.
         num_splits, split_layout, p_normalize: split-KV decode and partition-normalised P, merged by the
