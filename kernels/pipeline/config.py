@@ -19,7 +19,6 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from kernels.contract import (BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL,
                         is_allowed)

@@ -26,7 +26,7 @@ import numpy as np
 from scipy import integrate, optimize
 from scipy.stats import norm
 
-from kernels.contract import log2_scale, ORDERS, scale_keyword
+from kernels.contract import ORDERS, scale_keyword
 from kernels.formats import FP8Format
 from kernels.theory.lazy import _tau, exp2_offset_scale, saturation_fraction
 from kernels.theory.collapse import _ZLIM, METHODS, _fmt, _int_arg, _log_phi, _log_Phi, _pos_real, _real_array
