@@ -24,8 +24,7 @@ import triton.language as tl
 
 from kernels.contract import LOG2E, log2_scale
 from kernels.formats import get_format
-from kernels.reference import expand_kv
-from kernels.triton.kernel import LAUNCH_OPTIONS, attention_num_warps, triton_cdiv
+from kernels.triton.kernel import LAUNCH_OPTIONS, attention_num_warps, launch_operands, triton_cdiv
 
 __all__ = ["deploy_launch", "deploy_num_warps", "triton_fp8_attention", "NO_GPU_MESSAGE"]
 
@@ -123,16 +122,12 @@ def deploy_launch(q, k, v, *, reverse, scale, fmt, causal, block_m, block_n, sm_
         capability = 10 * major + minor
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
-    k, v = expand_kv(k, H), expand_kv(v, H)
-    dp = 1 << (d - 1).bit_length()
-    if dp != d:
-        q, k, v = (torch.nn.functional.pad(t, (0, dp - d)) for t in (q, k, v))
+    q, k, v, dp = launch_operands(q, k, v)
     e4m3 = get_format("e4m3fn")
     amax = v.abs().amax(dim=(-2, -1), keepdim=True)
     s_v = (amax / e4m3.max_finite if v_scale == "tensor" else torch.full_like(amax, float(v_scale)))
     s_v = torch.where(amax == 0, torch.ones_like(s_v), s_v)
     vt = (v / s_v).to(torch.float8_e4m3fn).transpose(-1, -2).contiguous()  # [B, H, d, Nk], keys contiguous
-    q, k = q.contiguous(), k.contiguous()
     out = torch.empty_like(q)
     args = (q, k, vt, out, s_v.reshape(B * H).contiguous(),
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),

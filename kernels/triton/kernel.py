@@ -38,7 +38,7 @@ from kernels.triton.fp4 import MX_CODE, cast_p, per_row_div
 from kernels.triton.policy import (SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, partition_p,
                                    sink_final, split_range)
 
-__all__ = ["triton_attention", "attention_launch", "triton_quantize", "triton_builtin_cast", "fp8_round",
+__all__ = ["triton_attention", "attention_launch", "launch_operands", "triton_quantize", "triton_builtin_cast", "fp8_round",
            "LAUNCH_OPTIONS", "attention_num_warps"]
 
 # ============================================================================= @triton.jit sources
@@ -331,6 +331,18 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def launch_operands(q, k, v):
+    """q, k, v as every attention program reads them: K and V expanded to q's heads (grouped-query
+    attention: each query head gets its K, V copy), d zero-padded to the next power of two (tl.arange
+    needs one; zero products add exact 0), contiguous. Returns ``(q, k, v, padded d)``."""
+    H, d = q.shape[1], q.shape[-1]
+    k, v = expand_kv(k, H), expand_kv(v, H)
+    dp = 1 << (d - 1).bit_length()
+    if dp != d:
+        q, k, v = (torch.nn.functional.pad(t, (0, dp - d)) for t in (q, k, v))
+    return (*(t.contiguous() for t in (q, k, v)), dp)
+
+
 def attention_launch(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | MXFormat | None, causal: bool,
                      ksink: int, block_m: int, block_n: int, sm_scale: float, rowsum_rounded: bool,
                      scale_mode: str = "multiply", rescale_threshold: float = 0.0, sink_logit=None,
@@ -343,11 +355,7 @@ def attention_launch(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | M
     """
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
-    k, v = expand_kv(k, H), expand_kv(v, H)  # grouped-query attention: each query head gets its K, V copy
-    dp = 1 << (d - 1).bit_length()  # tl.arange needs a power of two: zero-pad d (zero products add exact 0)
-    if dp != d:
-        q, k, v = (torch.nn.functional.pad(t, (0, dp - d)) for t in (q, k, v))
-    q, k, v = (t.contiguous() for t in (q, k, v))
+    q, k, v, dp = launch_operands(q, k, v)
     out = torch.empty_like(q)
     diag = torch.zeros(len(DIAGNOSTICS), B * H, Nq, dtype=torch.int32, device=q.device)
     op_scale = operand_scales(q, k, v, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale)

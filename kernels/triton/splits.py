@@ -19,8 +19,8 @@ import triton.language as tl
 
 from kernels.contract import DIAGNOSTICS, log2_scale
 from kernels.formats import get_format
-from kernels.reference import expand_kv
-from kernels.triton.kernel import _attn_fwd_inner, _launch, _load_operand, _store_diagnostics, triton_cdiv
+from kernels.triton.kernel import (_attn_fwd_inner, _launch, _load_operand, _store_diagnostics, launch_operands,
+                                   triton_cdiv)
 from kernels.triton.policy import SINK_MODE_CODE, init_state, operand_scales, sink_final, split_range
 
 __all__ = ["triton_split_attention"]
@@ -154,11 +154,7 @@ def triton_split_attention(q, k, v, *, reverse, scale, fmt, causal, ksink, block
     fp16 or no P cast). Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq] plus float32 lse)``."""
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
-    k, v = expand_kv(k, H), expand_kv(v, H)
-    dp = 1 << (d - 1).bit_length()
-    if dp != d:
-        q, k, v = (torch.nn.functional.pad(t, (0, dp - d)) for t in (q, k, v))
-    q, k, v = (t.contiguous() for t in (q, k, v))
+    q, k, v, dp = launch_operands(q, k, v)
     dev, bh = q.device, B * H
     part = torch.empty(num_splits, bh, Nq, dp, dtype=torch.float32, device=dev)
     lse = torch.empty(num_splits, bh, Nq, dtype=torch.float32, device=dev)
