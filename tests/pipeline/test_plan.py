@@ -75,6 +75,7 @@ print(json.dumps([plan.job_memory("collapse", exp)[0], resource.getrusage(resour
 """
 
 
+@pytest.mark.slow  # inside the parallel suite its child's peak RSS reads ~950 MB (alone: ~416 MB); run with -m slow
 def test_memory_model_against_a_measured_peak(tmp_path):
     """One collapse shard of the default grid at n = 1024, d = 64 (inputs and runs in one fresh
     process, so its peak RSS covers both): the model within 0.6-1.5× of the measured peak (the
