@@ -5,15 +5,22 @@ and others read its outputs and dry-run against it. A test that changes a file o
 back as it was (bytes and modification time) before it returns, and a test that needs another run
 makes its own copy (:func:`repo_copy.copy_repo`), so test order does not matter.
 
-Under pytest-xdist every test that uses ``smoke_run`` is sent to one worker (the ``xdist_group``
-"smoke", with ``--dist loadgroup``), so the run is made once and no two tests touch it at once.
+Under pytest-xdist the run is made once for the whole session, not once per worker: the first worker
+to ask builds it under a file lock in the session's shared temporary folder, the others wait and
+reuse it (or re-raise its failure). Tests that run Snakemake in the run's tree or change files there
+are sent to one worker (the ``xdist_group`` "smoke", with ``--dist loadgroup``), so no two of them
+touch it at once; tests marked ``smoke_reader`` only read its outputs (or compare their own runs with
+them) and may run on any worker.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,31 +36,54 @@ from repo_copy import copy_repo  # noqa: E402
 SMOKE_TIMEOUT_S = 1800  # alone about 1.5 minutes; on a 2-core machine shared with other work it took over 15
 
 
-@pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory) -> Path:
-    """A copy of the repository after a clean ``snakemake --cores 2 --config preset=smoke``.
-
-    Returns the copy's root. Snakemake's output (stdout, then stderr) is kept beside it, in
-    ``smoke_run.parent / "snakemake.log"``, outside the copy.
-    """
-    repo = tmp_path_factory.mktemp("smoke") / "repo"
-    repo.mkdir()
+def _build_smoke_run(root: Path) -> Path:
+    repo = root / "repo"
+    repo.mkdir(parents=True)
     copy_repo(repo)
     for d in ("results", "figures", ".snakemake"):
         shutil.rmtree(repo / d, ignore_errors=True)
     proc = subprocess.run(["snakemake", "--cores", "2", "--config", "preset=smoke"], cwd=repo,
                           capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
-    (repo.parent / "snakemake.log").write_text(proc.stdout + proc.stderr)
-    assert proc.returncode == 0, (f"the smoke run failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n"
-                                  f"{proc.stderr[-6000:]}")
+    (root / "snakemake.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the smoke run failed ({proc.returncode}):\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}")
     return repo
+
+
+@contextmanager
+def _locked(path: Path):
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> Path:
+    """A copy of the repository after a clean ``snakemake --cores 2 --config preset=smoke``.
+
+    Returns the copy's root. Snakemake's output (stdout, then stderr) is kept beside it, in
+    ``smoke_run.parent / "snakemake.log"``, outside the copy. Made once per session (module docstring).
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the folder the session's workers share
+    root, failed = shared / "smoke", shared / "smoke.failed"
+    with _locked(shared / "smoke.lock"):
+        if failed.exists():
+            pytest.fail(failed.read_text(), pytrace=False)
+        if not (root / "repo").exists():
+            try:
+                _build_smoke_run(root)
+            except Exception as e:  # the other workers report the same failure instead of rebuilding
+                failed.write_text(str(e))
+                raise
+    return root / "repo"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
 def pytest_collection_modifyitems(config, items):
-    """Tests that use the smoke run share one xdist worker (see the module docstring)."""
+    """Tests that use the smoke run, other than its readers, share one xdist worker (module docstring)."""
     for item in items:
-        if "smoke_run" in getattr(item, "fixturenames", ()):
+        if "smoke_run" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("smoke_reader"):
             item.add_marker(pytest.mark.xdist_group("smoke"))
 
 

@@ -173,6 +173,7 @@ def test_every_registered_output_has_a_rule_a_script_and_a_caption():
     assert sorted(o.name for o in registry.OUTPUTS) == sorted(FIGURES + TABLES + (registry.VERDICT,))
 
 
+@pytest.mark.smoke_reader
 def test_smoke_every_figure_and_table(smoke_run):
     fig_dir = smoke_run / "figures"
     logs = smoke_run / "results" / "logs" / "claims"

@@ -30,6 +30,9 @@ from repo_copy import REPO, copy_repo
 
 pytest.importorskip("snakemake_executor_plugin_slurm", reason="the slurm extra is not installed")
 
+# One worker runs this file, so its module fixture starts one SLURM smoke run, not one per worker.
+pytestmark = pytest.mark.xdist_group("slurm")
+
 PROFILE = "workflow/profiles/slurm"
 SLURM_TIMEOUT_S = 900
 RECIPE = ["snakemake", "--workflow-profile", PROFILE, "--config", "preset=smoke", "--slurm-status-command", "squeue"]

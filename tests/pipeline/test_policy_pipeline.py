@@ -309,6 +309,7 @@ needs_snakemake = pytest.mark.skipif(shutil.which("snakemake") is None, reason="
 
 
 @needs_snakemake
+@pytest.mark.smoke_reader
 def test_smoke_run_has_the_policies_table(smoke_run):
     cfg = config_of(smoke_run)
     text = (smoke_run / "results/tidy/policies.csv").read_text().splitlines()

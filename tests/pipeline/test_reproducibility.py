@@ -39,6 +39,7 @@ def test_expected_verdicts_override_nothing():
     assert merged["experiments"]["realmodel"]["layers"] == 1
 
 
+@pytest.mark.smoke_reader
 def test_the_smoke_run_gives_its_expected_verdicts(smoke_run):
     expected = CONFIG["presets"]["smoke"]["expected_verdicts"]
     got = json.loads((smoke_run / "figures/claims.json").read_text())
@@ -48,6 +49,7 @@ def test_the_smoke_run_gives_its_expected_verdicts(smoke_run):
     assert "## Expected verdicts of the `smoke` preset" in md and "This run gives every expected verdict." in md
 
 
+@pytest.mark.smoke_reader
 def test_the_smoke_run_loads_no_model_and_runs_few_jobs(smoke_run):
     meta = json.loads((smoke_run / "results/inputs/realmodel/passages.json").read_text())
     assert "the smoke preset's cached input" in meta["model"] and meta["layers"] == 1

@@ -83,6 +83,7 @@ def test_performance_steps_table_is_the_default_run_file():
     assert table == want
 
 
+@pytest.mark.smoke_reader
 def test_the_smoke_run_has_the_default_runs_claims_and_steps(smoke_run):
     smoke = summarize(smoke_run)
     assert {k: v["evidence"] for k, v in smoke["claims"].items()} == \
