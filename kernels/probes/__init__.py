@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from kernels.probes.expect import ALLOW, ProbeError, exact, expected, row_mismatches, run_box
 from kernels.probes.fingerprint import PARAM_GRID, TOLERANCE_NOTE, Fingerprint, Param, fingerprint
-from kernels.probes.inputs import PROBES, Probe, default_probes, make_probe
+from kernels.probes.inputs import PROBES, Probe, default_probes, make_probe, small_probes
 
-__all__ = ["Probe", "PROBES", "make_probe", "default_probes", "expected", "exact", "run_box", "ProbeError",
+__all__ = ["Probe", "PROBES", "make_probe", "default_probes", "small_probes", "expected", "exact", "run_box", "ProbeError",
            "fingerprint", "Fingerprint", "Param", "PARAM_GRID", "TOLERANCE_NOTE", "ALLOW", "row_mismatches",
            "assert_policy"]
 
