@@ -97,11 +97,18 @@ def _key(policy: Policy) -> tuple:
 
 
 def _expected_out(probe, policy: Policy, digest: str):
+    """The emulator's output for ``policy`` on ``probe`` (cached), computed on one torch thread: its matmuls
+    are small, and a thread pool that spins on a busy machine makes them many times slower."""
     key = (digest, _key(policy))
     if key not in _CACHE:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()
-        _CACHE[key] = expected(probe, policy).out[0, 0]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            _CACHE[key] = expected(probe, policy).out[0, 0]
+        finally:
+            torch.set_num_threads(threads)
     return _CACHE[key]
 
 
