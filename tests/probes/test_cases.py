@@ -39,7 +39,7 @@ def test_the_numbers_that_must_reproduce_do(t9):
     assert ("aiter-mla-decode", "fix: P scaled by 448, mean output") in passed
     assert ("fa4-sm100-fp8", "dominant key's weight lost (PR 2713: 1 - 448/4096)") in passed
     assert ("fa4-sm100-fp8", "headroom before P clips (PR 2694, natural units)") in passed
-    assert all(r["status"] in ("INCONCLUSIVE", "PARTIAL") and "decode" in r["reason"] for r in rows
+    assert all(r["status"] in ("INCONCLUSIVE", "PARTIAL") and "not give" in r["reason"] for r in rows
                if r["case"] == "aiter-paged-attention-ragged")
 
 
