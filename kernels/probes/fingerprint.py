@@ -5,9 +5,12 @@ then compares its outputs with what each candidate policy must give (the emulato
 candidate is the fraction of probe rows whose output lies outside the tolerance of
 :mod:`kernels.probes.expect` (float32 summation order, ``ex2.approx``'s 2 ulp); a candidate matches when
 the distance is at most :data:`~kernels.probes.expect.ALLOW`. The options are then identified one at a
-time (:data:`PARAM_GRID`): starting from the nearest candidate, each option in turn takes the value of
-its grid that is nearest, until nothing moves; an option's confidence is 1 when exactly one value of its
-grid matches, 1/k when k values match (no probe tells them apart) and 0 when none does.
+time (:data:`PARAM_GRID`, the splits, their layout and P's normalisation included): starting from the
+nearest candidate, each option in turn takes the value of its grid that is nearest (fewest rows outside,
+then the smallest mean log error), until nothing moves; when that ends on no match, the search starts
+again from the next nearest candidates (:data:`SEARCH_STARTS`) and keeps the best end. An option's
+confidence is 1 when exactly one value of its grid matches, 1/k when k values match (no probe tells them
+apart) and 0 when none does.
 """
 
 from __future__ import annotations

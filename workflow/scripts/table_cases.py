@@ -21,4 +21,4 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
     display = pd.DataFrame(rows, columns=T9_COLUMNS)[list(DISPLAY)]
     Path(out.tex).write_text(tables.to_booktabs(display, caption=CAPTION, label="tab:cases", align="lllrrll"),
                              encoding="utf-8")
-    log.info("T9: %d rows, %s", len(rows), dict(display["status"].value_counts()))
+    log.info("T9: %d rows, %s", len(rows), {s: int(n) for s, n in display["status"].value_counts().items()})
