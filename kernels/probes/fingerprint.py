@@ -193,7 +193,7 @@ def _identify(observed, probes, digests, starts) -> dict[str, Param]:
     cur = min(ends, key=lambda p: _score(observed, probes, digests, p))
     params = {}
     for name, grid in PARAM_GRID.items():
-        ok = tuple(v for v in grid if _score(observed, probes, digests, cur.replace(**{name: v}))[0] <= ALLOW)
+        ok = tuple(v for v in grid if _score(observed, probes, digests, _moved(cur, name, v))[0] <= ALLOW)
         params[name] = Param(name, getattr(cur, name), (1.0 / len(ok)) if ok else 0.0, ok)
     return params
 

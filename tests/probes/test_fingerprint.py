@@ -91,6 +91,14 @@ def test_a_decode_policy_that_is_no_preset_gets_its_splits_layout_and_normalisat
         assert fp.params[name].value == want and fp.params[name].confidence == 1.0, fp.params[name]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
+def test_every_presets_own_option_values_are_among_those_identified(name):
+    fp = fingerprint(_box(name))
+    for option, param in fp.params.items():
+        assert getattr(POLICIES[name], option) in param.consistent, (option, param)
+
+
 def test_explicit_candidates_and_a_preset_found_among_them():
     fp = fingerprint(_box("fa4"), candidates=["fa3", "fa4", {"order": "reverse", "scale": 256.0,
                                                                "scale_mode": "exp2_offset", "rescale_threshold": 4.0}],
