@@ -21,7 +21,7 @@ PAPER = "paper"  # the section comparing the abstract's numbers with the artifac
 
 @dataclass(frozen=True)
 class Claim:
-    id: str  # "C1" ... "C6", "audit", "fp4", "paper" (the abstract's numbers), "realmodel", or "conformance"
+    id: str  # "C1" ... "C6", "audit", "fp4", "paper" (the abstract's numbers), "realmodel", "cases" or "conformance"
     statement: str  # the claim: for C1-C6 the abstract's sentence
     criterion_keys: tuple[str, ...]  # keys of claims.<id> in config.yaml that the verdict reads
     outputs: tuple[str, ...]  # figure and table targets that answer it (claims.md's evidence)
@@ -74,6 +74,10 @@ CLAIMS = (
                        "measured Δ, σ and sinks, and how far the model's output moves.",
           ("band", "combos", "max_abs_error", "worst_heads"),
           ("fig_realmodel_heads", "fig_realmodel_theory", "fig_realmodel_outputs", "table_realmodel")),
+    Claim("cases", "Beyond the paper: the public 2026 reports of FP8-P failures (aiter, FlyDSL, FlashInfer, "
+                   "FlashAttention-4), each rebuilt from its stated policy and fixture: the instrument reproduces "
+                   "each report's number within the precision it was printed at, or says why it cannot.",
+          (), ("table_cases",)),
     Claim(CONFORMANCE, "Supporting check: the Triton kernel and the emulator agree, every difference "
                        "explained by FP8 rounding boundaries (the sweeps' numbers are the kernel's).",
           (), ("fig_conformance", "table_conformance")),
@@ -87,6 +91,7 @@ _CONFORMANCE = "Kernel conformance"
 _POLICIES = "Deployed policies"
 _REALMODEL = "Real model"
 _FP4 = "FP4 P · microscaling"
+_CASES = "Reported cases"
 
 OUTPUTS = (
     Output("fig_theory_scale", "figure", _SCALE),
@@ -107,6 +112,7 @@ OUTPUTS = (
     Output("table_policies", "table", _POLICIES),
     Output("table_realmodel", "table", _REALMODEL),
     Output("table_fp4", "table", _FP4),
+    Output("table_cases", "table", _CASES),
     Output("claims", "verdict", "Claims verdict"),
 )
 FIGURES = tuple(o.name for o in OUTPUTS if o.kind == "figure")

@@ -2,13 +2,16 @@
 black-box kernel implements (docs/probes.md).
 
 - :mod:`kernels.probes.inputs`: named, deterministic probes (mass, one-hot, two-hot, uniform over N keys,
-  sink plus tail, lagging max, tile-boundary lengths, learned sink), each with its purpose and observable.
+  sink plus tail, lagging max, tile-boundary lengths, learned sink, and decode rows: a sink in a later
+  split, N(0, σ²) rows over several partitions, 64-key tiles lifted with a period), each with its purpose
+  and observable; :func:`default_probes` and, for slow black boxes, :func:`small_probes`.
 - :mod:`kernels.probes.expect`: a policy's expected output and diagnostics on a probe (the emulator), the
   exact output (the reference), and a black box run on a probe with its output checked.
 - :func:`fingerprint`: the preset (or the group no probe tells apart) a callable matches, its distance to
   each candidate, and its options one by one, each with a confidence.
 - :func:`assert_policy`: a pytest helper that fails naming the probe, the expected and the actual value.
-- :mod:`kernels.probes.cases`: the public 2026 reports of FP8-P failures, rebuilt and checked (table T9).
+- :mod:`kernels.probes.cases`: the public 2026 reports of FP8-P failures, rebuilt and checked (table T9);
+  its public name is :mod:`kernels.cases`.
 
 Sits above the API and the policies, below the analysis and the command line.
 """
@@ -17,9 +20,9 @@ from __future__ import annotations
 
 from kernels.probes.expect import ALLOW, ProbeError, exact, expected, row_mismatches, run_box
 from kernels.probes.fingerprint import PARAM_GRID, TOLERANCE_NOTE, Fingerprint, Param, fingerprint
-from kernels.probes.inputs import PROBES, Probe, default_probes, make_probe
+from kernels.probes.inputs import PROBES, Probe, default_probes, make_probe, small_probes
 
-__all__ = ["Probe", "PROBES", "make_probe", "default_probes", "expected", "exact", "run_box", "ProbeError",
+__all__ = ["Probe", "PROBES", "make_probe", "default_probes", "small_probes", "expected", "exact", "run_box", "ProbeError",
            "fingerprint", "Fingerprint", "Param", "PARAM_GRID", "TOLERANCE_NOTE", "ALLOW", "row_mismatches",
            "assert_policy"]
 

@@ -5,15 +5,20 @@ then compares its outputs with what each candidate policy must give (the emulato
 candidate is the fraction of probe rows whose output lies outside the tolerance of
 :mod:`kernels.probes.expect` (float32 summation order, ``ex2.approx``'s 2 ulp); a candidate matches when
 the distance is at most :data:`~kernels.probes.expect.ALLOW`. The options are then identified one at a
-time (:data:`PARAM_GRID`): starting from the nearest candidate, each option in turn takes the value of
-its grid that is nearest, until nothing moves; an option's confidence is 1 when exactly one value of its
-grid matches, 1/k when k values match (no probe tells them apart) and 0 when none does.
+time (:data:`PARAM_GRID`, the splits, their layout and P's normalisation included): starting from the
+nearest candidate, each option in turn takes the value of its grid that is nearest (fewest rows outside,
+then the smallest mean log error), until nothing moves; when that ends on no match, the search starts
+again from the next nearest candidates (:data:`SEARCH_STARTS`) and keeps the best end. An option's
+confidence is 1 when exactly one value of its grid matches, 1/k when k values match (no probe tells them
+apart) and 0 when none does.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+
+import torch
 
 from kernels.policies import POLICIES, Policy
 from kernels.probes.expect import ALLOW, ATOL, RTOL, as_policy, expected, row_mismatches, run_box
@@ -28,16 +33,22 @@ PARAM_GRID = {
     "scale_mode": ("multiply", "exp2_offset"),
     "rescale_threshold": (0.0, 2.0, 4.0, 8.0),
     "sink_mode": ("final", "init"),
-    "fmt": ("e4m3fn", "e5m2"),
+    "fmt": ("e4m3fn", "e5m2", "bf16", "fp16"),
     "rowsum": ("unrounded", "rounded"),
     "block_n": (16, 32, 64, 128, 256),
+    "num_splits": (1, 2, 4, 8, 16, 32),
+    "split_layout": ("contiguous", "interleaved"),
+    "p_normalize": ("online", "partition"),
 }
+# Partition-normalised P takes its exact max and sum first: the contract allows it only with these values.
+_PARTITION_ONLY = {"scale_mode": "multiply", "rescale_threshold": 0.0, "rowsum": "unrounded"}
 
 TOLERANCE_NOTE = (f"tolerates a compiled GPU kernel's known differences: float32 summation order and exp by "
                   f"ex2.approx (2 ulp), as |out - expected| <= {ATOL:g} + {RTOL:g}·|expected| per element, with "
                   f"up to {ALLOW:.0%} of probe rows outside it (an exp error tipping one P across an FP8 "
                   "rounding boundary)")
 
+SEARCH_STARTS = 3  # the option search starts from this many nearest candidates and keeps the best end
 _CACHE: dict = {}  # (probe digest, policy key) -> expected out [Nq, d]
 _CACHE_MAX = 4096
 
@@ -89,19 +100,31 @@ def _key(policy: Policy) -> tuple:
 
 
 def _expected_out(probe, policy: Policy, digest: str):
+    """The emulator's output for ``policy`` on ``probe`` (cached), computed on one torch thread: its matmuls
+    are small, and a thread pool that spins on a busy machine makes them many times slower."""
     key = (digest, _key(policy))
     if key not in _CACHE:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()
-        _CACHE[key] = expected(probe, policy).out[0, 0]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            _CACHE[key] = expected(probe, policy).out[0, 0]
+        finally:
+            torch.set_num_threads(threads)
     return _CACHE[key]
+
+
+def _row_errors(observed, probes, digests, policy: Policy) -> list:
+    """Per probe, each row's largest error in units of the tolerance (> 1: outside)."""
+    return [row_mismatches(obs.out, _expected_out(probe, policy, dg), obs.dtype)
+            for obs, probe, dg in zip(observed, probes, digests)]
 
 
 def distance(observed, probes, digests, policy: Policy) -> tuple[float, tuple]:
     """Fraction of probe rows outside tolerance, and the (probe, row, error) that is farthest."""
     bad, total, worst = 0, 0, ("", -1, 0.0)
-    for obs, probe, dg in zip(observed, probes, digests):
-        err = row_mismatches(obs.out, _expected_out(probe, policy, dg), obs.dtype)
+    for probe, err in zip(probes, _row_errors(observed, probes, digests, policy)):
         bad += int((err > 1).sum())
         total += err.numel()
         i = int(err.argmax())
@@ -126,22 +149,51 @@ def candidate_set(candidates) -> dict[str, Policy]:
     return out
 
 
-def _identify(observed, probes, digests, start: Policy) -> dict[str, Param]:
-    """Coordinate search over PARAM_GRID from ``start``; each option's matching values at the end."""
+def _moved(cur: Policy, name: str, value) -> Policy:
+    """``cur`` with option ``name`` at ``value``; moving to partition-normalised P also takes the values
+    the contract requires with it (:data:`_PARTITION_ONLY`)."""
+    extra = _PARTITION_ONLY if (name, value) == ("p_normalize", "partition") else {}
+    return cur.replace(**{name: value, **extra})
+
+
+def _score(observed, probes, digests, policy: Policy) -> tuple[float, float]:
+    """(fraction of rows outside tolerance, mean log(1 + row error)): the second orders option sets that
+    miss the same number of rows; (inf, inf) for an option set the contract refuses (e.g. exp2 offset
+    with partition P)."""
+    try:
+        err = torch.cat(_row_errors(observed, probes, digests, policy))
+    except ValueError:
+        return float("inf"), float("inf")
+    return float((err > 1).double().mean()), float(torch.log1p(err.clamp(max=1e30)).mean())
+
+
+def _search(observed, probes, digests, start: Policy) -> Policy:
+    """Coordinate search over PARAM_GRID from ``start``: each option in turn takes its best value."""
     cur = start.replace(name="search")
-    for _ in range(3):
+    for _ in range(4):
         moved = False
         for name, grid in PARAM_GRID.items():
-            dists = {v: distance(observed, probes, digests, cur.replace(**{name: v}))[0] for v in grid}
-            best = min(dists.values())
-            if dists[getattr(cur, name)] > best:
-                cur = cur.replace(**{name: min(dists, key=dists.get)})
+            scores = {v: _score(observed, probes, digests, _moved(cur, name, v)) for v in grid}
+            if scores[getattr(cur, name)] > min(scores.values()):
+                cur = _moved(cur, name, min(scores, key=scores.get))
                 moved = True
         if not moved:
             break
+    return cur
+
+
+def _identify(observed, probes, digests, starts) -> dict[str, Param]:
+    """The best end point of a coordinate search from each of ``starts`` in turn (stopping at the first
+    that matches); each option's matching values."""
+    ends = []
+    for start in starts:
+        ends.append(_search(observed, probes, digests, start))
+        if _score(observed, probes, digests, ends[-1])[0] <= ALLOW:
+            break
+    cur = min(ends, key=lambda p: _score(observed, probes, digests, p))
     params = {}
     for name, grid in PARAM_GRID.items():
-        ok = tuple(v for v in grid if distance(observed, probes, digests, cur.replace(**{name: v}))[0] <= ALLOW)
+        ok = tuple(v for v in grid if _score(observed, probes, digests, _moved(cur, name, v))[0] <= ALLOW)
         params[name] = Param(name, getattr(cur, name), (1.0 / len(ok)) if ok else 0.0, ok)
     return params
 
@@ -171,5 +223,6 @@ def fingerprint(fn, *, candidates=None, probes=None, device="cpu", params: bool 
     policy = None if not matches else matches[0] if len(matches) == 1 else matches
     fp = Fingerprint(policy, dist, worst=worst)
     if params:
-        fp.params = _identify(observed, probes, digests, cands[min(dist, key=dist.get)])
+        nearest = sorted(dist, key=dist.get)[:SEARCH_STARTS]
+        fp.params = _identify(observed, probes, digests, [cands[n] for n in nearest])
     return fp

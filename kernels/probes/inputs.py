@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Probe", "PROBES", "make_probe", "probe_names", "default_probes", "UNIFORM_SIZES", "BOUNDARY_LENGTHS"]
+__all__ = ["Probe", "PROBES", "make_probe", "probe_names", "default_probes", "small_probes", "UNIFORM_SIZES",
+           "BOUNDARY_LENGTHS", "DECODE_TILE"]
 
 UNIFORM_SIZES = (128, 1024, 8192, 131072)  # N of the uniform probes
 BOUNDARY_LENGTHS = (31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)  # Nk at and across tile edges
+DECODE_TILE = 64  # the tile of the interleave probe (TensorRT-LLM XQA deals 64-key tiles to its splits)
 FAR = -60.0  # a logit whose exp is ~1e-26 of the max: every FP8 P cast sends it to 0
 _SEED = 20260  # V's signature columns
 
@@ -150,9 +152,67 @@ def learned_sink(n: int = 256, sigma: float = 6.0, depths=(0.0, 1.0, 2.0, 3.0)) 
                  _rows(rows), sink_logit=sigma)
 
 
+# ----------------------------------------------------------------------------- decode probes
+# Rows of one query each attending to all n keys (no mask): a decode row. n spans several splits of every
+# decode preset, so where a split starts, how its keys are dealt and how its P is normalised all show.
+
+def decode_sink(n: int = 4096, delta: float = 8.0, depths=(0.0, 6.0), positions=None) -> Probe:
+    """Decode rows: one key ``delta`` above the others, which sit at −x; one row per (position, depth x).
+    Positions: the first key, key 1 of the sixth 64-key tile, just after the middle, and inside the last
+    quarter (a sink in a later split)."""
+    positions = (0, 5 * DECODE_TILE + 1, n // 2 + 1, 3 * n // 4 + 129) if positions is None else positions
+    rows = []
+    for p in positions:
+        for x in depths:
+            r = torch.full((n,), -float(x))
+            r[p] = float(delta)
+            rows.append(r)
+    return Probe(f"decode-sink-{n}", "a sink key in the first or a later split of a decode row: the keys a "
+                 "split visits after the sink are cast against its max and underflow at small S, the rest "
+                 "of the row is cast against its own split's max; which keys collapse names the split "
+                 "boundaries, the layout and the order inside a split", "every column (the signature "
+                 "columns say which keys were lost); out[...,0] - 1", _rows(rows))
+
+
+def decode_random(n: int = 4352, sigmas=(0.5, 1.0, 2.0), lift: float = 3.0) -> Probe:
+    """Decode rows of seeded N(0, sigma²) logits, one per sigma, and one (sigma = 1) whose second half is
+    lifted by ``lift``: P spread over the format's grid, normalised per split or online."""
+    g = torch.Generator().manual_seed(_SEED + 1)
+    rows = [float(s) * torch.randn(n, generator=g) for s in sigmas]
+    late = torch.randn(n, generator=g)
+    late[n // 2:] += lift
+    rows.append(late)
+    return Probe(f"decode-random-{n}", "generic decode rows: every P takes its own rounding, which depends on "
+                 "the max and (partition-normalised P) the sum of its split, so the split count, the "
+                 "partition size (256 or 512 keys at n = 4,352), the normalisation and the P format (FP8 or "
+                 "bf16) all move the output", "every column", _rows(rows))
+
+
+def decode_tiles(n: int = 2048, levels=(3.0, 9.0), patterns=((2, 1), (4, 1), (8, 3))) -> Probe:
+    """Decode rows of 64-key tiles: tile j at +a when j mod period = phase, else 0; one row per (pattern, a).
+    An interleaved layout with ``period`` splits gathers the lifted tiles into one split."""
+    tile = torch.arange(n) // DECODE_TILE
+    rows = [torch.where(tile % period == phase, float(a), 0.0) for period, phase in patterns for a in levels]
+    return Probe(f"decode-tiles-{n}", "64-key tiles lifted with a period: dealt in turn to k splits "
+                 "(interleaved) with k = period, the lifted tiles share one split and the others are cast "
+                 "against their own max; contiguous splits mix them", "every column; out[...,0] - 1",
+                 _rows(rows))
+
+
+def decode_mix(n: int = 512) -> Probe:
+    """The three decode probes' kinds of row in one call of n keys: a sink at the start, the middle and the
+    last tile (depths 0 and 6), N(0, 1) and N(0, 4) rows and a lifted second half, tiles lifted with
+    periods 2, 4 and 8 (levels 3 and 9)."""
+    parts = (decode_sink(n, depths=(0.0, 6.0), positions=(0, n // 2 + 1, n - DECODE_TILE + 1)),
+             decode_random(n, sigmas=(1.0, 2.0)), decode_tiles(n))
+    return Probe(f"decode-mix-{n}", "the decode probes' rows at a smaller n, in one call: " + parts[0].purpose,
+                 "every column", torch.cat([p.logits for p in parts]))
+
+
 PROBES = {
     "mass": mass, "one-hot": one_hot, "two-hot": two_hot, "uniform": uniform, "sink-tail": sink_tail,
-    "lagging-max": lagging_max, "boundary": boundary, "learned-sink": learned_sink,
+    "lagging-max": lagging_max, "boundary": boundary, "learned-sink": learned_sink, "decode-sink": decode_sink,
+    "decode-random": decode_random, "decode-tiles": decode_tiles, "decode-mix": decode_mix,
 }
 
 
@@ -178,4 +238,12 @@ def make_probe(name: str, *args, **kwargs) -> Probe:
 def default_probes() -> tuple[Probe, ...]:
     """The probe set :func:`kernels.probes.fingerprint` runs (small sizes; every row distinct)."""
     return (mass(), two_hot(), lagging_max(), sink_tail(), one_hot(), boundary(65), boundary(129),
-            learned_sink(), uniform(1024))
+            learned_sink(), uniform(1024), decode_sink(), decode_random(), decode_tiles())
+
+
+def small_probes() -> tuple[Probe, ...]:
+    """A smaller probe set with the same kinds of rows (at most 512 keys, seven calls, 50 rows) for slow black boxes
+    such as Triton's interpreter; it still tells every preset apart."""
+    return (mass(512, depths=(0.0, 4.0, 5.0, 6.0, 6.5, 7.0, 8.0, 9.0, 10.0)),
+            two_hot(128, gaps=(0.5, 1.25, 2.0, 2.5, 3.0, 4.0, 5.0)), lagging_max(256, slopes=(0.3, 0.9, 2.0, 3.0)),
+            sink_tail(256, depths=(3.0, 5.0, 7.0, 11.0)), boundary(129), learned_sink(128), decode_mix())

@@ -1,13 +1,16 @@
-"""fingerprint and assert_policy on black boxes whose policy is known: every preset through the emulator
-(a confusion matrix), the same with outputs moved by a GPU exp error, two policies that are no preset,
-and a subset through the interpreted Triton kernel."""
+"""fingerprint and assert_policy on black boxes whose policy is known: every preset, the decode presets
+included, through the emulator (a confusion matrix), the same with outputs moved by a GPU exp error, policies
+that are no preset, and the presets through the interpreted Triton kernel (a covering subset by default, the
+whole matrix with -m slow)."""
 
 import pytest
 import torch
 
 import kernels
-from kernels.policies import DECODE_PRESETS, POLICIES
-from kernels.probes import ProbeError, assert_policy, default_probes, fingerprint
+from kernels.policies import POLICIES
+from kernels.probes import ProbeError, assert_policy, default_probes, fingerprint, small_probes
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 EXP_ULP = 2.0 ** -23  # one float32 ulp at 1: ex2.approx is within 2 of them
 
@@ -27,14 +30,11 @@ def _box(policy=None, backend="emulator", jitter: float = 0.0, dtype=torch.float
     return fn
 
 
-# The single-pass presets: the probe set has no decode probes yet, so the split-KV presets
-# (kernels.policies.DECODE_PRESETS) are left out of the matrix, as candidates and as black boxes.
-PREFILL = tuple(n for n in POLICIES if n not in DECODE_PRESETS)
+ALL = tuple(POLICIES)  # every preset, the split-KV decode presets included
 
 
 def _confusion(jitter: float, dtype=torch.float32) -> dict:
-    return {name: fingerprint(_box(name, jitter=jitter, dtype=dtype), candidates=PREFILL, params=False)
-            for name in PREFILL}
+    return {name: fingerprint(_box(name, jitter=jitter, dtype=dtype), params=False) for name in ALL}
 
 
 def _assert_diagonal(found: dict) -> None:
@@ -46,7 +46,7 @@ def _assert_diagonal(found: dict) -> None:
 
 def test_confusion_matrix_every_preset_through_the_emulator():
     found = _confusion(0.0)
-    assert len(found) == len(PREFILL) == 12  # a 12 x 12 matrix
+    assert len(found) == len(ALL) == 17 and all(len(fp.distance) == 17 for fp in found.values())  # 17 x 17
     _assert_diagonal(found)
     for name, fp in found.items():
         assert fp.distance[name] == 0.0
@@ -71,10 +71,32 @@ def test_a_policy_that_is_no_preset_gets_none_and_its_options(options, order, sc
     fp = fingerprint(_box(**options))
     assert fp.policy is None
     assert (fp.params["order"].value, fp.params["scale"].value, fp.params["block_n"].value) == (order, scale, block_n)
-    for name in ("order", "scale", "block_n", "fmt"):
+    for name in ("order", "scale", "block_n", "fmt", "num_splits", "p_normalize"):
         assert fp.params[name].confidence == 1.0, fp.params[name]
     # exp2 offset and multiply differ only in P's float32 rounding: honestly ambiguous on these probes
     assert set(fp.params["scale_mode"].consistent) == {"multiply", "exp2_offset"}
+    # with one split there is no layout to see
+    assert set(fp.params["split_layout"].consistent) == {"contiguous", "interleaved"}
+
+
+@pytest.mark.parametrize("options", [
+    dict(order="forward", scale=1.0, block_n=64, num_splits=8, split_layout="interleaved"),
+    dict(order="forward", scale=16.0, block_n=256, num_splits=4, p_normalize="partition"),
+])
+def test_a_decode_policy_that_is_no_preset_gets_its_splits_layout_and_normalisation(options):
+    fp = fingerprint(_box(**options))
+    assert fp.policy is None
+    for name in ("num_splits", "split_layout", "p_normalize", "fmt", "scale", "block_n"):
+        want = options.get(name, POLICIES["forward-s1"].__getattribute__(name))
+        assert fp.params[name].value == want and fp.params[name].confidence == 1.0, fp.params[name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
+def test_every_presets_own_option_values_are_among_those_identified(name):
+    fp = fingerprint(_box(name))
+    for option, param in fp.params.items():
+        assert getattr(POLICIES[name], option) in param.consistent, (option, param)
 
 
 def test_explicit_candidates_and_a_preset_found_among_them():
@@ -84,11 +106,40 @@ def test_explicit_candidates_and_a_preset_found_among_them():
     assert fp.policy == "fa4" and set(fp.distance) == {"fa3", "fa4", "options-2"}
 
 
-@pytest.mark.parametrize("name", ["fa4", "vllm-unified"])
-def test_presets_through_the_interpreted_triton_kernel(name):
-    fp = fingerprint(_box(name, backend="triton"), params=False)
+# Every option value of the presets at least once: order, S (1, 256, 448), scale mode, tau (0, 8), sink mode,
+# P format (e4m3fn, e5m2, bf16), block size (32, 64, 128, 256), splits (1, 4, 16, 32), layout, normalisation.
+TRITON_COVER = ("fa4", "vllm-unified", "triton-tutorial", "fa3-decode", "xqa-sm90", "aiter-pa-ragged",
+                "vllm-paged-v2")
+
+
+def _triton_identified(name):
+    fp = fingerprint(_box(name, backend="triton"), probes=small_probes(), params=False)
     got = fp.policy if isinstance(fp.policy, tuple) else (fp.policy,)
     assert got == (name,), fp.distance
+    assert len(fp.distance) == len(ALL)
+
+
+def test_the_triton_cover_holds_every_option_value_of_the_presets():
+    for option in ("order", "scale", "scale_mode", "rescale_threshold", "sink_mode", "fmt", "block_n",
+                   "num_splits", "split_layout", "p_normalize"):
+        assert {getattr(POLICIES[n], option) for n in TRITON_COVER} == {getattr(p, option) for p in POLICIES.values()}, option
+
+
+def test_the_small_probe_set_tells_every_preset_apart():
+    for name in ALL:
+        fp = fingerprint(_box(name), probes=small_probes(), params=False)
+        assert fp.policy == name, fp.distance
+
+
+@pytest.mark.parametrize("name", TRITON_COVER)
+def test_presets_through_the_interpreted_triton_kernel(name):
+    _triton_identified(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in ALL if n not in TRITON_COVER])
+def test_the_other_presets_through_the_interpreted_triton_kernel(name):
+    _triton_identified(name)
 
 
 def test_assert_policy_passes_and_fails_naming_probe_expected_actual():
@@ -125,10 +176,11 @@ def test_bad_candidates_are_named():
         fingerprint(_box("fa3"), candidates=[{"scale": -1.0}])
 
 
-def test_the_default_probe_set_is_small():
+def test_the_probe_sets_are_small():
     rows = sum(p.shape[0] for p in default_probes())
     assert 60 <= rows <= 100  # ALLOW = 2% is one row
-    assert max(p.shape[1] for p in default_probes()) <= 2048
+    assert max(p.shape[1] for p in default_probes()) <= 4352  # a decode row spans 17 partitions of 256 keys
+    assert sum(p.shape[0] for p in small_probes()) == 50 and max(p.shape[1] for p in small_probes()) <= 512
 
 
 def test_candidates_no_probe_tells_apart_come_back_as_a_group():

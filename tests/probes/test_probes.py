@@ -86,3 +86,29 @@ def test_diagnostics_come_with_the_expected_output():
     r = expected(probe, "forward-s1")
     assert r.underflow[0, 0].tolist() == [2047, 2047] and r.terms[0, 0].tolist() == [2048, 2048]
     assert expected(probe, "fa3").underflow[0, 0].tolist() == [0, 0]  # 256·exp(-9) = 0.0316 is normal
+
+
+def test_decode_tiles_interleaved_splits_gather_the_lifted_tiles_hand_values():
+    # tiles of 64 keys, every fourth (index 1 mod 4) lifted by 3; forward order, S = 1, E4M3, 64-key blocks
+    probe = make_probe("decode-tiles", 2048, levels=(3.0,), patterns=((4, 1),))
+    opts = dict(order="forward", scale=1.0, block_n=64, num_splits=4)
+    # interleaved: split 1 holds only the lifted tiles, the others only unlifted ones: every P = 1, exact
+    inter = expected(probe, dict(opts, split_layout="interleaved")).out[0, 0, 0].double()
+    assert torch.allclose(inter, exact(probe)[0].double(), atol=1e-6)
+    # contiguous: each split of 8 tiles starts with an unlifted tile (P = 1, then rescaled by a = e^-3); its
+    # other 5 unlifted tiles are cast at e^-3 = 12.74·2^-8, rounded to 13·2^-8; the two lifted tiles give P = 1
+    a = math.exp(-3.0)
+    want = (64 * a + 128 + 5 * 64 * 13 / 256) / (64 * a + 128 + 5 * 64 * a)
+    got = expected(probe, dict(opts, split_layout="contiguous")).out[0, 0, 0, 0].item()
+    assert got == pytest.approx(want, rel=1e-6) and got > 1.002
+
+
+def test_decode_sink_collapses_only_the_keys_its_split_visits_after_it():
+    # a sink 8 above 4,095 keys at 0, just after the middle; forward order, S = 1: e^-8 < 2^-10 rounds to 0
+    probe = make_probe("decode-sink", 4096, depths=(0.0,), positions=(4096 // 2 + 1,))
+    one = expected(probe, {"order": "forward", "block_n": 64}).underflow[0, 0, 0].item()
+    four = expected(probe, {"order": "forward", "block_n": 64, "num_splits": 4}).underflow[0, 0, 0].item()
+    # one pass: every key of the sink's block (2048..2111) and after it, but the sink itself
+    assert one == 4096 - 2048 - 1
+    # four contiguous splits of 1,024 keys: only split 2 (keys 2048..3071) meets the sink; the rest keep P = 1
+    assert four == 1024 - 1

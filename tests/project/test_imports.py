@@ -30,8 +30,9 @@ ALLOWED = {
     "models": {"api", "contract", "formats", "reference", "theory", "emulator", "triton", "policies"},
 }
 ALLOWED["probes"] = {"api", "policies", "models", "conformance", "reference", "theory", "contract", "formats"}
+ALLOWED["cases"] = set(ALLOWED["probes"]) | {"probes"}  # kernels.cases: the public name of kernels.probes.cases
 ALLOWED["analysis"] = {"models", "policies", "theory", "contract", "formats"}
-ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes"}
+ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes", "cases"}
 ALLOWED["cli"] = set(ALLOWED["pipeline"]) | {"pipeline"}
 ROOT_MODULES = {"kernels", "kernels.api", "kernels.api_multi", "kernels.api_decode", "kernels.aot", "kernels.result"}
 

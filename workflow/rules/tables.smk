@@ -1,4 +1,4 @@
-# Step 6: the paper's tables T1-T7 (figures/table_*.{csv,tex,md}), one rule each. Each script
+# Step 6: the tables T1-T7 and T9 (figures/table_*.{csv,tex,md}), one rule each. Each script
 # writes kernels.analysis.tables.<builder>(...) with tables.write: the CSV holds every number,
 # LaTeX (booktabs) and Markdown the display.
 
@@ -135,3 +135,19 @@ rule table_fp4:
         fp4=CRITERIA["fp4"],
     script:
         "../scripts/table_fp4.py"
+
+
+rule table_cases:
+    output:
+        **table_outputs("table_cases"),
+    log:
+        f"{ANALYSIS_LOGS}/table_cases.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_cases.tsv"
+    localrule: True
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("table_cases"),
+    script:
+        "../scripts/table_cases.py"

@@ -16,6 +16,7 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
         claims_cfg=params.claims, policies=pd.read_csv(inp.policies),
         realmodel=pd.read_csv(inp.realmodel, dtype={"sinks": str}),
         realmodel_outputs=pd.read_csv(inp.realmodel_outputs), fp4=pd.read_csv(inp.fp4),
+        cases=pd.read_csv(inp.cases, dtype=str, keep_default_na=False),
         confidence_level=params.confidence_level,
     )
     for key, r in result.items():
