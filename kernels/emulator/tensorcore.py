@@ -21,7 +21,7 @@ from kernels.formats import FP8Format
 from kernels.reference import expand_kv
 
 __all__ = ["TensorCore", "TENSOR_CORES", "PV_FORMATS", "fdpa", "accumulate", "pv_operands", "PVOperands",
-           "mmasim_op", "MMASIM_MISSING", "check_pv_arith"]
+           "mmasim_op", "MMASIM_MISSING", "check_pv_arith", "pv_arith_for"]
 
 #: What to install when mmasim is missing.
 MMASIM_MISSING = "mmasim is not installed; pip install pcast-fp8[tensorcore]"
@@ -53,6 +53,13 @@ TENSOR_CORES = {
                                 ("TCGen05MMA", "Blackwell", "m128n{n}k32.kind::f8f6f4.f32.{a}.{b}")),
 }
 assert set(TENSOR_CORES) == set(PV_ARITHS) - {"fp32"}
+
+
+def pv_arith_for(capability: tuple) -> str | None:
+    """The ``pv_arith`` of a GPU of compute ``capability`` (major, minor): Ada (8, 9), Hopper (9, 0), Blackwell
+    (10, x); None for any other (no model)."""
+    major, minor = capability
+    return {(8, 9): "mma-sm89", (9, 0): "wgmma-sm90"}.get((major, minor), "tcgen05-sm100" if major == 10 else None)
 
 
 def check_pv_arith(pv_arith, *, fmt, v_fmt, block_n, backend: str, split: bool) -> None:

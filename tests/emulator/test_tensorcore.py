@@ -266,3 +266,27 @@ def test_missing_mmasim_is_named_with_the_extra(monkeypatch):
     # the emulator's own arithmetic needs no mmasim
     a = torch.full((32,), 2.0 ** -6)
     assert float(tc.fdpa(a, a, torch.tensor(0.0), "wgmma-sm90")) == 32 * 2.0 ** -12
+
+
+def test_the_gpu_check_runs_the_emulator_with_the_gpus_tensor_core_then_needs_a_gpu(monkeypatch):
+    """``pcast-gpu-check``'s deploy check on a CPU: the emulator's side with Hopper's arithmetic runs, then the
+    deploy kernel stops with the error that names ``--compile-only``."""
+    from kernels import api
+    from kernels.cli import gpu_check
+
+    seen = []
+    real = api.attention
+
+    def spy(*a, **kw):
+        seen.append(kw.get("pv_arith", "fp32"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api, "attention", spy)
+    with pytest.raises(RuntimeError, match="--compile-only"):
+        gpu_check.check_deploy(n=128, d=64, heads=1, reps=1, capability=(9, 0))
+    assert seen == ["fp32", "wgmma-sm90"]
+    assert [tc.pv_arith_for(c) for c in ((8, 9), (9, 0), (10, 0), (12, 0))] == ["mma-sm89", "wgmma-sm90",
+                                                                              "tcgen05-sm100", None]
+    if not api.fp8_gpu_available():
+        with pytest.raises(RuntimeError, match="--compile-only"):
+            gpu_check.check_deploy(n=128, d=64, heads=1, reps=1)
