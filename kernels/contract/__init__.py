@@ -19,7 +19,7 @@ __all__ = [
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
     "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL", "FP4_EXPERIMENT",
     "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS", "SPLIT_LAYOUTS", "P_NORMALIZE", "CAUSAL_ALIGNS", "causal_offset",
-    "PV_ARITHS",
+    "PV_ARITHS", "TENSORCORE_EXPERIMENT",
 ]
 
 # ----------------------------------------------------------------------------- the contract
@@ -60,6 +60,7 @@ CAUSAL_ALIGNS = ("top_left", "bottom_right")  # key j visible to row i iff j <= 
 # Step 5's arithmetic (docs/interfaces.md, "The tensor core's P·V arithmetic"): float32, or an FP8 tensor
 # core's fused sums per chunk of keys (Ada mma.sync, Hopper wgmma, Blackwell tcgen05.mma), emulator only
 PV_ARITHS = ("fp32", "mma-sm89", "wgmma-sm90", "tcgen05-sm100")
+TENSORCORE_EXPERIMENT = "tensorcore"  # step 5 on a tensor core against float32 (kernels.pipeline.tensorcore_runs)
 
 
 def causal_offset(align: str | None, nq: int, nk: int) -> int:
