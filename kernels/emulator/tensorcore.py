@@ -24,7 +24,7 @@ __all__ = ["TensorCore", "TENSOR_CORES", "PV_FORMATS", "fdpa", "accumulate", "pv
            "mmasim_op", "MMASIM_MISSING", "check_pv_arith", "pv_arith_for"]
 
 #: What to install when mmasim is missing.
-MMASIM_MISSING = "mmasim is not installed; pip install pcast-fp8[tensorcore]"
+MMASIM_MISSING = "mmasim not installed; pip install pcast-fp8[tensorcore]"
 #: FP8 formats the MMA takes as operands, with the exponent of their smallest normal (subnormals keep it).
 PV_FORMATS = {"e4m3fn": -6, "e5m2": -14}
 _PTX_TYPE = {"e4m3fn": "e4m3", "e5m2": "e5m2"}

@@ -261,7 +261,7 @@ def test_contract_lists_every_target():
 def test_missing_mmasim_is_named_with_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "mmasim", None)
     monkeypatch.setitem(sys.modules, "mmasim.nv_ptx", None)
-    with pytest.raises(ImportError, match=r"mmasim is not installed; pip install pcast-fp8\[tensorcore\]"):
+    with pytest.raises(ImportError, match=r"^mmasim not installed; pip install pcast-fp8\[tensorcore\]$"):
         tc.mmasim_op("wgmma-sm90", 64)
     # the emulator's own arithmetic needs no mmasim
     a = torch.full((32,), 2.0 ** -6)

@@ -133,7 +133,9 @@ def show_plan(cfg, cal):
         check_cluster(cfg, cal)
     else:
         try:
-            plan.check_memory(plan.plan_rows(cfg, None) + [plan.tensorcore_row(cfg)], mem)
+            plan.check_memory(
+                plan.plan_rows(cfg, None) + [plan.tensorcore_row(cfg)], mem
+            )
         except pconfig.ConfigError as e:
             raise WorkflowError(
                 f"Invalid configuration (preset {cfg.get('preset')!r}): {e}"

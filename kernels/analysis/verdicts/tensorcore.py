@@ -39,7 +39,7 @@ def claim_tensorcore(summary: pd.DataFrame, check: Mapping, cfg: Mapping) -> dic
         subcases.append(Subcase(arith, "PASS" if ok else "FAIL", f"largest share {short(worst)}"))
         for (combo, scale, order), g in s.groupby(["combo", "scale", "order"], sort=True):
             table.append({"tensor core": arith, "combination": combo,
-                          "MSE ratio (tensor core / float32)": f"{short(g['ratio'].min())}–{short(g['ratio'].max())}",
+                          "MSE ratio (tensor core / float32)": f"{g['ratio'].min():.6f}–{g['ratio'].max():.6f}",
                           "accumulation / P-cast error (largest)": short(g["share_max"].max())})
     verdict = combine(subcases)
     out = result(TENSORCORE, verdict, crit, {"max_share": lim}, details, scoped=subcases,
