@@ -109,7 +109,6 @@ def run_tensorcore(exp: Mapping, log=None) -> tuple[pd.DataFrame, dict]:
             log.warning("tensorcore: skipped: %s", e)
         return pd.DataFrame(columns=TENSORCORE_COLUMNS), {"skipped": str(e)}
     rows = []
-    torch.set_num_threads(1)
     for seed in range(int(exp["seeds"])):
         for delta in delta_values(exp["delta"]):
             rows += tensorcore_rows(exp, seed, delta)
