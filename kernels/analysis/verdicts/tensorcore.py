@@ -25,9 +25,10 @@ def claim_tensorcore(summary: pd.DataFrame, check: Mapping, cfg: Mapping) -> dic
     error stays at most ``cfg["max_share"]`` of the P-cast error at every order, S, Δ and seed; strict
     combine over the tensor cores. Without mmasim: INCONCLUSIVE, saying so."""
     lim = float(cfg["max_share"])
-    crit = (f"per tensor core: the emulator's P·V arithmetic equals mmasim's bit for bit on every checked tile "
-            f"element, and at every order, S, Δ and seed the accumulation's own error (mean squared difference from float32 "
-            f"P·V) is at most {short(lim)} of the P-cast error (MSE of FP8 P, float32 V and P·V against float64)")
+    crit = ("per tensor core: the emulator's P·V arithmetic equals mmasim's bit for bit on every checked tile "
+            "element, and at every order, S, Δ and seed the accumulation's own error (mean squared difference from "
+            f"float32 P·V) is at most {short(lim)} of the P-cast error (MSE of FP8 P, float32 V and P·V against "
+            "float64)")
     if "skipped" in check:
         return result(TENSORCORE, "INCONCLUSIVE", crit, {}, [f"skipped: {check['skipped']}"])
     subcases, details, table = [], [], []
