@@ -13,6 +13,8 @@ include: "workflow/rules/inputs.smk"
 include: "workflow/rules/sweeps.smk"
 # 2b. A pretrained model's heads and embeddings (the realmodel experiment).
 include: "workflow/rules/realmodel.smk"
+# 2c. An FP8 tensor core's P·V accumulation against float32 (the tensorcore experiment).
+include: "workflow/rules/tensorcore.smk"
 # 3. The Triton kernel against the emulator, every difference explained.
 include: "workflow/rules/conformance.smk"
 # 4. Paired statistics from the tidy tables.

@@ -9,6 +9,7 @@ import torch
 from kernels.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
                        causal_offset, is_allowed)
 from kernels.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
+from kernels.emulator.tensorcore import check_pv_arith
 from kernels.result import AttentionResult
 from kernels.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
 from kernels.formats.microscaling import MX_FORMATS, get_mx_format, is_mx
@@ -191,7 +192,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
               v_fmt: str | FP8Format | None = _D["v_fmt"], v_scale: str | float = _D["v_scale"],
               num_splits: int = _D["num_splits"], split_layout: str = _D["split_layout"],
               p_normalize: str = _D["p_normalize"], causal_align: str | None = None,
-              policy=None, reference: bool = False) -> AttentionResult:
+              policy=None, reference: bool = False, pv_arith: str = "fp32") -> AttentionResult:
     """FlashAttention-style forward attention with softmax P cast to FP8 before P·V, under a P policy.
 
     Per query row the KV blocks of ``block_n`` keys are visited first to last (``order="forward"``) or
@@ -230,6 +231,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
         policy: None, a name of :data:`kernels.policies.POLICIES`, or a ``Policy``.
         reference: True: also compute the float64 reference of the same call and give the result's ``mse``
             and ``mse_heads`` (one call instead of a second :func:`kernels.reference.reference_attention`).
+        pv_arith: step 5 in "fp32", or on an FP8 tensor core (:data:`kernels.contract.PV_ARITHS`; emulator only).
 
     Returns :class:`AttentionResult` on the inputs' device. Raises ValueError naming a bad argument.
     """
@@ -284,7 +286,9 @@ def _prepare(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
     sink = None if sink_logit is None else sink_logit.expand(q.shape[:2]).to(torch.float32).contiguous()
     kw = {**_backend_kwargs(o, causal=causal, ksink=ksink, sm_scale=sm, sink_logit=sink), **dec,
           "causal_offset": offset}
-    return kw, ran, o["block_m"]
+    pv = args.get("pv_arith", "fp32")
+    check_pv_arith(pv, fmt=o["fmt"], v_fmt=o["v_fmt"], block_n=o["block_n"], backend=ran, split=is_split_call(kw))
+    return (kw if pv == "fp32" else {**kw, "pv_arith": pv}), ran, o["block_m"]
 
 
 def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):

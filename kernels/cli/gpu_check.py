@@ -11,7 +11,10 @@
    by :func:`kernels.conformance.explain`) in the four order x scale combinations, with and
    without causal, at N in {200, 1024, 4096}, d in {64, 128};
 3. that tl.dot runs in IEEE fp32 (no TF32): the unrounded kernel matches the float64
-   reference to 1e-5 relative, which TF32 (10-bit mantissa) cannot.
+   reference to 1e-5 relative, which TF32 (10-bit mantissa) cannot;
+4. the deploy kernel (hardware cast, FP8 tensor core) against the emulator with the GPU's tensor-core
+   arithmetic (``pv_arith``: mma-sm89, wgmma-sm90, tcgen05-sm100) and with float32 P·V (reported), and
+   its timing at S = 1 against S = 256.
 
 It prints one line per check and a JSON summary (``--json PATH`` writes it to a file).
 
@@ -146,21 +149,32 @@ def check_policies(shapes=((200, 64), (1024, 128)), heads=2):
     return rows, cast
 
 
-def check_deploy(n=4096, d=64, heads=8, reps=20):
-    """The deploy kernel (``backend="triton-fp8"``) on the GPU: its output against the emulator with FP8 V and
-    the exp2 offset (reported: the tensor core's accumulation is not modelled), and a timing of S = 1 against
-    S = 256 (median of ``reps`` launches each, interleaved)."""
+def check_deploy(n=4096, d=64, heads=8, reps=20, capability=None):
+    """The deploy kernel (``backend="triton-fp8"``) on the GPU: its output against the emulator with FP8 V, the
+    exp2 offset and the GPU's tensor-core arithmetic (``pv_arith`` of ``capability``, default the GPU's; None where
+    no model exists), and against float32 P·V; then a timing of S = 1 against S = 256 (median of ``reps``
+    launches each, interleaved). Without a GPU: the emulator's side, then the deploy kernel's RuntimeError."""
     from kernels.aot import deploy_attention
-    from kernels.api import attention
+    from kernels.api import attention, fp8_gpu_available
+    from kernels.emulator.tensorcore import pv_arith_for
     from kernels.models.sinks import make_inputs
+    from kernels.triton.deploy import NO_GPU_MESSAGE
 
+    if capability is None and not fp8_gpu_available():
+        raise RuntimeError(NO_GPU_MESSAGE)
+    arith = pv_arith_for(torch.cuda.get_device_capability() if capability is None else capability)
     q, k, v = make_inputs(11, heads=heads, n=n, d=d, ksink=4, delta=8.0)
     rows, times = [], {1.0: [], 256.0: []}
     for scale in (1.0, 256.0):
         kw = dict(order="reverse", scale=scale, scale_mode="exp2_offset", v_fmt="e4m3fn", ksink=4)
+        fp32 = attention(q, k, v, backend="emulator", **kw).out
+        tc = None if arith is None else attention(q, k, v, backend="emulator", pv_arith=arith, **kw).out
         out = deploy_attention(q, k, v, **kw).cpu()
-        ref = attention(q, k, v, backend="emulator", **kw).out
-        rows.append({"scale": scale, "vs_emulator_max_rel": float((out - ref).abs().max() / ref.abs().max())})
+        row = {"scale": scale, "pv_arith": arith, "vs_emulator_fp32_max_rel": _max_rel(out, fp32)}
+        if tc is not None:
+            row.update(vs_emulator_pv_arith_max_rel=_max_rel(out, tc),
+                       identical_to_pv_arith=float((out.view(torch.int32) == tc.view(torch.int32)).double().mean()))
+        rows.append(row)
     qc, kc, vc = q.cuda(), k.cuda(), v.cuda()
     for _ in range(reps):
         for scale in (1.0, 256.0):
@@ -171,6 +185,10 @@ def check_deploy(n=4096, d=64, heads=8, reps=20):
             times[scale].append(time.perf_counter() - t0)
     med = {s: sorted(t)[len(t) // 2] for s, t in times.items()}
     return {"outputs": rows, "seconds_median": med, "s256_over_s1": med[256.0] / med[1.0]}
+
+
+def _max_rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
 
 
 def main(argv=None):

@@ -19,6 +19,7 @@ __all__ = [
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
     "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL", "FP4_EXPERIMENT",
     "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS", "SPLIT_LAYOUTS", "P_NORMALIZE", "CAUSAL_ALIGNS", "causal_offset",
+    "PV_ARITHS", "TENSORCORE_EXPERIMENT",
 ]
 
 # ----------------------------------------------------------------------------- the contract
@@ -56,6 +57,10 @@ OPERAND_SCALES = ("tensor",)  # qk_scale / v_scale words: amax per (batch, head)
 SPLIT_LAYOUTS = ("contiguous", "interleaved")  # split s holds blocks [s·c, (s+1)·c), or block j -> j mod splits
 P_NORMALIZE = ("online", "partition")  # running max and sum, or the split's exact max and sum first
 CAUSAL_ALIGNS = ("top_left", "bottom_right")  # key j visible to row i iff j <= i, or j <= i + Nk - Nq
+# Step 5's arithmetic (docs/interfaces.md, "The tensor core's P·V arithmetic"): float32, or an FP8 tensor
+# core's fused sums per chunk of keys (Ada mma.sync, Hopper wgmma, Blackwell tcgen05.mma), emulator only
+PV_ARITHS = ("fp32", "mma-sm89", "wgmma-sm90", "tcgen05-sm100")
+TENSORCORE_EXPERIMENT = "tensorcore"  # step 5 on a tensor core against float32 (kernels.pipeline.tensorcore_runs)
 
 
 def causal_offset(align: str | None, nq: int, nk: int) -> int:

@@ -44,6 +44,7 @@ from kernels.emulator.mx import per_row_scale as _per_row_scale
 from kernels.formats.microscaling import MXFormat
 from kernels.formats.rounding import quantize_fast
 from kernels.emulator.parts import max_in_force, operand_cast, running_max
+from kernels.emulator import tensorcore as _tc
 from kernels.reference import causal_mask, expand_kv
 
 __all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_in_force", "operand_cast"]
@@ -87,6 +88,7 @@ class _Call:
     sink_init: bool  # the sink seeds (m, l) (sink_mode="init"), else it joins l at step 6
     cummax: bool  # eager max without a seed: the running max is a cumulative max
     splits: tuple = (1, "contiguous", "online")  # num_splits, split_layout, p_normalize (kernels.emulator.splits)
+    pv: _tc.PVOperands | None = None  # step 5 on an FP8 tensor core (pv_arith), else None: float32
 
 
 def _operand(t, heads: int, n: int, pad: int, fmt, how):
@@ -108,7 +110,7 @@ def _visible(nq: int, nk: int, np_: int, causal: bool, device, offset: int = 0) 
 def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
             rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale, memo: dict | None = None,
             causal_offset: int = 0, num_splits: int = 1, split_layout: str = "contiguous",
-            p_normalize: str = "online") -> _Call:
+            p_normalize: str = "online", pv_arith: str = "fp32") -> _Call:
     """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask.
 
     ``scales``: the scales S (a tuple; several only with ``scale_mode="multiply"``, where steps 1-2 do
@@ -147,6 +149,8 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
     if exp2 and len(scales) != 1:  # x = exp2(s·L - (m·L - log2 S)): step 2 depends on S
         raise ValueError(f"scale_mode='exp2_offset' takes one scale a call, got {len(scales)}")
     sink_init = sink_logit is not None and sink_mode == "init"
+    pv = None if pv_arith == "fp32" else once(("pv", vk, pad, pv_arith, fmt.name), lambda: _tc.pv_operands(
+        v, H, Nk, pad, v_fmt, v_scale, pv_arith, fmt))
     return _Call(qs=qs, kT=kf.transpose(-1, -2), vf=vf, visible=visible,
                  nblk=nblk, block_n=block_n, ks=min(ksink, Nk), sm_scale=sm_scale, sm_pow2=sm_pow2,
                  reverse=reverse, fmt=fmt, mx=isinstance(fmt, MXFormat), per_row=scale_mode == "per_row",
@@ -157,7 +161,8 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
                      s > fmt.max_finite or exp2 or rescale_threshold > 0)) for s in scales),
                  exp2=exp2, log2_s=log2_scale(scales[0]), tau=rescale_threshold,
                  sink=None if sink_logit is None else sink_logit.reshape(G).to(torch.float32), sink_init=sink_init,
-                 cummax=rescale_threshold == 0 and not sink_init, splits=(num_splits, split_layout, p_normalize))
+                 cummax=rescale_threshold == 0 and not sink_init, splits=(num_splits, split_layout, p_normalize),
+                 pv=pv)
 
 
 def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torch.Tensor | None = None,
@@ -210,9 +215,13 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         if c.sink_init:  # the sink's own value l0, carried to the end by every block's alpha
             l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
         # step 5: accumulate
-        # the same weights (per_row: over S_r, the kernel's division of p_q·V), then one matmul for all of P_q V
-        pq.view(nr, c.nblk, c.block_n).mul_((w / s_r if c.per_row else w)[..., None])
-        accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
+        if c.pv is not None:  # the tensor core: acc = acc·alpha per block, then its fused sums; V's scale after
+            alpha = _weights(c, _previous_max(m, c.reverse), m_safe)
+            accs = [_tc.accumulate(pq, vq[g], alpha, c.pv, c.block_n, c.reverse) * s_v[g]
+                    for vq, s_v in zip(c.pv.vq, c.pv.s_v)]
+        else:  # the same weights (per_row: over S_r, the kernel's division of p_q·V), then one matmul for all of P_q V
+            pq.view(nr, c.nblk, c.block_n).mul_((w / s_r if c.per_row else w)[..., None])
+            accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
         _normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep, diag["lse"])
 
 
@@ -229,6 +238,12 @@ def _normalise(c: _Call, sc: _Scale, g: int, r0: int, r1: int, outs_i, accs: lis
     for out, acc in zip(outs_i, accs):
         out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
     lse[g, r0:r1] = row_lse(c, m_final, l)
+
+
+def _previous_max(m: torch.Tensor, reverse: bool) -> torch.Tensor:
+    """[rows, nblk] the max in force before each block (-inf before the first block visited)."""
+    first = torch.full_like(m[:, :1], float("-inf"))
+    return torch.cat([m[:, 1:], first], 1) if reverse else torch.cat([first, m[:, :-1]], 1)
 
 
 def row_lse(c: _Call, m, l) -> torch.Tensor:
@@ -321,7 +336,8 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
     [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``. ``v`` may also
     be a tuple of such tensors (value sets sharing q and k): ``out`` is then a tuple, one per value
     tensor, each bit-identical to a call with that tensor alone (:func:`kernels.attention_values`).
-    ``decode``: ``causal_offset`` (docs/interfaces.md, "Decode-time attention"); one split with online
+    ``decode``: ``causal_offset`` (docs/interfaces.md, "Decode-time attention"), ``pv_arith`` (step 5 on a
+    tensor core, :mod:`kernels.emulator.tensorcore`); one split with online
     normalisation (several splits or partition normalisation: :func:`kernels.emulator.splits.emulate_splits`).
     The diag dict also holds ``lse``, float32 [B,H,Nq].
     """
@@ -333,7 +349,7 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
                                ksink=ksink, block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
                                scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,
                                sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale,
-                               causal_offset=decode.get("causal_offset", 0))
+                               causal_offset=decode.get("causal_offset", 0), pv_arith=decode.get("pv_arith", "fp32"))
     return outs if several else outs[0], diag
 
 

@@ -9,7 +9,7 @@ from kernels.contract import LOG2E, float32
 from kernels.formats import FP8Format
 from kernels.formats.rounding import quantize_fast
 
-__all__ = ["running_max", "max_in_force", "operand_cast"]
+__all__ = ["running_max", "max_in_force", "operand_cast", "operand_parts"]
 
 
 def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
@@ -42,6 +42,12 @@ def max_in_force(block_max: torch.Tensor, reverse: bool, tau: float = 0.0,
 def operand_cast(t: torch.Tensor, fmt: FP8Format, how) -> torch.Tensor:
     """``t' = quantize(t / s_t, fmt)·s_t`` with one float32 ``s_t`` per (batch, head) of t [B, H, N, d]:
     ``amax|t| / max_finite`` for ``how="tensor"`` (1 where the amax is 0), else the float ``how``."""
+    tq, st = operand_parts(t, fmt, how)
+    return tq.mul_(st)
+
+
+def operand_parts(t: torch.Tensor, fmt: FP8Format, how) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`operand_cast`'s two factors: ``quantize(t / s_t, fmt)`` (the FP8 values) and ``s_t`` [B, H, 1, 1]."""
     amax = t.abs().amax(dim=(-2, -1), keepdim=True)
     if how == "tensor":
         # divide by a tensor, not a Python number: CUDA would multiply by a rounded reciprocal
@@ -49,4 +55,4 @@ def operand_cast(t: torch.Tensor, fmt: FP8Format, how) -> torch.Tensor:
         st = torch.where(amax == 0, torch.ones_like(st), st)
     else:
         st = torch.full_like(amax, how)
-    return quantize_fast(t / st, fmt, saturate=True).mul_(st)
+    return quantize_fast(t / st, fmt, saturate=True), st

@@ -26,8 +26,8 @@ __all__ = ["eligible", "lead_columns", "anchor_state", "item_rows"]
 
 def eligible(c: _em._Call) -> bool:
     """Calls whose blocks past the leading ones do not depend on the leading keys: reverse order, a running max
-    that is a cumulative max (no τ, no seeding sink), p·S or exp2_offset's x, an FP8 cast or none."""
-    return c.reverse and c.cummax and not c.mx and not c.per_row
+    that is a cumulative max (no τ, no seeding sink), p·S or exp2_offset's x, an FP8 cast or none, float32 P·V."""
+    return c.reverse and c.cummax and not c.mx and not c.per_row and c.pv is None
 
 
 def lead_columns(block_n: int, nblk: int, ks: int, cols: list[int]) -> int | None:

@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 
 from kernels.contract import (BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL,
-                        is_allowed)
+                        TENSORCORE_EXPERIMENT, is_allowed)
 from kernels.pipeline import claims_config, fp4_config, policy_config
 from kernels.pipeline.grid import delta_values, listed
 
@@ -120,6 +120,9 @@ def check_config(config: Mapping) -> None:
         if name == REALMODEL:
             _check_realmodel(key, exp, config.get("policies"))
             continue
+        if name == TENSORCORE_EXPERIMENT:
+            _check_tensorcore(key, exp)
+            continue
         if name in (POLICY_EXPERIMENT, FP4_EXPERIMENT):
             for field in ("delta", "sigma", "sink_v_scale"):
                 _check_grid(key, field, exp[field])
@@ -181,6 +184,14 @@ def _check_ksink(key: str, exp: Mapping) -> None:
 
 def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_tensorcore(key: str, exp: Mapping) -> None:
+    """The tensorcore experiment: a Δ grid, and its sink keys inside the first KV block and fewer than n."""
+    _check_grid(key, "delta", exp["delta"])
+    if exp["ksink"] > exp["block_n"] or exp["ksink"] >= exp["n"]:
+        raise ConfigError(f"config key '{key}.ksink': {exp['ksink']!r} is not allowed; allowed: an integer with "
+                          f"1 <= ksink <= block_n ({exp['block_n']}) and ksink < n ({exp['n']})")
 
 
 def _check_grid(key: str, field: str, raw) -> None:

@@ -68,11 +68,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from kernels.contract import CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT
+from kernels.contract import CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT, TENSORCORE_EXPERIMENT
 from kernels.pipeline.calibration import calibrate, calibration_path, load_calibration
 from kernels.pipeline.config import ConfigError, delta_values, expected_rows, listed, n_shards
 
-__all__ = ["BASE_BYTES", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
+__all__ = ["BASE_BYTES", "TENSORCORE_S_PER_PRODUCT", "tensorcore_row", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
            "calibration_path", "load_calibration"]
 
 #: The interpreter, torch and numpy before any tensor: a sweep shard's max RSS less its tensors.
@@ -217,6 +217,26 @@ def plan_rows(config: Mapping, cal: Mapping | None) -> list[dict]:
         rows.append({"experiment": name, "shards": n_shards(exp), "runs": expected_rows(name, exp),
                      "cpu_s": _cpu_s(name, exp, cal, config.get("policies")), "peak_bytes": mem, "key": key})
     return rows
+
+
+#: CPU seconds per product (query · key · d) of a tensor-core run of the tensorcore experiment, all of its
+#: work counted (the float32 runs, the reference, the mmasim check): 19 s for 1.9·10^9 products at n = 512,
+#: d = 64 on the 2-core machine the default preset is budgeted on.
+TENSORCORE_S_PER_PRODUCT = 1.0e-8
+
+
+def tensorcore_row(config: Mapping) -> dict:
+    """The tensorcore experiment's plan row (one job, not a shard experiment): its tensor-core runs (rows of
+    its tidy table), CPU seconds (:data:`TENSORCORE_S_PER_PRODUCT` per product) and peak bytes: the float64
+    reference's scores of one item (``3·8·n²``) and step 5's float64 chunk products and exponents
+    (``6·8·n·d·32``) over :data:`BASE_BYTES`."""
+    exp = config["experiments"][TENSORCORE_EXPERIMENT]
+    n, d = int(exp["n"]), int(exp["d"])
+    runs = (int(exp["seeds"]) * len(delta_values(exp["delta"])) * len(exp["order"]) * len(exp["scale"])
+            * len(exp["pv_arith"]))
+    return {"experiment": TENSORCORE_EXPERIMENT, "shards": 1, "runs": runs,
+            "cpu_s": runs * n * n * d * TENSORCORE_S_PER_PRODUCT, "peak_bytes": BASE_BYTES + 24 * n * n + 1536 * n * d,
+            "key": f"experiments.{TENSORCORE_EXPERIMENT}.n"}
 
 
 def _dur(s: float) -> str:

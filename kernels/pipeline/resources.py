@@ -18,7 +18,7 @@ one thread per job. Torch-free; the rule files call :func:`rule_resources` for e
   how the local profile runs, so the cluster's outputs are the local run's, byte for byte.
 
 Jobs the plan does not model (:data:`UNMODELLED`: the conformance check's interpreted Triton kernel,
-the real model, the statistics) ask for fixed amounts: the real model's jobs peaked at 1.2 GB in a
+the real model, the statistics, the tensorcore experiment) ask for fixed amounts: the real model's jobs peaked at 1.2 GB in a
 default run, the statistics at a few hundred MB; the schema bounds the real model (at most 512 tokens,
 6 layers) and the statistics read tables of at most a few hundred thousand rows. Override any value
 with ``--set-resources RULE:mem_mb=...`` or ``--set-threads RULE=N``.
@@ -51,6 +51,7 @@ UNMODELLED = {
     "conformance_shard": (None, 120),  # memory modelled; the interpreted Triton kernel's time is not
     "realmodel_": (3000, 60),
     "stats_": (2000, 30),
+    "tensorcore": (2000, 30),  # the tensorcore experiment: one job, n = 512 by default (plan: its CPU time)
 }
 #: Rules (names or prefixes) that run where Snakemake schedules (``localrule: True``), never on SLURM.
 LOCAL_RULES = ("tidy_table", "fig_", "table_", "claims")
@@ -121,6 +122,7 @@ def resource_table(config: Mapping, cal: Mapping | None) -> list[dict]:
         rows.append({"rule": rule, "experiment": name, **res})
     for rule in ("realmodel_", "stats_"):
         rows.append({"rule": rule + "*", "experiment": None, **rule_resources(rule + "x")})
+    rows.append({"rule": "tensorcore", "experiment": None, **rule_resources("tensorcore")})
     return rows
 
 

@@ -125,7 +125,9 @@ def deploy_launch(q, k, v, *, reverse, scale, fmt, causal, block_m, block_n, sm_
     q, k, v, dp = launch_operands(q, k, v)
     e4m3 = get_format("e4m3fn")
     amax = v.abs().amax(dim=(-2, -1), keepdim=True)
-    s_v = (amax / e4m3.max_finite if v_scale == "tensor" else torch.full_like(amax, float(v_scale)))
+    # divide by a tensor, as the emulator's operand cast does: CUDA would multiply by a rounded reciprocal
+    s_v = (amax / torch.full_like(amax, e4m3.max_finite) if v_scale == "tensor"
+           else torch.full_like(amax, float(v_scale)))
     s_v = torch.where(amax == 0, torch.ones_like(s_v), s_v)
     vt = (v / s_v).to(torch.float8_e4m3fn).transpose(-1, -2).contiguous()  # [B, H, d, Nk], keys contiguous
     out = torch.empty_like(q)

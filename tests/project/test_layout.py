@@ -45,7 +45,8 @@ def test_functions_are_short(path):
 
 def test_one_rule_file_per_stage_and_one_script_per_rule():
     rules_dir = ROOT / "workflow" / "rules"
-    stages = ["common", "inputs", "sweeps", "realmodel", "conformance", "statistics", "figures", "tables", "verdict"]
+    stages = ["common", "inputs", "sweeps", "realmodel", "tensorcore", "conformance", "statistics", "figures", "tables",
+              "verdict"]
     assert sorted(p.stem for p in rules_dir.glob("*.smk")) == sorted(stages)
     snakefile = (ROOT / "Snakefile").read_text()
     included = [line.split('"')[1] for line in snakefile.splitlines() if line.startswith("include:")]

@@ -118,7 +118,7 @@ def _cols(j, o):
 def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=0, block_n=64,
                    sm_scale=None, rowsum="unrounded", scale_mode="multiply", rescale_threshold=0.0, sink_logit=None,
                    sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor", num_splits=1,
-                   split_layout="contiguous", p_normalize="online", causal_align=None):
+                   split_layout="contiguous", p_normalize="online", causal_align=None, pv_arith="fp32"):
     """q [B,H,Nq,d], k and v [B,H_kv,Nk,d] float32 (H_kv dividing H) -> (out [B,H,Nq,d] float32, dict of
     int64 [B,H,Nq] diagnostics and float32 ``lse``).
 
@@ -126,6 +126,8 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
     ``sink_logit`` is None or float32 [H] or [B, H]. Splits (``num_splits``, ``split_layout``), partition
     normalisation and the merge follow docs/interfaces.md ("Decode-time attention").
     """
+    if pv_arith != "fp32":  # the tensor cores' arithmetic is the emulator's (kernels.emulator.tensorcore) alone
+        raise ValueError(f"pv_arith={pv_arith!r} is not allowed in the loop oracle; allowed: 'fp32'")
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
     exp2 = scale_mode == "exp2_offset"

@@ -44,10 +44,12 @@ def test_compiled_kernel_policies_match_emulator():
 
 
 def test_deploy_kernel_runs_and_times_s1_against_s256():
-    """The deploy kernel (hardware cast, FP8 tensor core) on the GPU: close to the emulator with FP8 V (its
-    accumulation is the tensor core's, so only a loose bound), and S = 256 no slower than S = 1 beyond noise."""
+    """The deploy kernel (hardware cast, FP8 tensor core) on the GPU: close to the emulator with FP8 V and the
+    GPU's tensor-core arithmetic (``pv_arith``; ex2.approx and the scores' matmul still differ, so a bound, not
+    bits), and S = 256 no slower than S = 1 beyond noise."""
     from kernels.cli.gpu_check import check_deploy
 
     r = check_deploy(n=1024, reps=10)
-    assert all(row["vs_emulator_max_rel"] < 0.05 for row in r["outputs"]), r["outputs"]
+    assert all(row["vs_emulator_fp32_max_rel"] < 0.05 for row in r["outputs"]), r["outputs"]
+    assert all(row.get("vs_emulator_pv_arith_max_rel", 0.0) < 0.05 for row in r["outputs"]), r["outputs"]
     assert r["s256_over_s1"] < 1.10, r

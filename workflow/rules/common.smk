@@ -133,12 +133,14 @@ def show_plan(cfg, cal):
         check_cluster(cfg, cal)
     else:
         try:
-            plan.check_memory(plan.plan_rows(cfg, None), mem)
+            plan.check_memory(
+                plan.plan_rows(cfg, None) + [plan.tensorcore_row(cfg)], mem
+            )
         except pconfig.ConfigError as e:
             raise WorkflowError(
                 f"Invalid configuration (preset {cfg.get('preset')!r}): {e}"
             ) from None
-    rows = plan.plan_rows(cfg, cal)
+    rows = plan.plan_rows(cfg, cal) + [plan.tensorcore_row(cfg)]
     print(plan.format_plan(rows, cfg["preset"], mem, cal), file=sys.stderr)
 
 

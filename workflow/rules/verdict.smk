@@ -1,8 +1,8 @@
 # Step 7: the claims verdict, PASS / PARTIAL / FAIL / INCONCLUSIVE per claim with the numbers
 # behind it (figures/claims.md and claims.json), by kernels.analysis.verdicts.evaluate from the
 # statistics and the `claims:` section of config.yaml, the audit of deployed P policies included
-# (claims.audit), the real-model section (claims.realmodel), the FP4 section (claims.fp4) and the reported
-# cases (table T9): `snakemake --cores 2 claims`.
+# (claims.audit), the real-model section (claims.realmodel), the FP4 section (claims.fp4), the tensor-core section
+# (claims.tensorcore) and the reported cases (table T9): `snakemake --cores 2 claims`.
 # claims.md also shows the preset's expected verdicts (presets.<name>.expected_verdicts) beside this run's.
 
 
@@ -19,6 +19,8 @@ rule claims:
         realmodel_outputs=rules.stats_realmodel.output.outputs,
         fp4=rules.stats_fp4.output.summary,
         cases=rules.table_cases.output.csv,
+        tensorcore=rules.tensorcore.output.summary,
+        tensorcore_check=rules.tensorcore.output.check,
     output:
         **verdict_outputs(),
     log:

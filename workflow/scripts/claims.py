@@ -1,5 +1,6 @@
 """Rule claims: the verdict per claim (figures/claims.md and figures/claims.json), from the data."""
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +19,7 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
         realmodel_outputs=pd.read_csv(inp.realmodel_outputs), fp4=pd.read_csv(inp.fp4),
         cases=pd.read_csv(inp.cases, dtype=str, keep_default_na=False),
         confidence_level=params.confidence_level,
+        tensorcore=(pd.read_csv(inp.tensorcore), json.loads(Path(inp.tensorcore_check).read_text())),
     )
     for key, r in result.items():
         log.info("%s: %s", key, r["verdict"])

@@ -1,4 +1,4 @@
-"""The paper's figures F1–F11: one module per figure, one shared style (:mod:`.style`).
+"""The paper's figures F1–F13: one module per figure, one shared style (:mod:`.style`).
 
 Each ``fig_*`` function takes the summary tables (``results/stats/*.csv``,
 ``results/tidy/conformance.csv``) and returns ``(fig, data)``; :func:`save_figure` writes the PDF,
@@ -15,10 +15,11 @@ from kernels.analysis.plots.mse import band_intervals, fig_mse
 from kernels.analysis.plots.policies import POLICY_STYLE, fig_policies, policy_style
 from kernels.analysis.plots.realmodel import fig_realmodel_heads, fig_realmodel_outputs, fig_realmodel_theory
 from kernels.analysis.plots.style import COMBO_STYLE, DATA_COLUMNS, render, save_figure, use_style
+from kernels.analysis.plots.tensorcore import fig_tensorcore
 from kernels.analysis.plots.theory_scale import fig_theory_scale
 from kernels.analysis.plots.threshold import fig_threshold
 
 __all__ = [
     "fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",
-    "fig_conformance", "fig_policies", "fig_fp4", "fig_realmodel_heads", "fig_realmodel_theory", "fig_realmodel_outputs", "policy_style", "POLICY_STYLE", "render", "save_figure", "use_style", "band_intervals", "COMBO_STYLE", "DATA_COLUMNS",
+    "fig_conformance", "fig_policies", "fig_fp4", "fig_tensorcore", "fig_realmodel_heads", "fig_realmodel_theory", "fig_realmodel_outputs", "policy_style", "POLICY_STYLE", "render", "save_figure", "use_style", "band_intervals", "COMBO_STYLE", "DATA_COLUMNS",
 ]
