@@ -214,7 +214,8 @@ def plan_rows(config: Mapping, cal: Mapping | None) -> list[dict]:
     for name in EXPERIMENTS + (POLICY_EXPERIMENT, FP4_EXPERIMENT):
         exp = config["experiments"][name]
         mem, key = job_memory(name, exp)
-        rows.append({"experiment": name, "shards": n_shards(exp), "runs": expected_rows(name, exp),
+        runs = expected_rows(name, exp, experiments=config["experiments"], policies=config.get("policies"))
+        rows.append({"experiment": name, "shards": n_shards(exp), "runs": runs,
                      "cpu_s": _cpu_s(name, exp, cal, config.get("policies")), "peak_bytes": mem, "key": key})
     return rows
 

@@ -205,6 +205,7 @@ def shard_spec(wildcards):
         EXPERIMENT_CFG[wildcards.experiment],
         int(wildcards.shard),
         policies=config.get("policies"),
+        experiments=EXPERIMENT_CFG,
     )
     return pconfig.spec_json(spec)
 
@@ -218,7 +219,10 @@ def inputs_spec(wildcards):
 
 def expected_rows(wildcards):
     return pconfig.expected_rows(
-        wildcards.experiment, EXPERIMENT_CFG[wildcards.experiment]
+        wildcards.experiment,
+        EXPERIMENT_CFG[wildcards.experiment],
+        experiments=EXPERIMENT_CFG,
+        policies=config.get("policies"),
     )
 
 
