@@ -135,7 +135,10 @@ def check_config(config: Mapping) -> None:
             _check_grid(key, field, exp[field])
         if name == CONFORMANCE:
             _check_distinct_nd(key, exp["shapes"])
-            _check_engine(key, exp)
+            try:
+                conformance_cases.check_engine(key, exp)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
     try:
         claims_config.check_analysis(config)
     except ValueError as e:
@@ -201,23 +204,6 @@ def _check_grid(key: str, field: str, raw) -> None:
         raise ConfigError(f"config key '{key}.delta': the grid is empty; allowed: at least one value")
 
 
-def _check_engine(key: str, exp: Mapping) -> None:
-    """The conformance check's engine part: head dims allowed, every sink key inside each shape."""
-    engine = exp.get("engine")
-    if not engine:
-        return
-    for field in ("shape", "cover_shape"):
-        shape = engine[field]
-        if not is_allowed(shape["d"], HEAD_DIMS):
-            raise ConfigError(f"config key '{key}.engine.{field}.d': {shape['d']!r} is not allowed; allowed: a power "
-                              f"of two from 16 to 256 ({', '.join(map(str, HEAD_DIMS))})")
-        if not 0 <= exp["ksink"] < shape["n"]:
-            raise ConfigError(f"config key '{key}.engine.{field}.n': {shape['n']} is not allowed with {key}.ksink = "
-                              f"{exp['ksink']}; allowed: n > ksink")
-    for field in ("delta", "sink_v_scale"):
-        _check_grid(f"{key}.engine", field, engine[field])
-
-
 def _check_distinct_nd(key: str, shapes) -> None:
     nd = [(s["n"], s["d"]) for s in shapes]
     if len(set(nd)) != len(nd):
@@ -263,9 +249,8 @@ def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None 
     changed (so the number of shards is deliberately not part of it). ``policies`` is config.yaml's
     top-level ``policies:`` section (the user's policies), read by the policies experiment only,
     whose spec holds every listed policy's resolved keywords
-    (:func:`kernels.pipeline.policy_config.policy_shard_spec`). ``experiments`` (config.yaml's
-    ``experiments:``) is read by the conformance check's ``engine`` part only: its spec holds every call
-    of the other experiments (:func:`conformance_engine_spec`).
+    (:func:`kernels.pipeline.policy_config.policy_shard_spec`). ``experiments`` is read by the conformance
+    check's engine part (:func:`kernels.pipeline.conformance_cases.engine_spec`).
     """
     seeds = _shard_group(name, exp, shard)
     if name == POLICY_EXPERIMENT:
@@ -290,7 +275,7 @@ def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None 
     if name == CONFORMANCE:
         spec.update(ksink=int(exp["ksink"]), delta=float(exp["delta"]), sigma=float(exp["sigma"]),
                     sink_v_scale=float(exp["sink_v_scale"]), tol=float(exp.get("tol", 1e-5)))
-        spec.update(conformance_engine_spec(exp, experiments, policies))
+        spec.update(_engine_spec(exp, experiments, policies))
     else:
         spec.update(ksink=[int(k) for k in exp["ksink"]], delta=delta_values(exp["delta"]),
                     sigma=_floats(exp["sigma"]), sink_v_scale=_floats(exp["sink_v_scale"]),
@@ -298,26 +283,11 @@ def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None 
     return spec
 
 
-def conformance_engine_spec(exp: Mapping, experiments: Mapping | None, policies: Mapping | None) -> dict:
-    """The conformance check's ``engine``, ``cases`` and ``cover`` (empty without ``exp["engine"]``): the
-    engine's seeds, shape, Δ and sink value norms; every call of the other experiments
-    (:func:`kernels.pipeline.conformance_cases.experiment_cases`); the covering subset's indices and shape."""
-    engine = exp.get("engine")
-    if not engine:
-        return {}
-    if experiments is None:
-        raise ConfigError("the conformance check's engine part needs the other experiments' sections "
-                          "(experiments=config['experiments']) to list their calls")
+def _engine_spec(exp: Mapping, experiments: Mapping | None, policies: Mapping | None) -> dict:
     try:
-        cases = conformance_cases.experiment_cases(experiments, policies, ksink=int(exp["ksink"]))
+        return conformance_cases.engine_spec(exp, experiments, policies)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    shape = {k: int(v) for k, v in engine["shape"].items()}
-    return {"engine": {"seeds": int(engine["seeds"]), "shape": shape, "delta": _floats(engine["delta"]),
-                       "sink_v_scale": _floats(engine["sink_v_scale"])},
-            "cases": cases,
-            "cover": {"shape": {k: int(v) for k, v in engine["cover_shape"].items()},
-                      "cases": conformance_cases.covering_subset(cases)}}
 
 
 def _policy_spec(exp: Mapping, shard: int, seeds: list[int], policies: Mapping | None) -> dict:
@@ -349,31 +319,18 @@ def inputs_spec(name: str, exp: Mapping, shard: int) -> dict:
             "heads": spec["heads"], "nd": [list(x) for x in nd], "sigma": sig}
 
 
-def expected_rows(name: str, exp: Mapping, *, experiments: Mapping | None = None,
-                  policies: Mapping | None = None) -> int:
-    """Rows of the experiment's tidy table (the conformance check's engine part reads ``experiments`` and
-    ``policies``, as :func:`shard_spec`)."""
+def expected_rows(name: str, exp: Mapping, *, experiments: Mapping | None = None, policies: Mapping | None = None) -> int:
+    """Rows of the experiment's tidy table (``experiments``, ``policies``: as :func:`shard_spec`)."""
     if name in (POLICY_EXPERIMENT, FP4_EXPERIMENT):
         rows = policy_config.policy_expected_rows if name == POLICY_EXPERIMENT else fp4_config.fp4_expected_rows
         return rows(exp, len(delta_values(exp["delta"])))
     seeds = int(exp["seeds"])
     shapes, causal, combos = len(exp["shapes"]), len(exp["causal"]), len(exp["order"]) * len(exp["scale"])
     if name == CONFORMANCE:
-        return seeds * shapes * causal * combos + _engine_rows(exp, experiments, policies)
+        return seeds * shapes * causal * combos + conformance_cases.engine_rows(_engine_spec(exp, experiments, policies),
+                                                                                int(exp["seeds"]))
     grid = len(exp["ksink"]) * len(delta_values(exp["delta"])) * len(exp["sigma"]) * len(exp["sink_v_scale"])
     return seeds * shapes * causal * combos * grid
-
-
-def _engine_rows(exp: Mapping, experiments: Mapping | None, policies: Mapping | None) -> int:
-    """The conformance check's covering-case and engine rows: per engine seed, one row per covering case
-    and one per case x Δ x sink value norm (a learned sink logit has one value tensor, v = 0)."""
-    spec = conformance_engine_spec(exp, experiments, policies)
-    if not spec:
-        return 0
-    eng = spec["engine"]
-    per_kind = {"keys": len(eng["delta"]) * len(eng["sink_v_scale"]), "logit": len(eng["delta"])}
-    per_seed = len(spec["cover"]["cases"]) + sum(per_kind[c["kind"]] for c in spec["cases"])
-    return min(eng["seeds"], int(exp["seeds"])) * per_seed
 
 
 def realmodel_spec(exp: Mapping, user_policies: Mapping | None, stage: str) -> str:

@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from kernels.contract import FP4_EXPERIMENT, POLICY_EXPERIMENT, SWEEP_EXPERIMENTS, combo_label
+from kernels.contract import FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, SWEEP_EXPERIMENTS, combo_label, is_allowed
 from kernels.pipeline import fp4_config, policy_config
 
-__all__ = ["OPTIONS", "experiment_cases", "option_values", "covering_subset", "case_columns"]
+__all__ = ["OPTIONS", "experiment_cases", "option_values", "covering_subset", "case_columns", "engine_spec",
+           "engine_rows", "check_engine"]
 
 #: The options of a call whose every value the Triton kernel must meet (``scale`` by its class: 1, a power
 #: of two, a non-power of two, or above the format's largest finite value, which saturates P = 1).
@@ -139,3 +140,54 @@ def case_columns(case: Mapping) -> dict:
             "sink_kind": case["kind"], "ksink": int(c["ksink"]), "sink_mode": c["sink_mode"], "rowsum": c["rowsum"],
             "qk_fmt": c["qk_fmt"] or "none", "v_fmt": c["v_fmt"] or "none", "block_m": int(c["block_m"]),
             "block_n": int(c["block_n"])}
+
+
+def engine_spec(exp: Mapping, experiments: Mapping | None, policies: Mapping | None) -> dict:
+    """The conformance shard spec's ``engine``, ``cases`` and ``cover`` (empty without ``exp["engine"]``): the
+    engine's seeds, shape, Δ and sink value norms; every call of the other experiments
+    (:func:`experiment_cases`); the covering subset's indices and shape. Raises ValueError without
+    ``experiments``."""
+    engine = exp.get("engine")
+    if not engine:
+        return {}
+    if experiments is None:
+        raise ValueError("the conformance check's engine part needs the other experiments' sections "
+                         "(experiments=config['experiments']) to list their calls")
+    cases = experiment_cases(experiments, policies, ksink=int(exp["ksink"]))
+    return {"engine": {"seeds": int(engine["seeds"]), "shape": {k: int(v) for k, v in engine["shape"].items()},
+                       "delta": [float(x) for x in engine["delta"]],
+                       "sink_v_scale": [float(x) for x in engine["sink_v_scale"]]},
+            "cases": cases,
+            "cover": {"shape": {k: int(v) for k, v in engine["cover_shape"].items()}, "cases": covering_subset(cases)}}
+
+
+def engine_rows(spec: Mapping, seeds: int) -> int:
+    """Covering-case and engine rows of the conformance table, from :func:`engine_spec`: per engine seed (of
+    the section's ``seeds``), one row per covering case and one per case x Δ x sink value norm (a learned
+    sink logit has one value tensor, v = 0)."""
+    if not spec:
+        return 0
+    eng = spec["engine"]
+    per_kind = {"keys": len(eng["delta"]) * len(eng["sink_v_scale"]), "logit": len(eng["delta"])}
+    per_seed = len(spec["cover"]["cases"]) + sum(per_kind[c["kind"]] for c in spec["cases"])
+    return min(eng["seeds"], int(seeds)) * per_seed
+
+
+def check_engine(key: str, exp: Mapping) -> None:
+    """The engine part of the conformance section (``key``): head dims allowed, every sink key inside each
+    shape, finite Δ and norms. Raises ValueError naming the key and what is allowed."""
+    engine = exp.get("engine")
+    if not engine:
+        return
+    for field in ("shape", "cover_shape"):
+        shape = engine[field]
+        if not is_allowed(shape["d"], HEAD_DIMS):
+            raise ValueError(f"config key '{key}.engine.{field}.d': {shape['d']!r} is not allowed; allowed: a power "
+                             f"of two from 16 to 256 ({', '.join(map(str, HEAD_DIMS))})")
+        if not 0 <= exp["ksink"] < shape["n"]:
+            raise ValueError(f"config key '{key}.engine.{field}.n': {shape['n']} is not allowed with {key}.ksink = "
+                             f"{exp['ksink']}; allowed: n > ksink")
+    for field in ("delta", "sink_v_scale"):
+        if not all(math.isfinite(float(x)) for x in engine[field]):
+            raise ValueError(f"config key '{key}.engine.{field}': {engine[field]!r} is not allowed; allowed: "
+                             "finite numbers")
