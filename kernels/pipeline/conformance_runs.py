@@ -12,9 +12,9 @@ Three kinds of rows (``check``, docs/interfaces.md "Pipeline data"):
   norms taken in turn;
 * ``engine``: every case of :func:`kernels.pipeline.conformance_cases.experiment_cases` at the ``engine``
   shape (the sweeps' N), its group of calls in one :func:`kernels.attention_calls` on a Δ stack (every
-  Δ x sink value norm of ``engine``, as the shards stack them), each result against one
-  :func:`kernels.attention` of that item alone, on the emulator; equal means bit for bit (the outputs,
-  every diagnostic and the log-sum-exp), as the contract states.
+  Δ x sink value norm of ``engine``, as the shards stack them), each result against a single call on that
+  item alone (:func:`engine_rows`), on the emulator; equal means bit for bit (the outputs, every diagnostic
+  and the log-sum-exp), as the contract states.
 
 The covering cases and the engine rows run on the seeds below ``engine.seeds``. Rows are sorted by
 ``CONFORMANCE_KEY`` and written atomically with a one-row timing table.
@@ -149,8 +149,10 @@ def _item(res, sl):
 
 def engine_rows(q, k, values, svs_list, sink, deltas, cases: list[Mapping], fields: Mapping) -> list[dict]:
     """One :func:`kernels.attention_calls` of ``cases``' calls on the stack, on the emulator, and every result
-    (call, value tensor, item) against one :func:`kernels.attention` of that item alone; one row each."""
-    from kernels import attention, attention_calls
+    (call, value tensor, item) against a single call on that item alone (:func:`kernels.attention_values`:
+    the core emulator's one pass, steps 1-4 once for the item's value tensors, each result the bits of
+    :func:`kernels.attention` on that value tensor); one row each."""
+    from kernels import attention_calls, attention_values
 
     calls = [dict(c["call"]) for c in cases]
     per_call = attention_calls(q, k, values, calls, sink_logit=sink, backend="emulator")
@@ -158,11 +160,15 @@ def engine_rows(q, k, values, svs_list, sink, deltas, cases: list[Mapping], fiel
     B = q.shape[0] // L
     rows = []
     for case, call, results in zip(cases, calls, per_call):
+        singles = []
+        for i in range(L):
+            sl = slice(i * B, (i + 1) * B)
+            singles.append(attention_values(q[sl], k[sl], [v[sl] for v in values], backend="emulator",
+                                            sink_logit=None if sink is None else sink[sl], **call))
         for j, (svs, res) in enumerate(zip(svs_list, results)):
             for i, dl in enumerate(deltas):
                 sl = slice(i * B, (i + 1) * B)
-                one = attention(q[sl], k[sl], values[j][sl], sink_logit=None if sink is None else sink[sl],
-                                backend="emulator", **call)
+                one = singles[i][j]
                 dmax, diag, bad = _equal_row(_item(res, sl), one)
                 scale_out = max(float(one.out.abs().max()), 1e-30)
                 rows.append({**fields, **case_columns(case), "check": "engine", "causal": bool(call["causal"]),

@@ -82,6 +82,15 @@ def test_engine_rows_are_identical_to_single_calls(cases):
     assert len(rows) == len(pick) * 3 * 2
     assert all(r["explained"] and r["max_abs_diff"] == 0 and r["diag_equal"] and r["mismatched_rows"] == 0
                for r in rows)
+    # the single calls engine_rows compares with are kernels.attention's bits, value tensor by value tensor
+    from kernels import attention, attention_calls, attention_values
+    for c in pick[:2] + pick[-1:]:
+        eng = attention_calls(q, k, values, [c["call"]], backend="emulator")[0]
+        for j in range(2):
+            one = attention(q[1:2], k[1:2], values[j][1:2], backend="emulator", **c["call"])
+            assert _equal_row(one, attention_values(q[1:2], k[1:2], [v[1:2] for v in values], backend="emulator",
+                                                    **c["call"])[j]) == (0.0, True, 0)
+            assert torch.equal(eng[j].out[1:2], one.out) and torch.equal(eng[j].underflow[1:2], one.underflow)
     logit = [c for c in cases if c["label"] in ("policies vllm-unified p_only logit", "policies fa4 deployed logit")]
     q, k, values, svs, sink = _stack(base, "logit", 4, [4.0, 12.0], [0.0, 1.0])
     assert sink is not None and svs == [0.0]
