@@ -327,8 +327,8 @@ def expected_rows(name: str, exp: Mapping, *, experiments: Mapping | None = None
     seeds = int(exp["seeds"])
     shapes, causal, combos = len(exp["shapes"]), len(exp["causal"]), len(exp["order"]) * len(exp["scale"])
     if name == CONFORMANCE:
-        return seeds * shapes * causal * combos + conformance_cases.engine_rows(_engine_spec(exp, experiments, policies),
-                                                                                int(exp["seeds"]))
+        engine = _engine_spec(exp, experiments, policies)
+        return seeds * shapes * causal * combos + conformance_cases.engine_row_count(engine, seeds)
     grid = len(exp["ksink"]) * len(delta_values(exp["delta"])) * len(exp["sigma"]) * len(exp["sink_v_scale"])
     return seeds * shapes * causal * combos * grid
 

@@ -10,6 +10,8 @@ Q·K cast). The engine rows run every case at the sweeps' shape; :func:`covering
 Triton kernel runs on at a small shape (its interpreter costs about a second a call there, about 100 s at
 N = 1,024): greedily, the case that brings the most (option, value) pairs not yet met, first in list order
 on a tie, until every value of every option in :data:`OPTIONS` has met the kernel once.
+:func:`engine_spec` puts both into the conformance shard's spec, :func:`engine_row_count` counts the rows they
+give, :func:`check_engine` checks the ``engine`` part of the section.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from kernels.contract import FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, SWEEP
 from kernels.pipeline import fp4_config, policy_config
 
 __all__ = ["OPTIONS", "experiment_cases", "option_values", "covering_subset", "case_columns", "engine_spec",
-           "engine_rows", "check_engine"]
+           "engine_row_count", "check_engine"]
 
 #: The options of a call whose every value the Triton kernel must meet (``scale`` by its class: 1, a power
 #: of two, a non-power of two, or above the format's largest finite value, which saturates P = 1).
@@ -161,7 +163,7 @@ def engine_spec(exp: Mapping, experiments: Mapping | None, policies: Mapping | N
             "cover": {"shape": {k: int(v) for k, v in engine["cover_shape"].items()}, "cases": covering_subset(cases)}}
 
 
-def engine_rows(spec: Mapping, seeds: int) -> int:
+def engine_row_count(spec: Mapping, seeds: int) -> int:
     """Covering-case and engine rows of the conformance table, from :func:`engine_spec`: per engine seed (of
     the section's ``seeds``), one row per covering case and one per case x Δ x sink value norm (a learned
     sink logit has one value tensor, v = 0)."""
