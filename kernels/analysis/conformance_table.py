@@ -56,6 +56,8 @@ def coverage(conf: pd.DataFrame) -> dict:
     out = {}
     for check, g in c.groupby("check", sort=True):
         opts = {col: _values(g[col]) for col in OPTION_COLUMNS if col in g}
+        if "block_m" in g:
+            opts["blocks"] = sorted({f"{m}x{n}" for m, n in zip(g["block_m"], g["block_n"])})
         out[check] = {"rows": int(len(g)), "passing": int(g["passes"].sum()),
                       "n": _values(g["n"]), "d": _values(g["d"]),
                       "delta": _values(g["delta"]) if "delta" in g else [],

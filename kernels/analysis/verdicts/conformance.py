@@ -82,7 +82,7 @@ def conformance_check(conf: pd.DataFrame, cfg: Mapping | None = None) -> dict:
     details = [f"{nums['passing']}/{nums['rows']} rows pass: {nums['kernel_rows']} kernel rows (Triton kernel as "
                f"{nums['kernel_backends']} vs the emulator, N = {', '.join(map(str, kern.get('n', [])))}), "
                f"{nums['engine_rows']} engine rows ({nums['engine_calls']} calls of the experiments through "
-               f"attention_calls vs one attention per item, N = {', '.join(map(str, eng.get('n', [])))}); "
+               f"attention_calls vs a single call per item, N = {', '.join(map(str, eng.get('n', [])))}); "
                f"diagnostics identical in {nums['diag_equal']}/{nums['rows']}; max |Δout| = "
                f"{short(nums['max_abs_diff'])} (engine rows: {short(nums['engine_max_abs_diff'])})"]
     for check, part in (("engine", eng), ("kernel", kern)):
