@@ -140,9 +140,12 @@ TIDY_COLUMNS = (
     "max_abs_err", "underflow", "terms", "underflow_frac", "underflow_sink", "terms_sink",
     "underflow_sink_frac", "saturated",
 )
-CONFORMANCE_KEY = ("order", "scale", "causal", "n", "d", "seed")
+# The conformance table: check "kernel" (the Triton kernel against the emulator, every difference explained)
+# or "engine" (kernels.attention_calls against one kernels.attention per item, bit for bit); case names the call.
+CONFORMANCE_KEY = ("check", "case", "order", "scale", "causal", "n", "d", "delta", "sink_v_scale", "seed")
 CONFORMANCE_COLUMNS = CONFORMANCE_KEY + (
-    "kernel_backend", "max_abs_diff", "max_rel_diff", "diag_equal", "mismatched_rows", "explained",
+    "fmt", "scale_mode", "rescale_threshold", "sink_kind", "ksink", "sink_mode", "rowsum", "qk_fmt", "v_fmt", "block_m",
+    "block_n", "kernel_backend", "max_abs_diff", "max_rel_diff", "diag_equal", "mismatched_rows", "explained",
     "fragile_elements",
 )
 TIMING_COLUMNS = ("experiment", "shard", "seeds", "runs", "backend", "wall_s", "reference_s", "kernel_s")

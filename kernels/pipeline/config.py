@@ -22,13 +22,12 @@ from collections.abc import Mapping
 
 from kernels.contract import (BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL,
                         TENSORCORE_EXPERIMENT, is_allowed)
-from kernels.pipeline import claims_config, fp4_config, policy_config
+from kernels.pipeline import claims_config, conformance_cases, fp4_config, policy_config
 from kernels.pipeline.grid import delta_values, listed
 
 __all__ = [
     "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "schema_message", "listed", "shard_seeds",
     "n_shards", "shard_spec", "inputs_spec", "expected_rows", "spec_json", "gpu_jobs",
-    "SLURM_ENV", "slurm_env_error",
 ]
 
 
@@ -138,6 +137,10 @@ def check_config(config: Mapping) -> None:
             _check_grid(key, field, exp[field])
         if name == CONFORMANCE:
             _check_distinct_nd(key, exp["shapes"])
+            try:
+                conformance_cases.check_engine(key, exp)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
     try:
         claims_config.check_analysis(config)
     except ValueError as e:
@@ -247,7 +250,8 @@ def _shard_group(name: str, exp: Mapping, shard: int) -> list[int]:
     return groups[shard]
 
 
-def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None = None) -> dict:
+def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None = None,
+               experiments: Mapping | None = None) -> dict:
     """Everything one shard job computes, explicit (Δ expanded): the job's ``params``.
 
     Snakemake's ``params`` rerun trigger compares this across runs, so a change to one experiment's
@@ -255,7 +259,8 @@ def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None 
     changed (so the number of shards is deliberately not part of it). ``policies`` is config.yaml's
     top-level ``policies:`` section (the user's policies), read by the policies experiment only,
     whose spec holds every listed policy's resolved keywords
-    (:func:`kernels.pipeline.policy_config.policy_shard_spec`).
+    (:func:`kernels.pipeline.policy_config.policy_shard_spec`). ``experiments`` is read by the conformance
+    check's engine part (:func:`kernels.pipeline.conformance_cases.engine_spec`).
     """
     seeds = _shard_group(name, exp, shard)
     if name == POLICY_EXPERIMENT:
@@ -280,11 +285,19 @@ def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None 
     if name == CONFORMANCE:
         spec.update(ksink=int(exp["ksink"]), delta=float(exp["delta"]), sigma=float(exp["sigma"]),
                     sink_v_scale=float(exp["sink_v_scale"]), tol=float(exp.get("tol", 1e-5)))
+        spec.update(_engine_spec(exp, experiments, policies))
     else:
         spec.update(ksink=[int(k) for k in exp["ksink"]], delta=delta_values(exp["delta"]),
                     sigma=_floats(exp["sigma"]), sink_v_scale=_floats(exp["sink_v_scale"]),
                     backend=exp.get("backend", "auto"), max_batch_items=int(exp.get("max_batch_items", 64)))
     return spec
+
+
+def _engine_spec(exp: Mapping, experiments: Mapping | None, policies: Mapping | None) -> dict:
+    try:
+        return conformance_cases.engine_spec(exp, experiments, policies)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _policy_spec(exp: Mapping, shard: int, seeds: list[int], policies: Mapping | None) -> dict:
@@ -306,22 +319,26 @@ def inputs_spec(name: str, exp: Mapping, shard: int) -> dict:
                 "batch": int(exp.get("batch", 1)),
                 "heads": int(exp.get("heads", 1)), "shapes": _shapes(exp, ("n", "d")), "sigma": _floats(exp["sigma"])}
         return policy_config.policy_inputs_spec(base)
-    spec = shard_spec(name, exp, shard)
-    nd = sorted({(s["n"], s["d"]) for s in spec["shapes"]})
+    spec = shard_spec(name, {k: v for k, v in exp.items() if k != "engine"}, shard)
+    shapes = list(spec["shapes"])
+    if name == CONFORMANCE and exp.get("engine"):
+        shapes += [exp["engine"]["shape"], exp["engine"]["cover_shape"]]
+    nd = sorted({(int(s["n"]), int(s["d"])) for s in shapes})
     sig = listed(spec["sigma"])
     return {"experiment": name, "shard": shard, "seeds": spec["seeds"], "batch": spec["batch"],
             "heads": spec["heads"], "nd": [list(x) for x in nd], "sigma": sig}
 
 
-def expected_rows(name: str, exp: Mapping) -> int:
-    """Rows of the experiment's tidy table."""
+def expected_rows(name: str, exp: Mapping, *, experiments: Mapping | None = None, policies: Mapping | None = None) -> int:
+    """Rows of the experiment's tidy table (``experiments``, ``policies``: as :func:`shard_spec`)."""
     if name in (POLICY_EXPERIMENT, FP4_EXPERIMENT):
         rows = policy_config.policy_expected_rows if name == POLICY_EXPERIMENT else fp4_config.fp4_expected_rows
         return rows(exp, len(delta_values(exp["delta"])))
     seeds = int(exp["seeds"])
     shapes, causal, combos = len(exp["shapes"]), len(exp["causal"]), len(exp["order"]) * len(exp["scale"])
     if name == CONFORMANCE:
-        return seeds * shapes * causal * combos
+        engine = _engine_spec(exp, experiments, policies)
+        return seeds * shapes * causal * combos + conformance_cases.engine_row_count(engine, seeds)
     grid = len(exp["ksink"]) * len(delta_values(exp["delta"])) * len(exp["sigma"]) * len(exp["sink_v_scale"])
     return seeds * shapes * causal * combos * grid
 
@@ -363,30 +380,3 @@ def gpu_jobs(exp: Mapping, *, kernel: bool = False) -> int:
     if visible is not None and visible.strip() in ("", "-1"):
         return 0
     return int(os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0"))
-
-
-# ----------------------------------------------------------------------------- the SLURM profile
-
-#: The environment variables workflow/profiles/slurm reads (name, what it holds, what empty means).
-SLURM_ENV = (
-    ("PCAST_SLURM_ACCOUNT", "the account to charge", "the executor plugin guesses your default account"),
-    ("PCAST_SLURM_PARTITION", "the partition of every job", "the cluster's default partition"),
-    ("PCAST_SLURM_GPU_PARTITION", "the partition of the kernel jobs, which then ask for one GPU each",
-     "no job asks for a GPU; kernel jobs run on PCAST_SLURM_PARTITION"),
-)
-
-
-def slurm_env_error(environ: Mapping[str, str]) -> str | None:
-    """The message to stop a run under the ``slurm`` executor with, or None when all are set.
-
-    workflow/profiles/slurm puts ``'$NAME'`` into resource values; Snakemake leaves an unset
-    variable as the literal text, which SLURM would then be handed as an account or partition.
-    """
-    missing = [(name, what, empty) for name, what, empty in SLURM_ENV if name not in environ]
-    if not missing:
-        return None
-    lines = "; ".join(f"{name} ({what}; empty: {empty})" for name, what, empty in missing)
-    return (f"the SLURM profile reads its account and partitions from the environment, and "
-            f"{', '.join(m[0] for m in missing)} {'is' if len(missing) == 1 else 'are'} not set. Set each, "
-            f"empty allowed: {lines}. Example: export PCAST_SLURM_ACCOUNT= PCAST_SLURM_PARTITION=cpu "
-            "PCAST_SLURM_GPU_PARTITION=  (README, Scale-out)")

@@ -18,7 +18,10 @@ conformance), with ``W = batch·heads·n·d·4`` bytes (one float32 tensor of a 
   first-level scale, times its orders): ``L·W·(6 + 6·nv + nv·nc)``;
 * the scores an anchor item shares with its stack (float32, ``4·U``) and the float64 reference's
   scores, exponentials and probabilities of one item (``3·8·U``): ``28·U``;
-* the interpreter and its libraries: :data:`BASE_BYTES` (a shard at n = 128 peaked at 263 MB).
+* the interpreter and its libraries: :data:`BASE_BYTES` (a shard at n = 128 peaked at 263 MB);
+* the conformance check's engine part: the same model for its Δ stack at its shape (every Δ x sink value
+  norm of ``engine``), with ``nc`` the largest group of calls one :func:`kernels.attention_calls` takes;
+  the job's peak is the larger of that and its kernel grid.
 
 Against the ``benchmark:`` max RSS of shard 0 of each experiment in a default run (see the README's
 runtime table for the run): the model is for refusing grids that are far too big, not for tight
@@ -70,6 +73,7 @@ from collections.abc import Mapping
 
 from kernels.contract import CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT, TENSORCORE_EXPERIMENT
 from kernels.pipeline.calibration import calibrate, calibration_path, load_calibration
+from kernels.pipeline.conformance_cases import engine_spec
 from kernels.pipeline.config import ConfigError, delta_values, expected_rows, listed, n_shards
 
 __all__ = ["BASE_BYTES", "TENSORCORE_S_PER_PRODUCT", "tensorcore_row", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
@@ -99,9 +103,22 @@ def _fp4_casts(exp: Mapping) -> list[dict]:
     return casts(exp)
 
 
-def job_memory(name: str, exp: Mapping) -> tuple[int, str]:
+def job_memory(name: str, exp: Mapping, engine: Mapping | None = None) -> tuple[int, str]:
     """Peak bytes of the experiment's largest job (module docstring's model), and the config key of
-    the shape that drives it (``experiments.<name>.shapes[i]``)."""
+    the shape that drives it (``experiments.<name>.shapes[i]``). ``engine``: the conformance check's
+    engine part (:func:`kernels.pipeline.conformance_cases.engine_spec`), modelled as a stack of its own."""
+    if engine:
+        eng = engine["engine"]
+        groups: dict = {}
+        for c in engine["cases"]:
+            groups[c["group"]] = groups.get(c["group"], 0) + 1
+        shape = {**eng["shape"], "block_m": 0, "block_n": 0}
+        big = {**exp, "delta": eng["delta"], "sink_v_scale": eng["sink_v_scale"], "shapes": [shape],
+               "max_batch_items": len(eng["delta"]) * len(eng["sink_v_scale"])}
+        grid, key = job_memory(name, exp)
+        mem = job_memory("engine", big)[0] + _w(big, shape) * len(eng["delta"]) * len(eng["sink_v_scale"]) * (
+            max(groups.values()) - _calls(name, exp))
+        return (grid, key) if grid >= mem else (mem, f"experiments.{name}.engine.shape")
     stored = inputs_memory(exp) - BASE_BYTES
     n_deltas = len(delta_values(exp["delta"])) if isinstance(exp["delta"], (list, Mapping)) else 1
     nv = len(listed(exp["sink_v_scale"]))
@@ -213,8 +230,12 @@ def plan_rows(config: Mapping, cal: Mapping | None) -> list[dict]:
     rows = []
     for name in EXPERIMENTS + (POLICY_EXPERIMENT, FP4_EXPERIMENT):
         exp = config["experiments"][name]
-        mem, key = job_memory(name, exp)
-        rows.append({"experiment": name, "shards": n_shards(exp), "runs": expected_rows(name, exp),
+        engine = None
+        if name == CONFORMANCE:
+            engine = engine_spec(exp, config["experiments"], config.get("policies"))
+        mem, key = job_memory(name, exp, engine)
+        runs = expected_rows(name, exp, experiments=config["experiments"], policies=config.get("policies"))
+        rows.append({"experiment": name, "shards": n_shards(exp), "runs": runs,
                      "cpu_s": _cpu_s(name, exp, cal, config.get("policies")), "peak_bytes": mem, "key": key})
     return rows
 

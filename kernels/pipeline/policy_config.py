@@ -16,13 +16,30 @@ from collections.abc import Mapping
 from kernels.contract import HEAD_DIMS, POLICY_EXPERIMENT, SINK_KINDS, VARIANTS, is_allowed
 
 __all__ = ["OPERAND_KEYS", "resolve_variants", "resolve_policies", "check_policies", "policy_shard_spec",
-           "policy_inputs_spec", "policy_expected_rows"]
+           "policy_inputs_spec", "policy_expected_rows", "call_kwargs", "floor_kwargs", "FLOOR_PATH"]
 
 KEY = f"experiments.{POLICY_EXPERIMENT}"
 OPERAND_KEYS = ("qk_fmt", "qk_scale", "v_fmt", "v_scale")  # what a variant sets
 # The deployed variant's casts where config.yaml leaves a key out (docs/interfaces.md).
 _DEPLOYED_DEFAULT = {"qk_fmt": "e4m3fn", "qk_scale": "tensor", "v_fmt": "e4m3fn", "v_scale": "tensor"}
 _NO_CASTS = {"qk_fmt": None, "qk_scale": "tensor", "v_fmt": None, "v_scale": "tensor"}
+
+
+def call_kwargs(policy: Mapping, casts: Mapping, *, kind: str, ksink: int, causal: bool, backend: str) -> dict:
+    """The keywords of :func:`kernels.attention` for one policy, variant and sink kind (no tensors)."""
+    return {**policy, **casts, "causal": bool(causal), "ksink": int(ksink) if kind == "keys" else 0,
+            "backend": backend}
+
+
+# The P path of every floor call: the paper's contract at its defaults (docs/interfaces.md).
+FLOOR_PATH = {"order": "forward", "scale": 1.0, "scale_mode": "multiply", "rescale_threshold": 0.0,
+              "sink_mode": "final", "fmt": None, "rowsum": "unrounded", "block_m": 64, "block_n": 64}
+
+
+def floor_kwargs(kwargs: Mapping) -> dict:
+    """The V-cast floor's call for a policy call ``kwargs``: its operand casts, causal flag, sink
+    keys and backend, with P unrounded on the paper's P path (:data:`FLOOR_PATH`)."""
+    return {**kwargs, **FLOOR_PATH}
 
 
 class _Error(ValueError):

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from kernels.contract import DIAGNOSTICS, POLICY_CONFIG_COLUMNS, POLICY_TIDY_COLUMNS
 from kernels.pipeline.inputs import base_tensors
+from kernels.pipeline.policy_config import FLOOR_PATH, call_kwargs, floor_kwargs
 from kernels.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
 
 __all__ = ["run_policies_shard", "call_kwargs", "call_key", "floor_kwargs", "FLOOR_PATH"]
@@ -43,23 +44,6 @@ __all__ = ["run_policies_shard", "call_kwargs", "call_key", "floor_kwargs", "FLO
 log = logging.getLogger("pcast.pipeline")
 
 NONE = "none"  # how a format that is None (no cast) is written in the tidy table
-
-
-def call_kwargs(policy: Mapping, casts: Mapping, *, kind: str, ksink: int, causal: bool, backend: str) -> dict:
-    """The keywords of :func:`kernels.attention` for one policy, variant and sink kind (no tensors)."""
-    return {**policy, **casts, "causal": bool(causal), "ksink": int(ksink) if kind == "keys" else 0,
-            "backend": backend}
-
-
-# The P path of every floor call: the paper's contract at its defaults (docs/interfaces.md).
-FLOOR_PATH = {"order": "forward", "scale": 1.0, "scale_mode": "multiply", "rescale_threshold": 0.0,
-              "sink_mode": "final", "fmt": None, "rowsum": "unrounded", "block_m": 64, "block_n": 64}
-
-
-def floor_kwargs(kwargs: Mapping) -> dict:
-    """The V-cast floor's call for a policy call ``kwargs``: its operand casts, causal flag, sink
-    keys and backend, with P unrounded on the paper's P path (:data:`FLOOR_PATH`)."""
-    return {**kwargs, **FLOOR_PATH}
 
 
 def _power_of_two_ge1(x: float) -> bool:

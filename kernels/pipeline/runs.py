@@ -1,4 +1,5 @@
-"""The shard jobs: one shard of a sweep, or of the conformance check, from its stored inputs.
+"""The sweeps' shard job, and what the other shard jobs share (:mod:`kernels.pipeline.policy_runs`,
+:mod:`kernels.pipeline.fp4_runs`, :mod:`kernels.pipeline.conformance_runs`).
 
 * :func:`run_sweep_shard` stacks the Δ variants of one stored base along the batch dimension, one
   value tensor per sink_v_scale (:func:`value_stack`), computes the float64 reference once per
@@ -7,11 +8,9 @@
   :func:`kernels.attention_calls` call a stack, so the scores are taken once for every order (their
   non-sink keys once for the stack), P once for all value tensors and exp(s - m) once for all scales;
   one tidy row per (seed x configuration).
-* :func:`run_conformance_shard` calls :func:`kernels.conformance.compare` (Triton kernel against
-  the emulator) on every shape, causal flag and combination of the shard's seeds.
 
-Both write their rows (sorted, ``TIDY_COLUMNS`` / ``CONFORMANCE_COLUMNS``) and a one-row timing
-table atomically, and print one plain progress line that says what actually ran.
+It writes its rows (sorted, ``TIDY_COLUMNS``) and a one-row timing table atomically, and prints one
+plain progress line that says what actually ran.
 """
 
 from __future__ import annotations
@@ -25,16 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.contract import (
-    CONFIG_COLUMNS, CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, TIDY_COLUMNS,
-    TIMING_COLUMNS, combo_label,
-)
+from kernels.contract import CONFIG_COLUMNS, DIAGNOSTICS, TIDY_COLUMNS, TIMING_COLUMNS, combo_label
 from kernels.pipeline.files import atomic_write_text
 from kernels.pipeline.inputs import base_tensors, load_inputs
 from kernels.pipeline.logs import progress
 from kernels.pipeline.tables import csv_text
 
-__all__ = ["run_sweep_shard", "run_conformance_shard", "delta_chunks", "value_stack", "backend_note",
+__all__ = ["run_sweep_shard", "delta_chunks", "value_stack", "backend_note",
            "finish_shard"]
 
 log = logging.getLogger("pcast.pipeline")
@@ -230,59 +226,3 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
     tally, t_start = _run_seeds(spec, inputs_path, threads, _sweep_seed)
     return finish_shard(spec, tally, t_start, TIDY_COLUMNS, _tidy_sort_key, out_csv, timing_csv, n_shards,
                         f"{tally.runs} runs")
-
-
-# ----------------------------------------------------------------------------- conformance
-
-
-def _conformance_row(spec: Mapping, q, k, v, *, seed: int, shape: Mapping, causal: bool, order: str,
-                     scale: float) -> dict:
-    """One comparison of the Triton kernel with the emulator (:func:`kernels.conformance.compare`)."""
-    from kernels.conformance import compare
-
-    rep = compare(q, k, v, order=order, scale=scale, fmt=spec["fmt"], causal=causal, ksink=spec["ksink"],
-                  block_m=shape["block_m"], block_n=shape["block_n"], rowsum=spec["rowsum"], tol=spec["tol"])
-    level = logging.INFO if rep["explained"] else logging.WARNING
-    log.log(level, "seed %d n=%d d=%d causal=%s %s: diag_equal=%s explained=%s (%s)", seed, shape["n"],
-            shape["d"], causal, combo_label(order, scale), rep["diag_equal"], rep["explained"], rep.get("why", ""))
-    return {"order": order, "scale": scale, "causal": bool(causal), "n": shape["n"], "d": shape["d"],
-            "seed": seed, "kernel_backend": rep["kernel_backend"], "max_abs_diff": float(rep["max_abs_diff"]),
-            "max_rel_diff": float(rep["max_rel_diff"]), "diag_equal": bool(rep["diag_equal"]),
-            "mismatched_rows": int(rep["mismatched_rows"]), "explained": bool(rep["explained"]),
-            "fragile_elements": int(rep["fragile_elements"])}
-
-
-def _conformance_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
-    from kernels.models.sinks import apply_sink
-
-    for shape in spec["shapes"]:
-        base = base_tensors(tensors, seed, shape["n"], shape["d"], spec["sigma"])
-        q, k, v = apply_sink(*base, ksink=spec["ksink"], delta=spec["delta"], sink_v_scale=spec["sink_v_scale"])
-        for causal, order, scale in itertools.product(spec["causal"], spec["order"], spec["scale"]):
-            row = _conformance_row(spec, q, k, v, seed=seed, shape=shape, causal=causal, order=order, scale=scale)
-            tally.rows.append(row)
-            tally.backends.add(row["kernel_backend"])
-
-
-def run_conformance_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str | os.PathLike,
-                          timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
-    """Triton kernel vs emulator (:func:`kernels.conformance.compare`) on every shape, causal flag and
-    (order, scale) of one shard's seeds; one row per (order, scale, causal, n, d, seed)."""
-    import torch
-
-    torch.set_num_threads(max(1, int(threads)))
-    t_start = time.perf_counter()
-    tensors = load_inputs(inputs_path, spec)
-    tally = _Tally()
-    for seed in spec["seeds"]:
-        _conformance_seed(tally, spec, tensors, seed)
-    tally.rows.sort(key=lambda r: tuple(r[c] for c in CONFORMANCE_KEY))
-    tally.runs = len(tally.rows)
-    wall = time.perf_counter() - t_start
-    tally.kernel_s = wall  # the whole job is kernel and emulator: no separate reference
-    timing = _write_shard(spec, tally, CONFORMANCE_COLUMNS, out_csv, timing_csv, wall)
-    note = " -- the Triton kernel ran INTERPRETED on the CPU" if "triton-interpreted" in tally.backends else ""
-    bad = sum(not r["explained"] for r in tally.rows)
-    progress(f"[pcast] conformance shard {_of(spec['shard'], n_shards)}: {len(tally.rows)} comparisons in "
-             f"{wall:.1f} s, {bad} unexplained, kernel backend {timing['backend']}{note}")
-    return timing

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import yaml
 
 __all__ = ["ACCOUNT_GUESS_WARNINGS", "SINFO", "SQUEUE", "STUCK_REASONS", "bound_for_slurm", "parse_sinfo", "largest_nodes", "refusal",
-           "parse_squeue", "stuck", "stuck_message"]
+           "parse_squeue", "stuck", "stuck_message", "SLURM_ENV", "slurm_env_error"]
 
 #: One line per node and partition: name, partition (the default one marked with an asterisk), MB, CPUs.
 SINFO = ("sinfo", "--noheader", "--Node", "--format=%N|%P|%m|%c")
@@ -164,3 +164,30 @@ def stuck_message(row: Mapping) -> str:
             f"(it asks for {row['cpus']} CPUs and {row['mem']} of memory), which waiting will not clear; "
             "cancelled it, and the run stops. Ask for less (--set-threads, --set-resources) or name a "
             "partition whose nodes can hold it (docs/slurm.md)")
+
+
+# ----------------------------------------------------------------------------- the profile's environment
+
+#: The environment variables workflow/profiles/slurm reads (name, what it holds, what empty means).
+SLURM_ENV = (
+    ("PCAST_SLURM_ACCOUNT", "the account to charge", "the executor plugin guesses your default account"),
+    ("PCAST_SLURM_PARTITION", "the partition of every job", "the cluster's default partition"),
+    ("PCAST_SLURM_GPU_PARTITION", "the partition of the kernel jobs, which then ask for one GPU each",
+     "no job asks for a GPU; kernel jobs run on PCAST_SLURM_PARTITION"),
+)
+
+
+def slurm_env_error(environ: Mapping[str, str]) -> str | None:
+    """The message to stop a run under the ``slurm`` executor with, or None when all are set.
+
+    workflow/profiles/slurm puts ``'$NAME'`` into resource values; Snakemake leaves an unset
+    variable as the literal text, which SLURM would then be handed as an account or partition.
+    """
+    missing = [(name, what, empty) for name, what, empty in SLURM_ENV if name not in environ]
+    if not missing:
+        return None
+    lines = "; ".join(f"{name} ({what}; empty: {empty})" for name, what, empty in missing)
+    return (f"the SLURM profile reads its account and partitions from the environment, and "
+            f"{', '.join(m[0] for m in missing)} {'is' if len(missing) == 1 else 'are'} not set. Set each, "
+            f"empty allowed: {lines}. Example: export PCAST_SLURM_ACCOUNT= PCAST_SLURM_PARTITION=cpu "
+            "PCAST_SLURM_GPU_PARTITION=  (README, Scale-out)")

@@ -341,6 +341,30 @@ def test_conformance_flips_on_unexplained_difference():
     assert C.conformance_check(pd.DataFrame())["verdict"] == "INCONCLUSIVE"
 
 
+@pytest.mark.parametrize("diff", ["ulp", "count"])
+def test_conformance_fails_when_one_engine_row_differs(diff):
+    """One engine row of 21 off by one float32 ulp of its output, or by one diagnostic count, FAILs the check,
+    though the row itself says explained: engine rows must be identical bit for bit, and every row counts."""
+    v = C.conformance_check(make_conformance(engine_diff=diff))
+    assert v["verdict"] == "FAIL"
+    scoped = {s["scope"]: s for s in v["scoped"]}
+    assert scoped["engine vs single calls"]["verdict"] == "FAIL"
+    assert scoped["engine vs single calls"]["domain"].startswith("20/21 rows pass")
+    assert scoped["kernel grid"]["verdict"] == "PASS"
+    assert v["numbers"]["rows"] == 16 + 21 and v["numbers"]["passing"] == 16 + 20
+
+
+def test_conformance_states_its_coverage_in_numbers():
+    """The verdict says what it covers: engine rows and N, the Δ list placed against Δc, the norms, the options."""
+    v = C.conformance_check(make_conformance())
+    assert v["verdict"] == "PASS" and v["numbers"]["engine_rows"] == 21 and v["numbers"]["engine_n"] == 1024
+    text = "\n".join(v["details"])
+    assert "21 engine rows (4 calls" in text and "N = 1024" in text
+    assert "sink value norms 0, 1" in text and "scale 1, 256, 448" in text and "sink_mode final, init" in text
+    # Δc of E4M3 at ksink 4 is 5.90 (S = 1) and 11.45 (S = 256): 8 lies between them
+    assert "S = 1: 5.90; S = 256: 11.45" in text and "8 (above / below)" in text and "12 (above / above)" in text
+
+
 # ----------------------------------------------------------------------------- helpers, tables
 
 
@@ -380,7 +404,10 @@ def test_table_builders(agreeing, cfgs):
     t3 = T.table_thresholds(thr, knees, 0.95)
     assert len(t3) == 4 and t3["within"].eq("yes").all()
     t4 = T.table_conformance(agreeing["conformance"])
-    assert len(t4) == 8 and t4["explained"].eq("2/2").all()
+    grid, engine = t4[t4["check"] == "kernel"], t4[t4["check"] == "engine"]
+    assert len(grid) == 8 and grid["pass"].eq("2/2").all()
+    assert sorted(engine["case"]) == ["policies: 1 calls", "sweeps: 3 calls"]  # one line per group of calls
+    assert engine["rows"].astype(int).sum() == 3 * 3 * 2 + 3 and engine["max |Δout|"].eq("0").all()
 
 
 def test_table_builders_from_config(agreeing, cfgs, tmp_path):

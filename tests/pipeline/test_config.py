@@ -155,7 +155,16 @@ def test_expected_rows_matches_the_grid():
     c = e["collapse"]
     assert pconfig.expected_rows("collapse", c) == c["seeds"] * 33 * 3 * 4
     k = e["conformance"]
-    assert pconfig.expected_rows("conformance", k) == k["seeds"] * len(k["shapes"]) * 2 * 4
+    grid = k["seeds"] * len(k["shapes"]) * 2 * 4
+    assert pconfig.expected_rows("conformance", {**k, "engine": None}) == grid
+    spec = pconfig.shard_spec("conformance", k, 0, experiments=e, policies=CONFIG.get("policies"))
+    eng = k["engine"]
+    keys = sum(c["kind"] == "keys" for c in spec["cases"])
+    engine = keys * len(eng["delta"]) * len(eng["sink_v_scale"]) + (len(spec["cases"]) - keys) * len(eng["delta"])
+    assert pconfig.expected_rows("conformance", k, experiments=e, policies=CONFIG.get("policies")) == \
+        grid + eng["seeds"] * (engine + len(spec["cover"]["cases"]))
+    with pytest.raises(pconfig.ConfigError, match="other experiments"):
+        pconfig.expected_rows("conformance", k)
 
 
 def test_format_value_is_fixed():

@@ -82,7 +82,8 @@ def test_smoke_run_writes_complete_tables(smoke_run):
         lines = text.splitlines()
         cols = contract.CONFORMANCE_COLUMNS if name == contract.CONFORMANCE else contract.TIDY_COLUMNS
         assert lines[0] == ",".join(cols)
-        assert len(lines) - 1 == config.expected_rows(name, cfg["experiments"][name])
+        assert len(lines) - 1 == config.expected_rows(name, cfg["experiments"][name], experiments=cfg["experiments"],
+                                                      policies=cfg.get("policies"))
         assert (smoke_run / "results/timing" / f"{name}.csv").exists()
     # backend actually run is recorded; on a machine without an FP8 GPU the log says so plainly
     log = (smoke_run.parent / "snakemake.log").read_text()
@@ -95,6 +96,8 @@ def test_smoke_run_writes_complete_tables(smoke_run):
     with open(smoke_run / "results/tidy/conformance.csv", newline="") as fh:
         unexplained = [r for r in csv.DictReader(fh) if r["explained"] != "True"]
     assert not unexplained, f"kernel and emulator differ beyond what rounding explains: {unexplained}"
+    checks = {line.split(",")[0] for line in conf.splitlines()[1:]}
+    assert checks == {"kernel", "engine"}  # the multi-call engine is checked as well as the kernel
     # every job wrote its log and benchmark; no temporary files are left anywhere
     assert list((smoke_run / "results/logs").rglob("*.log"))
     assert list((smoke_run / "results/benchmarks").rglob("*.tsv"))

@@ -334,10 +334,16 @@ def test_changing_the_policies_experiment_reruns_only_its_shards(smoke_run, tmp_
                                         "policies": {"fa4-s256": {"rescale_threshold": 6.0}}}))
     listed = jobs(smk(smoke_run, "-n", "--configfile", str(override)).stdout)
     mine = {(j["rule"], j["wildcards"].get("experiment")) for j in listed if j["rule"] in MY_RULES}
-    assert mine == {("sweep_shard", P), ("tidy_table", P)}
+    # the conformance check runs every policy's call through the multi-call engine, so a changed policy reruns it
+    assert mine == {("sweep_shard", P), ("tidy_table", P), ("conformance_shard", "conformance"),
+                    ("tidy_table", "conformance")}
     for j in listed:
-        if j["rule"] == "sweep_shard":
+        if j["rule"] in ("sweep_shard", "conformance_shard"):
             assert j["reason"].startswith("Params have changed"), j
+    override.write_text(yaml.safe_dump({"experiments": {P: {"delta": [0.0, 4.0, 16.0]}}}))  # the grid alone
+    listed = jobs(smk(smoke_run, "-n", "--configfile", str(override)).stdout)
+    mine = {(j["rule"], j["wildcards"].get("experiment")) for j in listed if j["rule"] in MY_RULES}
+    assert mine == {("sweep_shard", P), ("tidy_table", P)}
 
 
 @needs_snakemake

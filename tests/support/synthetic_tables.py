@@ -129,22 +129,47 @@ def make_threshold(*, shift=0.0, seeds=4, deltas=tuple(np.arange(0.0, 16.01, 0.2
     return _frame(rows)
 
 
-def make_conformance(*, unexplained=0):
-    """Conformance table: every combination, causal or not, two seeds; the first ``unexplained``
-    rows have differing diagnostics that are not explained."""
+_CONF_OPTIONS = {"scale_mode": "multiply", "rescale_threshold": 0.0, "sink_kind": "keys", "ksink": 4,
+                 "sink_mode": "final", "fmt": "e4m3fn", "rowsum": "unrounded", "qk_fmt": "none", "v_fmt": "none",
+                 "block_m": 64, "block_n": 64}
+
+
+def make_conformance(*, unexplained=0, engine_diff=None):
+    """Conformance table: the kernel grid (every combination, causal or not, two seeds, n = 64) and engine
+    rows (three sweep calls and one learned-sink policy call at n = 1024, Δ 4, 8, 12, sink value norms 0
+    and 1, all identical). The first ``unexplained`` kernel rows have differing diagnostics that are not
+    explained; ``engine_diff`` makes one engine row differ while it still says explained: ``"ulp"`` by one
+    float32 ulp of its output (2**-24 at 0.5), ``"count"`` by one diagnostic count."""
     rows = []
     for order in ("forward", "reverse"):
         for scale in (1, 256):
             for causal in (False, True):
                 for seed in range(2):
-                    rows.append({"order": order, "scale": scale, "causal": causal, "n": 64, "d": 16,
-                                 "seed": seed, "kernel_backend": "triton-interpreted",
-                                 "max_abs_diff": 1e-7 * (seed + 1), "max_rel_diff": 1e-7,
-                                 "diag_equal": True, "mismatched_rows": 0, "explained": True,
+                    rows.append({**_CONF_OPTIONS, "check": "kernel", "case": f"{order} S={scale}", "order": order,
+                                 "scale": scale, "causal": causal, "n": 64, "d": 16, "delta": 8.0,
+                                 "sink_v_scale": 1.0, "seed": seed, "block_m": 16, "block_n": 16,
+                                 "kernel_backend": "triton-interpreted", "max_abs_diff": 1e-7 * (seed + 1),
+                                 "max_rel_diff": 1e-7, "diag_equal": True, "mismatched_rows": 0, "explained": True,
                                  "fragile_elements": 0})
     for r in rows[:unexplained]:
         r.update(diag_equal=False, explained=False, mismatched_rows=1)
-    return pd.DataFrame(rows)
+    calls = [("sweeps forward S=1", "forward", 1.0, "keys"), ("sweeps reverse S=256", "reverse", 256.0, "keys"),
+             ("sweeps forward S=448", "forward", 448.0, "keys"), ("policies vllm p_only logit", "forward", 1.0, "logit")]
+    engine = []
+    for case, order, scale, kind in calls:
+        for delta in (4.0, 8.0, 12.0):
+            for svs in ((0.0, 1.0) if kind == "keys" else (0.0,)):
+                engine.append({**_CONF_OPTIONS, "check": "engine", "case": case, "order": order, "scale": scale,
+                               "causal": False, "n": 1024, "d": 64, "delta": delta, "sink_v_scale": svs, "seed": 0,
+                               "sink_kind": kind, "ksink": 4 if kind == "keys" else 0,
+                               "sink_mode": "init" if kind == "logit" else "final", "kernel_backend": "emulator",
+                               "max_abs_diff": 0.0, "max_rel_diff": 0.0, "diag_equal": True, "mismatched_rows": 0,
+                               "explained": True, "fragile_elements": 0})
+    if engine_diff == "ulp":
+        engine[5].update(max_abs_diff=2.0 ** -24, max_rel_diff=2.0 ** -24, mismatched_rows=1)
+    elif engine_diff == "count":
+        engine[5].update(diag_equal=False, mismatched_rows=1)
+    return pd.DataFrame(rows + engine)
 
 
 # ----------------------------------------------------------------------------- the policies experiment

@@ -207,6 +207,7 @@ def shard_spec(wildcards):
         EXPERIMENT_CFG[wildcards.experiment],
         int(wildcards.shard),
         policies=config.get("policies"),
+        experiments=EXPERIMENT_CFG,
     )
     return pconfig.spec_json(spec)
 
@@ -220,7 +221,10 @@ def inputs_spec(wildcards):
 
 def expected_rows(wildcards):
     return pconfig.expected_rows(
-        wildcards.experiment, EXPERIMENT_CFG[wildcards.experiment]
+        wildcards.experiment,
+        EXPERIMENT_CFG[wildcards.experiment],
+        experiments=EXPERIMENT_CFG,
+        policies=config.get("policies"),
     )
 
 
@@ -394,10 +398,10 @@ class _NoAccountGuess(logging.Filter):
 
 onstart:
     # The SLURM profile's account and partitions come from the environment: stop before any
-    # job is submitted when one is not set (kernels.pipeline.config.SLURM_ENV). Then watch for jobs
+    # job is submitted when one is not set (kernels.pipeline.slurm.SLURM_ENV). Then watch for jobs
     # that cannot start.
     if getattr(workflow.executor_plugin, "name", None) == "slurm":
-        message = pconfig.slurm_env_error(os.environ)
+        message = slurm.slurm_env_error(os.environ)
         if message:
             raise WorkflowError(message)
         if not os.environ.get("PCAST_SLURM_ACCOUNT"):
