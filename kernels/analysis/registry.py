@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels.contract import CONFORMANCE, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, SWEEP_EXPERIMENTS
+from kernels.contract import (CONFORMANCE, DECODE_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL,
+                              SWEEP_EXPERIMENTS)
 
 __all__ = ["Claim", "Output", "PAPER", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
            "EXPERIMENT_CATEGORY", "claim", "category"]
@@ -21,7 +22,7 @@ PAPER = "paper"  # the section comparing the abstract's numbers with the artifac
 
 @dataclass(frozen=True)
 class Claim:
-    id: str  # "C1" ... "C6", "audit", "fp4", "paper" (the abstract's numbers), "realmodel", or "conformance"
+    id: str  # "C1" ... "C6", "audit", "fp4", "decode", "paper" (the abstract's numbers), "realmodel", "conformance"
     statement: str  # the claim: for C1-C6 the abstract's sentence
     criterion_keys: tuple[str, ...]  # keys of claims.<id> in config.yaml that the verdict reads
     outputs: tuple[str, ...]  # figure and table targets that answer it (claims.md's evidence)
@@ -66,6 +67,12 @@ CLAIMS = (
                           "S₁, the derived optimal S₁ moves it out of reach, and reverse KV order removes it as it "
                           "removes the FP8 collapse.",
           ("delta",), ("fig_fp4", "table_fp4")),
+    Claim(DECODE_EXPERIMENT, "Beyond the paper: decode rows (Nq = 1 over a long KV cache) under split-KV and "
+                             "partition-normalised P. A sink raises the running max only in the split that holds it "
+                             "and only for the keys visited after it there, so kernels.theory.decode predicts each "
+                             "configuration's underflow fraction and Δc (sink keys and a learned sink that seeds "
+                             "split 0), and the relative RMS error of a partition-normalised P from its closed form.",
+          ("dc_tolerance", "rms_tolerance"), ("fig_decode", "table_decode")),
     Claim(PAPER, "The numbers the abstract gives (6.93, δk ≈ 1 for ksink = 4, 3–10×, dp = 2^-4, 448's slightly "
                  "higher coverage) next to the artifact's, computed from the theory and the measurements.",
           ("threshold_constant", "delta_k", "band", "dp", "compare_scale"), ()),
@@ -87,6 +94,7 @@ _CONFORMANCE = "Kernel conformance"
 _POLICIES = "Deployed policies"
 _REALMODEL = "Real model"
 _FP4 = "FP4 P · microscaling"
+_DECODE = "Decode · split-KV"
 
 OUTPUTS = (
     Output("fig_theory_scale", "figure", _SCALE),
@@ -100,6 +108,7 @@ OUTPUTS = (
     Output("fig_realmodel_theory", "figure", _REALMODEL),
     Output("fig_realmodel_outputs", "figure", _REALMODEL),
     Output("fig_fp4", "figure", _FP4),
+    Output("fig_decode", "figure", _DECODE),
     Output("table_paired_tests", "table", "C5, C6 · paired tests"),
     Output("table_scales", "table", _SCALE),
     Output("table_thresholds", "table", _THRESHOLD),
@@ -107,6 +116,7 @@ OUTPUTS = (
     Output("table_policies", "table", _POLICIES),
     Output("table_realmodel", "table", _REALMODEL),
     Output("table_fp4", "table", _FP4),
+    Output("table_decode", "table", _DECODE),
     Output("claims", "verdict", "Claims verdict"),
 )
 FIGURES = tuple(o.name for o in OUTPUTS if o.kind == "figure")
@@ -114,8 +124,9 @@ TABLES = tuple(o.name for o in OUTPUTS if o.kind == "table")
 VERDICT = "claims"
 
 # The report category of each experiment's tidy table: next to the outputs built from it.
-EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIMENT, REALMODEL, FP4_EXPERIMENT),
-                               (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES, _REALMODEL, _FP4)))
+EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIMENT, REALMODEL, FP4_EXPERIMENT,
+                                                   DECODE_EXPERIMENT),
+                               (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES, _REALMODEL, _FP4, _DECODE)))
 
 
 def claim(claim_id: str) -> Claim:

@@ -1,7 +1,8 @@
 # Step 7: the claims verdict, PASS / PARTIAL / FAIL / INCONCLUSIVE per claim with the numbers
 # behind it (figures/claims.md and claims.json), by kernels.analysis.verdicts.evaluate from the
 # statistics and the `claims:` section of config.yaml, the audit of deployed P policies included
-# (claims.audit), the real-model section (claims.realmodel) and the FP4 section (claims.fp4): `snakemake --cores 2 claims`.
+# (claims.audit), the real-model section (claims.realmodel), the FP4 section (claims.fp4) and the decode section
+# (claims.decode): `snakemake --cores 2 claims`.
 # claims.md also shows the preset's expected verdicts (presets.<name>.expected_verdicts) beside this run's.
 
 
@@ -17,6 +18,8 @@ rule claims:
         realmodel=rules.stats_realmodel.output.heads,
         realmodel_outputs=rules.stats_realmodel.output.outputs,
         fp4=rules.stats_fp4.output.summary,
+        decode=rules.stats_decode.output.summary,
+        decode_partition=rules.stats_decode.output.partition,
     output:
         **verdict_outputs(),
     log:

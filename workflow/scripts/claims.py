@@ -16,6 +16,7 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
         claims_cfg=params.claims, policies=pd.read_csv(inp.policies),
         realmodel=pd.read_csv(inp.realmodel, dtype={"sinks": str}),
         realmodel_outputs=pd.read_csv(inp.realmodel_outputs), fp4=pd.read_csv(inp.fp4),
+        decode=pd.read_csv(inp.decode), decode_partition=pd.read_csv(inp.decode_partition),
         confidence_level=params.confidence_level,
     )
     for key, r in result.items():

@@ -21,7 +21,7 @@ One module per claim group: :mod:`.underflow` (C1, C2), :mod:`.scale` (C3), :mod
 (C4), :mod:`.mse` (C5, C6), :mod:`.paper` (the abstract's numbers), :mod:`.audit` (deployed P
 policies, from the policies experiment),
 :mod:`.realmodel` (a pretrained model's heads and outputs), :mod:`.fp4` (P in microscaled FP4, from the
-fp4 experiment), :mod:`.conformance`; here, all of them at
+fp4 experiment), :mod:`.decode` (split-KV decode rows, from the decode experiment), :mod:`.conformance`; here, all of them at
 once and their output.
 """
 
@@ -38,6 +38,7 @@ from kernels.analysis.text import intervals
 from kernels.analysis.verdicts.audit import AUDIT, claim_audit
 from kernels.analysis.verdicts.common import VERDICTS, Subcase, ci_tolerance, combine, family_z, subcase_verdict
 from kernels.analysis.verdicts.conformance import conformance_check
+from kernels.analysis.verdicts.decode import DECODE, claim_decode
 from kernels.analysis.verdicts.fp4 import FP4, claim_fp4
 from kernels.analysis.verdicts.mse import claim_c5, claim_c6
 from kernels.analysis.verdicts.paper import claim_paper
@@ -49,7 +50,7 @@ from kernels.analysis.verdicts.underflow import claim_c1, claim_c2
 __all__ = [
     "VERDICTS", "Subcase", "combine", "subcase_verdict", "family_z", "ci_tolerance",
     "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
-    "claim_realmodel", "claim_fp4", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json",
+    "claim_realmodel", "claim_fp4", "claim_decode", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json",
     "intervals",
 ]
 
@@ -64,11 +65,13 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
              thresholds: pd.DataFrame, knees: pd.DataFrame, conformance: pd.DataFrame | None,
              claims_cfg: Mapping, policies: pd.DataFrame | None = None,
              realmodel: pd.DataFrame | None = None, realmodel_outputs: pd.DataFrame | None = None,
-             fp4: pd.DataFrame | None = None, confidence_level: float = 0.95) -> dict:
+             fp4: pd.DataFrame | None = None, decode: pd.DataFrame | None = None,
+             decode_partition: pd.DataFrame | None = None, confidence_level: float = 0.95) -> dict:
     """Every verdict from the summary tables (what the ``claims`` rule runs); the audit of deployed
     policies joins them when ``policies`` (the policies summary) is given, the real-model section
     when ``realmodel`` (the per-head summary; ``realmodel_outputs`` the per-run output summary) is,
-    the FP4 section when ``fp4`` (the fp4 summary) is. ``confidence_level``: the statistics
+    the FP4 section when ``fp4`` (the fp4 summary) is, the decode section when ``decode`` (the decode Δc summary;
+    ``decode_partition`` its P-cast error table) is. ``confidence_level``: the statistics
     section's, the level of every CI the tolerances are read from."""
     fmt = str(collapse["fmt"].iloc[0]) if len(collapse) and "fmt" in collapse else "e4m3fn"
     k = int(collapse["ksink"].iloc[0]) if len(collapse) and "ksink" in collapse else 4
@@ -89,6 +92,8 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
         out[AUDIT] = claim_audit(policies, claims_cfg[AUDIT], confidence=lv)
     if fp4 is not None:
         out[FP4] = claim_fp4(fp4, claims_cfg[FP4], confidence=lv)
+    if decode is not None:
+        out[DECODE] = claim_decode(decode, decode_partition, claims_cfg[DECODE])
     if realmodel is not None:
         out[REALMODEL] = claim_realmodel(realmodel, realmodel_outputs, claims_cfg[REALMODEL])
     out["conformance"] = conformance_check(conformance)
