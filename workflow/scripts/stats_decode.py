@@ -16,3 +16,4 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
     write_csv(curves, snakemake.output.curves)  # noqa: F821
     write_csv(crossings, snakemake.output.summary)  # noqa: F821
     write_csv(partition, snakemake.output.partition)  # noqa: F821
+    log.info("wrote %d curve rows, %d configurations, %d partition rows", len(curves), len(crossings), len(partition))
