@@ -140,3 +140,31 @@ def test_smoke_decode_outputs(smoke_run):
     md = (smoke_run / "figures" / "claims.md").read_text()
     assert "## decode: " in md and "claims.decode.dc_tolerance" in md
     assert "T8." in (smoke_run / "figures" / "table_decode.md").read_text()
+
+
+def test_smoke_forced_rerun_of_the_decode_rules_is_byte_identical(smoke_run, tmp_path):
+    """A copy of the smoke run, the decode shard, statistics, F12, T8 and the verdict forced to run again: the
+    same bytes (PDFs without a creation date)."""
+    import hashlib
+    import shutil
+    import subprocess
+
+    repo = tmp_path / "repo"
+    shutil.copytree(smoke_run, repo, symlinks=True)
+    outs = ["results/shards/decode/shard000.csv", "results/tidy/decode.csv", "results/stats/decode.csv",
+            "results/stats/decode_curves.csv", "results/stats/decode_partition.csv", "figures/claims.md",
+            "figures/claims.json"] + [f"figures/fig_decode.{e}" for e in ("pdf", "png", "csv")] + \
+        [f"figures/table_decode.{e}" for e in ("csv", "tex", "md")]
+
+    def digest():
+        return {p: hashlib.sha256((repo / p).read_bytes()).hexdigest() for p in outs}
+
+    before = digest()
+    proc = subprocess.run(["snakemake", "--cores", "1", "--config", "preset=smoke", "--forcerun",
+                           "results/shards/decode/shard000.csv", "stats_decode", "fig_decode", "table_decode", "claims",
+                           "--", "fig_decode", "table_decode", "claims"], cwd=repo, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr
+    assert "sweep_shard" in log and "stats_decode" in log and "fig_decode" in log
+    assert digest() == before

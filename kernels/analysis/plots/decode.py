@@ -22,7 +22,7 @@ __all__ = ["fig_decode"]
 
 _SPLIT_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00")
 _KINDS = {"keys": "sink keys", "logit": "sink logit (init)"}
-_S_COLORS = {1.0: "#0072B2", 256.0: "#D55E00"}
+_S_COLORS = {1.0: "#000000", 256.0: "#999999"}
 
 
 def _split_color(splits: list[int], ns: int) -> str:
