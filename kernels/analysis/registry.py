@@ -61,18 +61,18 @@ CLAIMS = (
                    "operands.",
           ("variant", "floor_variant", "saturation_threshold", "floor_factor"),
           ("fig_policies", "table_policies")),
+    Claim(DECODE_EXPERIMENT, "Beyond the paper: decode rows (Nq = 1 over a long KV cache) under split-KV and "
+                             "partition-normalised P. A sink raises the running max only in the split that holds it "
+                             "and only for the keys visited after it there, so kernels.theory.decode predicts each "
+                             "configuration's underflow fraction and Δc (sink keys and a learned sink that seeds "
+                             "split 0), and the relative RMS error of a partition-normalised P from its closed form.",
+          ("dc_tolerance", "rms_tolerance", "delta"), ("fig_decode", "table_decode")),
     Claim(FP4_EXPERIMENT, "Beyond the paper: P in microscaled FP4 (NVFP4, MXFP4) under sinks. NVFP4's E4M3 group scale "
                           "flushes to zero for a whole group of 16 keys once the sink pushes the group's largest p·S₁ "
                           "below 6·2⁻¹⁰; the closed-form Δc of that flush predicts the measured one for every static "
                           "S₁, the derived optimal S₁ moves it out of reach, and reverse KV order removes it as it "
                           "removes the FP8 collapse.",
           ("delta",), ("fig_fp4", "table_fp4")),
-    Claim(DECODE_EXPERIMENT, "Beyond the paper: decode rows (Nq = 1 over a long KV cache) under split-KV and "
-                             "partition-normalised P. A sink raises the running max only in the split that holds it "
-                             "and only for the keys visited after it there, so kernels.theory.decode predicts each "
-                             "configuration's underflow fraction and Δc (sink keys and a learned sink that seeds "
-                             "split 0), and the relative RMS error of a partition-normalised P from its closed form.",
-          ("dc_tolerance", "rms_tolerance"), ("fig_decode", "table_decode")),
     Claim(PAPER, "The numbers the abstract gives (6.93, δk ≈ 1 for ksink = 4, 3–10×, dp = 2^-4, 448's slightly "
                  "higher coverage) next to the artifact's, computed from the theory and the measurements.",
           ("threshold_constant", "delta_k", "band", "dp", "compare_scale"), ()),
