@@ -1,6 +1,7 @@
 """The decode experiment's statistics (``results/stats/decode*.csv``) and its theory.
 
-A configuration is (kind, num_splits, split_layout, order, p_normalize, scale); its unit of replication is one
+A configuration is (kind, policy, num_splits, split_layout, order, p_normalize, scale), a decode preset's
+(``policy``) with its own block size, P format and sink mode; its unit of replication is one
 decode row, (seed, head). Three tables:
 
 * :func:`decode_curves`: per configuration and Δ, the mean non-sink underflow fraction over the rows with its
@@ -16,7 +17,8 @@ decode row, (seed, head). Three tables:
 
 Theory per configuration (:func:`predicted_fraction`): sink keys with online P,
 :func:`kernels.theory.decode.split_underflow_fraction` (leading order); a seeding logit with online P,
-:func:`~kernels.theory.decode.init_underflow_fraction`; partition-normalised P,
+:func:`~kernels.theory.decode.init_underflow_fraction` (a logit that joins the denominator after the casts,
+``sink_mode="final"``, changes no cast: 0 to leading order); partition-normalised P,
 :func:`~kernels.theory.decode.partition_underflow_fraction`.
 """
 
@@ -37,20 +39,25 @@ from kernels.theory.decode import (init_underflow_fraction, partition_rms_error,
 __all__ = ["CONFIG_KEYS", "predicted_fraction", "decode_curves", "decode_crossings", "decode_partition",
            "status_of"]
 
-CONFIG_KEYS = ["kind", "num_splits", "split_layout", "order", "p_normalize", "scale"]
-_FIXED = ["n", "block_n", "ksink", "sigma", "fmt"]
+CONFIG_KEYS = ["kind", "policy", "num_splits", "split_layout", "order", "p_normalize", "scale"]
+_FIXED = ["n", "block_n", "ksink", "sigma", "fmt", "sink_mode"]
 
 
 def predicted_fraction(cfg: Mapping, deltas) -> np.ndarray:
     """The theory's non-sink underflow fraction of one configuration (a tidy row's fields) at ``deltas``."""
+    if str(cfg["fmt"]) == "none":
+        return np.zeros(np.shape(deltas))
     kw = dict(num_splits=int(cfg["num_splits"]), layout=str(cfg["split_layout"]), n=int(cfg["n"]),
               block_n=int(cfg["block_n"]), sigma=float(cfg["sigma"]), fmt=str(cfg["fmt"]))
     d, S = np.asarray(deltas, dtype=float), float(cfg["scale"])
+    final = cfg["kind"] == "logit" and cfg.get("sink_mode") == "final"  # the sink never meets a cast
     if cfg["p_normalize"] == "partition":
-        sink = "keys" if cfg["kind"] == "keys" else "logit"
+        sink = "keys" if cfg["kind"] == "keys" else ("none" if final else "logit")
         return np.asarray(partition_underflow_fraction(d, S, k=int(cfg["ksink"]) or 1, sink=sink, **kw))
     if cfg["kind"] == "keys":
         return np.asarray(split_underflow_fraction(d, S, order=str(cfg["order"]), k=int(cfg["ksink"]), **kw))
+    if final:
+        return np.zeros_like(d)
     return np.asarray(init_underflow_fraction(d, S, **kw))
 
 
@@ -72,8 +79,9 @@ def decode_curves(df: pd.DataFrame, *, confidence_level: float = 0.95) -> pd.Dat
     out = seed_mean_ci(rows, CONFIG_KEYS + ["delta"], "underflow_frac", confidence_level)
     out["n_rows"] = rows.groupby(CONFIG_KEYS + ["delta"], sort=True)["seed"].nunique().to_numpy()
     theory = np.empty(len(out))
+    first = rows.groupby(CONFIG_KEYS, sort=False).first()
     for key, idx in out.groupby(CONFIG_KEYS, sort=False).groups.items():
-        cfg = {**rows.iloc[0][_FIXED].to_dict(), **dict(zip(CONFIG_KEYS, key))}
+        cfg = {**first.loc[key, _FIXED].to_dict(), **dict(zip(CONFIG_KEYS, key))}
         theory[out.index.get_indexer(idx)] = predicted_fraction(cfg, out.loc[idx, "delta"].to_numpy(float))
     out["theory"] = theory
     return out
@@ -82,10 +90,9 @@ def decode_curves(df: pd.DataFrame, *, confidence_level: float = 0.95) -> pd.Dat
 def decode_crossings(df: pd.DataFrame, curves: pd.DataFrame, *, level: float = 0.5, boot: Mapping) -> pd.DataFrame:
     """Measured and predicted Δc per configuration (module docstring)."""
     rows = _curve_rows(df)
-    fixed = rows.iloc[0][_FIXED].to_dict()
     out = []
     for key, part in rows.groupby(CONFIG_KEYS, sort=True):
-        cfg = {**fixed, **dict(zip(CONFIG_KEYS, key))}
+        cfg = {**part.iloc[0][_FIXED].to_dict(), **dict(zip(CONFIG_KEYS, key))}
         x, est, lo, hi, start = seed_crossing(part, "underflow_frac", level, dict(boot))
         curve = curves.set_index(CONFIG_KEYS).loc[key].sort_values("delta")
         meas = curve["underflow_frac_mean"].to_numpy(float)

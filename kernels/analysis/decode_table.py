@@ -1,6 +1,6 @@
 """T8 (rule table_decode): the decode experiment per configuration, and the partition-normalised P's error.
 
-One row per configuration (sink kind x splits x layout x order x P normalisation x S) of
+One row per configuration (sink kind x splits x layout x order x P normalisation x S, and each decode preset) of
 ``results/stats/decode.csv``: the mean non-sink underflow fraction at the Δ of the grid nearest
 ``claims.decode.delta`` with the theory's, the measured Δc with its bootstrap CI and the theory's (or where
 the curve is: ``never`` below the crossing level, ``always`` at or above it), and their difference. Then one
@@ -42,7 +42,7 @@ def decode(summary: pd.DataFrame, curves: pd.DataFrame, partition: pd.DataFrame,
     data["delta"] = at
     data["underflow_frac"] = [float(here.loc[k, "underflow_frac_mean"]) for k in keys]
     data["underflow_theory"] = [float(here.loc[k, "theory"]) for k in keys]
-    rows = [{"sink": r["kind"], "splits": int(r["num_splits"]),
+    rows = [{"policy": r["policy"], "sink": r["kind"], "splits": int(r["num_splits"]),
              "layout": r["split_layout"] if int(r["num_splits"]) > 1 else "—", "order": r["order"],
              "P": r["p_normalize"], "S": f"{float(r['scale']):g}",
              f"underflow at Δ={at:g} (theory)": f"{r['underflow_frac']:.4f} ({r['underflow_theory']:.4f})",
@@ -51,7 +51,7 @@ def decode(summary: pd.DataFrame, curves: pd.DataFrame, partition: pd.DataFrame,
              "difference": short(r["dc_miss"], 3) if np.isfinite(r["dc_miss"]) else "—"}
             for _, r in data.iterrows()]
     for _, r in partition.iterrows():
-        rows.append({"sink": "none", "splits": 1, "layout": "—", "order": "—", "P": f"partition n={int(r['n'])}",
+        rows.append({"policy": "-", "sink": "none", "splits": 1, "layout": "—", "order": "—", "P": f"partition n={int(r['n'])}",
                      "S": f"{float(r['scale']):g}",
                      f"underflow at Δ={at:g} (theory)": f"rel. RMS {float(r['rel_rms']):.4f} "
                                                          f"[{short(r['rel_rms_lo'], 4)}, {short(r['rel_rms_hi'], 4)}]",

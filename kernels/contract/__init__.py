@@ -186,9 +186,10 @@ DECODE_EXPERIMENT = "decode"
 
 # The configuration of one decode row; rows are sorted by these, then by seed and head. ``kind``: ``keys``
 # (ksink sink keys at Δ), ``logit`` (a learned sink logit Δ, sink_mode init) or ``partition`` (the P-cast
-# error rows: one partition of n keys per row, V the identity; delta empty).
+# error rows: one partition of n keys per row, each key mapped to one output coordinate; no sink). ``policy``:
+# ``-`` for the grid's configurations, a decode preset's name for its rows.
 DECODE_CONFIG_COLUMNS = (
-    "kind", "n", "d", "block_n", "ksink", "sigma", "fmt", "num_splits", "split_layout", "order", "p_normalize",
+    "kind", "policy", "n", "d", "block_n", "ksink", "sigma", "fmt", "num_splits", "split_layout", "order", "p_normalize",
     "scale", "sink_mode", "delta",
 )
 DECODE_TIDY_COLUMNS = ("experiment", "seed", "head") + DECODE_CONFIG_COLUMNS + (

@@ -10,6 +10,10 @@ cast, so its result does not depend on the order: it runs in forward order only.
 learned sink logit Δ with ``sink_mode: init`` (it seeds split 0's max and sum; ``final`` joins the merged
 denominator after every cast and cannot change the P cast, so it is not run).
 
+``policies`` adds the decode presets of :mod:`kernels.policies` (``DECODE_PRESETS``) as configurations of
+their own, each with all its keywords (block size, P format, scale mode, sink mode): the policies audit's
+decode rows.
+
 ``partition`` adds the P-cast error rows: per seed, ``rows`` query rows with one partition of each listed
 number of keys (scores N(0, sigma²) set exactly, V the identity, so the output is the cast P), at each listed
 scale, measured against the same call without a P cast.
@@ -22,7 +26,7 @@ from collections.abc import Mapping
 from kernels.contract import BLOCK_SIZES, DECODE_EXPERIMENT, HEAD_DIMS, is_allowed
 from kernels.pipeline.grid import delta_values
 
-__all__ = ["calls", "check_decode", "decode_shard_spec", "decode_expected_rows", "partition_cases"]
+__all__ = ["calls", "policy_calls", "check_decode", "decode_shard_spec", "decode_expected_rows", "partition_cases"]
 
 KEY = f"experiments.{DECODE_EXPERIMENT}"
 
@@ -45,6 +49,13 @@ def calls(exp: Mapping) -> list[dict]:
                         out.append({"num_splits": int(ns), "split_layout": layout, "order": order,
                                     "p_normalize": pn, "scale": float(s)})
     return out
+
+
+def policy_calls(exp: Mapping) -> list[dict]:
+    """The decode presets' keyword sets (``{"policy": name, "kwargs": {...}}``), in config order."""
+    from kernels.policies import POLICIES
+
+    return [{"policy": name, "kwargs": dict(POLICIES[name].attention_kwargs())} for name in exp.get("policies", [])]
 
 
 def partition_cases(exp: Mapping) -> list[dict]:
@@ -70,6 +81,13 @@ def check_decode(exp: Mapping) -> None:
         values = list(exp[field])
         if len(set(map(str, values))) != len(values):
             raise _Error(f"config key '{KEY}.{field}': values {values!r} repeat; allowed: distinct values")
+    from kernels.policies import DECODE_PRESETS
+
+    names = list(exp.get("policies", []))
+    bad = [x for x in names if x not in DECODE_PRESETS]
+    if bad or len(set(names)) != len(names):
+        raise _Error(f"config key '{KEY}.policies': {names!r} is not allowed; allowed: distinct decode presets of "
+                     f"kernels.policies, {', '.join(DECODE_PRESETS)}")
     for case in partition_cases(exp):
         if case["n"] > 4096:
             raise _Error(f"config key '{KEY}.partition.keys': {case['n']} is not allowed; allowed: 16 to 4096 "
@@ -83,11 +101,14 @@ def decode_shard_spec(exp: Mapping, base: dict) -> dict:
     return {**base, "shapes": [{"n": int(exp["n"]), "d": int(exp["d"])}], "sigma": [float(exp["sigma"])],
             "block_n": int(exp["block_n"]), "ksink": int(exp["ksink"]), "fmt": str(exp["fmt"]),
             "delta": delta_values(exp["delta"]), "sink_kinds": list(exp["sink_kinds"]), "calls": calls(exp),
+            "policy_calls": policy_calls(exp),
             "partition": None if not part else {"cases": partition_cases(exp), "rows": int(part["rows"])},
             "max_batch_items": int(exp.get("max_batch_items", 64))}
 
 
 def decode_expected_rows(exp: Mapping, n_deltas: int) -> int:
-    """Rows of results/tidy/decode.csv: per seed, heads x Δ x calls per sink kind, plus the partition cases."""
-    rows = int(exp["heads"]) * n_deltas * len(calls(exp)) * len(exp["sink_kinds"]) + len(partition_cases(exp))
+    """Rows of results/tidy/decode.csv: per seed, heads x Δ x (calls and presets) per sink kind, plus the partition
+    cases."""
+    configs = len(calls(exp)) + len(exp.get("policies", []))
+    rows = int(exp["heads"]) * n_deltas * configs * len(exp["sink_kinds"]) + len(partition_cases(exp))
     return int(exp["seeds"]) * rows

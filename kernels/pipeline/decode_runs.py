@@ -8,6 +8,9 @@ configuration of :func:`kernels.pipeline.decode_config.calls` on the same tensor
 * ``keys``: ``ksink`` sink keys at Δ (:func:`kernels.pipeline.runs.value_stack`);
 * ``logit``: no sink key; a learned sink logit Δ per row with ``sink_mode="init"``.
 
+The decode presets of ``policies`` run in the same call, each with its own keywords (a preset's sink mode
+replaces ``init`` for the logit kind); their rows carry the preset's name in ``policy`` (``-`` otherwise).
+
 The float64 reference (with the sink logit where there is one) gives each row's MSE. One tidy row per
 (seed, head, configuration, Δ); the diagnostics are the row's own.
 
@@ -57,6 +60,19 @@ def _stack(kind: str, base, spec: Mapping, deltas: list, device):
     return q, k, v, ref, extra
 
 
+def _policy_fields(p: Mapping, kind: str) -> dict:
+    """The configuration columns of a decode preset's rows (its own block size, P format and, with a sink logit,
+    sink mode)."""
+    kw = p["kwargs"]
+    out = {"policy": p["policy"], "num_splits": int(kw.get("num_splits", 1)),
+           "split_layout": kw.get("split_layout", "contiguous"), "order": kw["order"],
+           "p_normalize": kw.get("p_normalize", "online"), "scale": float(kw["scale"]), "block_n": int(kw["block_n"]),
+           "fmt": kw["fmt"] if kw["fmt"] is not None else "none"}
+    if kind == "logit":
+        out["sink_mode"] = kw["sink_mode"]
+    return out
+
+
 def _kind_rows(tally: _Tally, spec: Mapping, kind: str, base, deltas: list, meta: Mapping, device) -> None:
     """Every configuration on one Δ stack of one sink kind; one row per (configuration, Δ, head)."""
     from kernels import attention_calls
@@ -66,13 +82,15 @@ def _kind_rows(tally: _Tally, spec: Mapping, kind: str, base, deltas: list, meta
     ref = ref.double()
     ref_sq = ref.square().mean(-1)[..., 0].cpu()  # [L, H]
     tally.reference_s += time.perf_counter() - t0
+    pcalls = spec.get("policy_calls", [])
     t0 = time.perf_counter()
-    results = attention_calls(q, k, [v], spec["calls"], fmt=spec["fmt"], block_n=spec["block_n"],
-                              backend=spec["backend"], **extra)
+    results = attention_calls(q, k, [v], list(spec["calls"]) + [p["kwargs"] for p in pcalls], fmt=spec["fmt"],
+                              block_n=spec["block_n"], backend=spec["backend"], **extra)
     tally.kernel_s += time.perf_counter() - t0
     heads = q.shape[1]
-    tally.runs += len(spec["calls"]) * len(deltas) * heads
-    for call, (r,) in zip(spec["calls"], results):
+    tally.runs += len(results) * len(deltas) * heads
+    labels = [{**c, "policy": "-"} for c in spec["calls"]] + [_policy_fields(p, kind) for p in pcalls]
+    for call, (r,) in zip(labels, results):
         tally.backends.add(r.backend)
         mse = (r.out.double() - ref).square().mean(-1)[..., 0].cpu()
         cnt = {c: getattr(r, c)[..., 0].cpu().tolist() for c in ("underflow", "terms", "underflow_sink",
@@ -81,8 +99,8 @@ def _kind_rows(tally: _Tally, spec: Mapping, kind: str, base, deltas: list, meta
             for h in range(heads):
                 m, r2 = float(mse[i, h]), float(ref_sq[i, h])
                 uf, tm = int(cnt["underflow"][i][h]), int(cnt["terms"][i][h])
-                tally.rows.append({**meta, **call, "head": h, "kind": kind, "delta": dl,
-                                   "ksink": extra["ksink"], "sink_mode": extra.get("sink_mode", _NO_SINK_MODE),
+                tally.rows.append({**meta, **call, "head": h, "kind": kind, "delta": dl, "ksink": extra["ksink"],
+                                   "sink_mode": call.get("sink_mode", extra.get("sink_mode", _NO_SINK_MODE)),
                                    "backend": r.backend, "mse": m, "rel_mse": m / r2 if r2 > 0 else math.nan,
                                    "underflow": uf, "terms": tm, "underflow_frac": uf / tm if tm else math.nan,
                                    "underflow_sink": int(cnt["underflow_sink"][i][h]),
@@ -135,7 +153,7 @@ def _partition_rows(tally: _Tally, spec: Mapping, seed: int, meta: Mapping, devi
             x = torch.cat([r.out.double() for r in rx], -1) * s
             err2, x2 = float((pq - x).square().sum()), float(x.square().sum())
             uf, tm = int(rq[0].underflow.sum()), int(rq[0].terms.sum())
-            tally.rows.append({**meta, "head": 0, "kind": "partition", "n": n, "d": min(n, 256),
+            tally.rows.append({**meta, "head": 0, "kind": "partition", "policy": "-", "n": n, "d": min(n, 256),
                                "block_n": min(n, 256), "ksink": 0, "num_splits": 1, "split_layout": "contiguous",
                                "order": "forward", "p_normalize": "partition", "scale": s,
                                "sink_mode": _NO_SINK_MODE, "delta": 0.0, "backend": rq[0].backend, "mse": math.nan,

@@ -131,7 +131,7 @@ def _decode_cpu(exp: Mapping, cal: Mapping) -> float:
     (``c_dec``) takes the sweep's per-score parts for one order and scale."""
     from kernels.pipeline.decode_config import calls, partition_cases
 
-    nc, seeds, kinds = len(calls(exp)), int(exp["seeds"]), len(exp["sink_kinds"])
+    nc, seeds, kinds = len(calls(exp)) + len(exp.get("policies", [])), int(exp["seeds"]), len(exp["sink_kinds"])
     n_deltas = len(delta_values(exp["delta"]))
     stacks = -(-n_deltas // max(1, int(exp.get("max_batch_items", 64))))
     c_dec = cal.get("c_dec", cal["c_q"] + cal["c_p"] + cal["c_s"] + cal["c_v"] + cal["c_ref"])

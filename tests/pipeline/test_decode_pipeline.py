@@ -15,7 +15,8 @@ from kernels.analysis import stats
 from kernels.analysis.verdicts.decode import claim_decode
 from kernels.contract import DECODE_TIDY_COLUMNS
 from kernels.pipeline.config import ConfigError, expected_rows, inputs_spec, shard_spec
-from kernels.pipeline.decode_config import calls
+from kernels.pipeline.decode_config import calls, policy_calls
+from kernels.policies import DECODE_PRESETS
 from kernels.pipeline.validation import load_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -37,6 +38,7 @@ def _load(cfg, **decode):
     ({"ksink": 80}, "experiments.decode.ksink", "ksink <= block_n"),
     ({"num_splits": [1, 4, 4]}, "experiments.decode.num_splits", "distinct values"),
     ({"split_layout": ["diagonal"]}, "experiments.decode.split_layout", "contiguous"),
+    ({"policies": ["fa3"]}, "experiments.decode.policies", "fa3-decode, xqa-sm90"),
     ({"partition": {"keys": [256], "scale": [1], "rows": 0}}, "experiments.decode.partition", "rows"),
 ])
 def test_bad_decode_config_names_the_key(cfg, override, key, allowed):
@@ -50,6 +52,7 @@ def test_calls_run_one_layout_for_one_split_and_partition_in_forward_order(cfg):
     grid = cfg["experiments"]["decode"]
     got = calls(grid)
     assert len(got) == len({tuple(sorted(c.items())) for c in got}) == 30
+    assert [p["policy"] for p in policy_calls(grid)] == list(DECODE_PRESETS)
     assert {c["split_layout"] for c in got if c["num_splits"] == 1} == {"contiguous"}
     assert {c["order"] for c in got if c["p_normalize"] == "partition"} == {"forward"}
     # online: 1 split x 2 orders + 2 x 2 layouts x 2 orders; partition: 1 + 2 x 2 layouts; times 2 scales
@@ -62,7 +65,8 @@ def _tiny(tmp_path, cfg, **over):
 
     exp = {**cfg["experiments"]["decode"], "seeds": 1, "seeds_per_shard": 1, "heads": 4, "n": 1024,
            "delta": [0.0, 8.0, 16.0], "num_splits": [1, 4], "backend": "emulator",
-           "partition": {"keys": [256], "scale": [1, 256], "rows": 32}, **over}
+           "partition": {"keys": [256], "scale": [1, 256], "rows": 32}, "policies": ["xqa-sm90", "vllm-triton-decode"],
+           **over}
     write_inputs(inputs_spec("decode", exp, 0), tmp_path / "in.safetensors")
     out = tmp_path / "rows.csv"
     run_decode_shard(shard_spec("decode", exp, 0), tmp_path / "in.safetensors", out, tmp_path / "t.csv")
@@ -80,7 +84,11 @@ def test_shard_rows_match_the_theory_and_the_expected_count(tmp_path, cfg):
     df = pd.read_csv(out)
     assert list(df.columns) == list(DECODE_TIDY_COLUMNS) and len(df) == expected_rows("decode", exp)
     at = df[(df["kind"] != "partition") & (df["delta"] == 16.0) & (df["p_normalize"] == "online")]
-    for key, g in at.groupby(["kind", "num_splits", "split_layout", "order", "scale"]):
+    assert set(at["policy"]) == {"-", "xqa-sm90", "vllm-triton-decode"}
+    xqa = at[at["policy"] == "xqa-sm90"].iloc[0]
+    assert (xqa["num_splits"], xqa["split_layout"], xqa["block_n"], xqa["scale"]) == (4, "interleaved", 64, 448.0)
+    assert set(at.loc[(at["policy"] == "vllm-triton-decode") & (at["kind"] == "logit"), "sink_mode"]) == {"init"}
+    for key, g in at.groupby(["kind", "policy", "num_splits", "split_layout", "order", "scale"]):
         want = float(predicted_fraction(g.iloc[0].to_dict(), [16.0])[0])
         se = math.sqrt(max(want * (1 - want), 1e-4) / (len(g) * int(g["terms"].iloc[0])))
         assert abs(g["underflow_frac"].mean() - want) <= 4 * se + 0.01, (key, g["underflow_frac"].mean(), want)
@@ -92,7 +100,7 @@ def test_shard_rows_match_the_theory_and_the_expected_count(tmp_path, cfg):
 def test_shard_bytes_are_deterministic(tmp_path, cfg):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    small = {"num_splits": [4], "scale": [1], "partition": None, "heads": 1, "sink_kinds": ["logit"]}
+    small = {"num_splits": [4], "scale": [1], "partition": None, "heads": 1, "sink_kinds": ["logit"], "policies": []}
     _, a = _tiny(tmp_path / "a", cfg, **small)
     _, b = _tiny(tmp_path / "b", cfg, **small)
     assert a.read_bytes() == b.read_bytes() and len(a.read_bytes()) > 500

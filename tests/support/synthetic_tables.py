@@ -299,7 +299,7 @@ def make_decode(*, shift=0.0, rms_off=0.0, seeds=2, heads=2, deltas=tuple(np.ara
     from kernels.contract import DECODE_TIDY_COLUMNS
     from kernels.theory.decode import partition_rms_error
 
-    fixed = {"experiment": "decode", "n": n, "d": 16, "block_n": 64, "sigma": 1.0, "fmt": "e4m3fn",
+    fixed = {"experiment": "decode", "policy": "-", "n": n, "d": 16, "block_n": 64, "sigma": 1.0, "fmt": "e4m3fn",
              "split_layout": "contiguous", "p_normalize": "online", "backend": "emulator", "mse": 1e-4,
              "rel_mse": 1e-3, "underflow_sink": 0, "saturated": 0, "p_rows": 0, "p_err2": math.nan,
              "p_x2": math.nan, "p_rel_rms": math.nan}

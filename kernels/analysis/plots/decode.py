@@ -89,6 +89,7 @@ def _legend(fig, splits: list[int]) -> None:
 def fig_decode(curves: pd.DataFrame, partition: pd.DataFrame):
     """F12 from ``results/stats/decode_curves.csv`` and ``decode_partition.csv`` (module docstring)."""
     use_style()
+    curves = curves[curves["policy"] == "-"] if "policy" in curves else curves  # the grid; T8 has the presets
     kinds = [k for k in _KINDS if k in set(curves["kind"])]
     cols = [(pn, float(s)) for pn in ("online", "partition") for s in sorted(set(curves["scale"].astype(float)))
             if ((curves["p_normalize"] == pn) & (curves["scale"] == s)).any()]

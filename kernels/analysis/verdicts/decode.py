@@ -34,7 +34,8 @@ DECODE_KEYS = ("dc_tolerance", "rms_tolerance")
 
 def _label(r) -> str:
     layout = "" if int(r["num_splits"]) == 1 else f" {r['split_layout']}"
-    return (f"{r['kind']} {int(r['num_splits'])} split{'s' if int(r['num_splits']) > 1 else ''}{layout} "
+    who = "" if str(r.get("policy", "-")) == "-" else f"{r['policy']}: "
+    return (f"{who}{r['kind']} {int(r['num_splits'])} split{'s' if int(r['num_splits']) > 1 else ''}{layout} "
             f"{r['order']} {r['p_normalize']} S={float(r['scale']):g}")
 
 
