@@ -154,6 +154,7 @@ def test_smoke_forced_rerun_of_the_decode_rules_is_byte_identical(smoke_run, tmp
     """A copy of the smoke run, the decode shard, statistics, F12, T8 and the verdict forced to run again: the
     same bytes (PDFs without a creation date)."""
     import hashlib
+    import os
     import shutil
     import subprocess
 
@@ -171,7 +172,7 @@ def test_smoke_forced_rerun_of_the_decode_rules_is_byte_identical(smoke_run, tmp
     proc = subprocess.run(["snakemake", "--cores", "1", "--config", "preset=smoke", "--forcerun",
                            "results/shards/decode/shard000.csv", "stats_decode", "fig_decode", "table_decode", "claims",
                            "--", "fig_decode", "table_decode", "claims"], cwd=repo, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, env={**os.environ, "PYTHONPATH": str(repo)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stdout + proc.stderr
     assert "sweep_shard" in log and "stats_decode" in log and "fig_decode" in log
