@@ -49,6 +49,7 @@ STEPS: dict[str, list[str]] = {
     "fp4": _chain("fp4") + ["claims/stats_fp4", "claims/fig_fp4", "claims/table_fp4"],
     "cases": ["claims/table_cases"],
     "tensorcore": ["claims/tensorcore", "claims/fig_tensorcore"],
+    "decode": _chain("decode") + ["claims/stats_decode", "claims/fig_decode", "claims/table_decode"],
 }
 #: The paper's numbers come from the statistics behind C1, C3, C4 and C5 (and the claims job itself).
 STEPS["paper"] = list(dict.fromkeys(STEPS["C1"] + STEPS["C3"] + STEPS["C4"] + STEPS["C5"] + ["claims/claims"]))

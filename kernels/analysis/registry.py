@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels.contract import (CONFORMANCE, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, SWEEP_EXPERIMENTS,
-                               TENSORCORE_EXPERIMENT)
+from kernels.contract import (CONFORMANCE, DECODE_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL,
+                              SWEEP_EXPERIMENTS, TENSORCORE_EXPERIMENT)
 
 __all__ = ["Claim", "Output", "PAPER", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
            "EXPERIMENT_CATEGORY", "claim", "category"]
@@ -22,7 +22,7 @@ PAPER = "paper"  # the section comparing the abstract's numbers with the artifac
 
 @dataclass(frozen=True)
 class Claim:
-    id: str  # "C1" ... "C6", "audit", "fp4", "paper" (the abstract's numbers), "realmodel", "cases" or "conformance"
+    id: str  # "C1" ... "C6", "audit", "fp4", "decode", "tensorcore", "paper" (the abstract's numbers), "realmodel", "cases" or "conformance"
     statement: str  # the claim: for C1-C6 the abstract's sentence
     criterion_keys: tuple[str, ...]  # keys of claims.<id> in config.yaml that the verdict reads
     outputs: tuple[str, ...]  # figure and table targets that answer it (claims.md's evidence)
@@ -61,6 +61,12 @@ CLAIMS = (
                    "operands.",
           ("variant", "floor_variant", "saturation_threshold", "floor_factor"),
           ("fig_policies", "table_policies")),
+    Claim(DECODE_EXPERIMENT, "Beyond the paper: decode rows (Nq = 1 over a long KV cache) under split-KV and "
+                             "partition-normalised P. A sink raises the running max only in the split that holds it "
+                             "and only for the keys visited after it there, so kernels.theory.decode predicts each "
+                             "configuration's underflow fraction and Δc (sink keys and a learned sink that seeds "
+                             "split 0), and the relative RMS error of a partition-normalised P from its closed form.",
+          ("dc_tolerance", "rms_tolerance", "delta"), ("fig_decode", "table_decode")),
     Claim(FP4_EXPERIMENT, "Beyond the paper: P in microscaled FP4 (NVFP4, MXFP4) under sinks. NVFP4's E4M3 group scale "
                           "flushes to zero for a whole group of 16 keys once the sink pushes the group's largest p·S₁ "
                           "below 6·2⁻¹⁰; the closed-form Δc of that flush predicts the measured one for every static "
@@ -101,6 +107,7 @@ _REALMODEL = "Real model"
 _FP4 = "FP4 P · microscaling"
 _CASES = "Reported cases"
 _TENSORCORE = "Tensor-core P·V"
+_DECODE = "Decode · split-KV"
 
 OUTPUTS = (
     Output("fig_theory_scale", "figure", _SCALE),
@@ -115,6 +122,7 @@ OUTPUTS = (
     Output("fig_realmodel_outputs", "figure", _REALMODEL),
     Output("fig_fp4", "figure", _FP4),
     Output("fig_tensorcore", "figure", _TENSORCORE),
+    Output("fig_decode", "figure", _DECODE),
     Output("table_paired_tests", "table", "C5, C6 · paired tests"),
     Output("table_scales", "table", _SCALE),
     Output("table_thresholds", "table", _THRESHOLD),
@@ -123,6 +131,7 @@ OUTPUTS = (
     Output("table_realmodel", "table", _REALMODEL),
     Output("table_fp4", "table", _FP4),
     Output("table_cases", "table", _CASES),
+    Output("table_decode", "table", _DECODE),
     Output("claims", "verdict", "Claims verdict"),
 )
 FIGURES = tuple(o.name for o in OUTPUTS if o.kind == "figure")
@@ -131,8 +140,9 @@ VERDICT = "claims"
 
 # The report category of each experiment's tidy table: next to the outputs built from it.
 EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIMENT, REALMODEL, FP4_EXPERIMENT,
-                                                   TENSORCORE_EXPERIMENT),
-                               (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES, _REALMODEL, _FP4, _TENSORCORE)))
+                                                   TENSORCORE_EXPERIMENT, DECODE_EXPERIMENT),
+                               (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES, _REALMODEL, _FP4, _TENSORCORE,
+                                _DECODE)))
 
 
 def claim(claim_id: str) -> Claim:

@@ -13,6 +13,7 @@ Each rule of ``workflow/rules/statistics.smk`` calls one of these on its tidy ta
 * :func:`policies` (rule ``stats_policies``, tidy ``policies``): ``crossing_level`` and the
   bootstrap keys (``confidence_level`` also sets the seed-mean CIs);
 * :func:`fp4` (rule ``stats_fp4``, tidy ``fp4``): the same keys as :func:`policies`.
+* :func:`decode` (rule ``stats_decode``, tidy ``decode``): the same keys; three tables (:mod:`.decode`).
 
 The bootstrap keys are ``bootstrap_resamples``, ``confidence_level``, ``bootstrap_method`` and
 ``seed`` (:func:`bootstrap`). The statistics themselves live in :mod:`.paired` and
@@ -30,7 +31,7 @@ from kernels.analysis.paired import paired_tests
 from kernels.analysis.policies import policy_summary, require
 from kernels.analysis.summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
 
-__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "fp4", "POLICY_KEYS"]
+__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "fp4", "decode", "POLICY_KEYS"]
 
 # The keys of the statistics section that stats.policies reads.
 POLICY_KEYS = ("crossing_level", "bootstrap_resamples", "confidence_level", "bootstrap_method", "seed")
@@ -79,3 +80,16 @@ def fp4(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
     """P in FP4: seed means with CIs per configuration, the theory, group-flush Δc, paired MSE ratios."""
     require(cfg, "statistics", POLICY_KEYS)
     return fp4_summary(tidy, crossing_level=float(cfg["crossing_level"]), **bootstrap(cfg))
+
+
+def decode(tidy: pd.DataFrame, cfg: Mapping) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Decode rows: (underflow curves with the theory, Δc per configuration, partition-normalised RMS error)."""
+    from kernels.analysis.decode import decode_crossings, decode_curves, decode_partition
+
+    require(cfg, "statistics", POLICY_KEYS)
+    b = bootstrap(cfg)
+    boot = {"n_resamples": b["n_resamples"], "confidence_level": b["confidence_level"], "method": b["boot_method"],
+            "seed": b["seed"]}
+    curves = decode_curves(tidy, confidence_level=b["confidence_level"])
+    return (curves, decode_crossings(tidy, curves, level=float(cfg["crossing_level"]), boot=boot),
+            decode_partition(tidy, boot=boot))

@@ -76,7 +76,11 @@ def _parser():
     ap.add_argument("--layer", action="append", default=[], metavar="L",
                     help="audit this layer of a several-layer file (repeatable; default: every layer, in "
                          "numeric order)")
-    ap.add_argument("--causal", action="store_true", help="top-left causal mask")
+    ap.add_argument("--causal", action="store_true",
+                    help="causal mask (top-left: key j visible to row i when j <= i; see --causal-align)")
+    ap.add_argument("--causal-align", choices=("top_left", "bottom_right"), default=None,
+                    help="with --causal: top_left, or bottom_right (j <= i + Nk - Nq, decode's alignment); "
+                         "required when q has fewer rows than k (default: top_left for Nq = Nk)")
     ap.add_argument("--ksink", default="1",
                     help="leading key positions that are sinks, 0 <= ksink < N, or auto: each head's leading "
                          "run of sink keys from key 0, detected by kernels.models.heads.detect_sinks (default: 1)")
@@ -202,7 +206,8 @@ def _header(layers, args, mine, head_ksink=None) -> str:
         sm = ", ".join(f"{1.0 / math.sqrt(d):.6g}" for d in dims)
     combos = " and the four combinations" if args.combos else ""
     return (f"inputs {args.inputs}: {shape}; layers {where}; {ks}; block_n={mine.block_n} for yours{combos} (a "
-            f"named policy brings its own); causal={args.causal}; sm_scale={sm}")
+            f"named policy brings its own); causal={args.causal}"
+            + (f" ({args.causal_align})" if args.causal and args.causal_align else "") + f"; sm_scale={sm}")
 
 
 def _fmt(x, spec) -> str:
@@ -268,11 +273,15 @@ def _load(args, block_n):
     layers = load_layers(args.inputs, args.layer, layout=args.layout, block_n=block_n)
     auto = args.ksink_value == "auto"
     for L, q, k, _ in layers:
+        if args.causal and args.causal_align is None and q.shape[-2] != k.shape[-2]:
+            raise ValueError(f"--causal with Nq = {q.shape[-2]} query rows and Nk = {k.shape[-2]} keys needs "
+                             "--causal-align; allowed: top_left or bottom_right (decode: bottom_right)")
         try:
             check_tensors(q, k, ksink=None if auto else args.ksink_value, sm_scale=args.sm_scale)
         except ValueError as e:
             raise ValueError(str(e) if L is None else f"layer {L}: {e}") from None
-    sinks = [detect_head_sinks(q, k, sm_scale=args.sm_scale, causal=args.causal) if auto else None
+    sinks = [detect_head_sinks(q, k, sm_scale=args.sm_scale, causal=args.causal, causal_align=args.causal_align)
+             if auto else None
              for _, q, k, _ in layers]
     head_ksink = [{bh: leading_ksink(s) for bh, s in sk.items()} for sk in sinks] if auto else None
     return layers, sinks, head_ksink
@@ -288,7 +297,7 @@ def _run(args, layers, runs, sinks, head_ksink):
         print(f"pcast-audit: {note}", file=sys.stderr)
     rows, head_rows, t0 = [], [], time.perf_counter()
     for i, (L, q, k, v) in enumerate(layers):
-        r, hr = audit_heads(q, k, v, runs=runs, causal=args.causal,
+        r, hr = audit_heads(q, k, v, runs=runs, causal=args.causal, causal_align=args.causal_align,
                             ksink=head_ksink[i] if head_ksink else args.ksink_value, backend=args.backend,
                             sink_logit=args.sink_logit, sm_scale=args.sm_scale, layer=L, sinks=sinks[i],
                             per_head=measure)

@@ -12,13 +12,15 @@ import math
 from types import SimpleNamespace
 
 from kernels.cli.audit_measure import head_scores64
-from kernels.contract import COMBOS, DIAGNOSTICS, combo_label
+from kernels.contract import COMBOS, DIAGNOSTICS, causal_offset, combo_label
 
 COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
            "underflow", "terms", "underflow_sink", "saturated",
            # named-policy options and the V-cast floor (today's rows carry the defaults)
            "scale_mode", "rescale_threshold", "sink_mode", "qk_fmt", "v_fmt", "block_m", "terms_sink",
            "underflow_sink_frac", "saturated_frac", "floor_mse", "floor_rel_mse",
+           # decode-time options (docs/decode.md; the single pass: 1, contiguous, online)
+           "num_splits", "split_layout", "p_normalize",
            # the layer of a several-layer file (layer{L}/q, k, v); empty for plain q, k, v
            "layer")
 # --per-head: one row per (layer, batch, head, run); sinks: the head's detected sink keys ("0;511", empty when
@@ -53,11 +55,12 @@ def leading_ksink(sinks) -> int:
     return n
 
 
-def detect_head_sinks(q, k, *, sm_scale: float | None, causal: bool) -> dict:
+def detect_head_sinks(q, k, *, sm_scale: float | None, causal: bool, causal_align: str | None = None) -> dict:
     """``{(b, h): [sink keys]}`` from :func:`kernels.models.heads.detect_sinks` on each head's float64 scores."""
     from kernels.models.heads import detect_sinks
 
-    return {(b, h): detect_sinks(head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal))
+    offset = causal_offset(causal_align, q.shape[-2], k.shape[-2]) if causal else 0
+    return {(b, h): detect_sinks(head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal, offset=offset))
             for b in range(q.shape[0]) for h in range(q.shape[1])}
 
 
@@ -112,8 +115,11 @@ def _head(r, b: int, h: int):
 
 
 def _config(name, full) -> dict:
+    from kernels.policies import Policy
+
+    decode = {f: full.get(f, getattr(Policy, f)) for f in ("num_splits", "split_layout", "p_normalize")}
     return {"policy": name, **{c: full[c] for c in ("order", "scale", "block_n", "rowsum", "scale_mode",
-                                                  "rescale_threshold", "sink_mode", "block_m")},
+                                                  "rescale_threshold", "sink_mode", "block_m")}, **decode,
             "fmt": full["fmt"] if full["fmt"] is not None else "none",
             "qk_fmt": full["qk_fmt"] or "none", "v_fmt": full["v_fmt"] or "none"}
 
@@ -137,7 +143,7 @@ def plan_runs(mine, policies=(), *, combos=True) -> list:
 
 
 def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_logit=None, sm_scale=None, layer=None,
-                sinks=None, per_head=False):
+                sinks=None, per_head=False, causal_align=None):
     """``(rows, head_rows)``: one row per run of ``runs`` (:func:`~kernels.cli.audit_heads.plan_runs`) and one per (batch, head, run).
 
     ``ksink``: an int for every head, or ``{(b, h): ksink}`` (``--ksink auto``). ``sinks``: None or
@@ -151,16 +157,18 @@ def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_lo
     from kernels.policies import Policy
 
     head_ksink = dict(ksink) if isinstance(ksink, dict) else None
-    common = dict(causal=causal, backend=backend, sm_scale=sm_scale)
+    common = dict(causal=causal, backend=backend, sm_scale=sm_scale, causal_align=causal_align)
+    offset = causal_offset(causal_align, q.shape[-2], k.shape[-2]) if causal else 0
     if head_ksink is None:
         common["ksink"] = ksink
     if sink_logit is None:
-        ref = attention(q, k, v, causal=causal, sm_scale=sm_scale, backend="reference").out
+        ref = attention(q, k, v, causal=causal, causal_align=causal_align, sm_scale=sm_scale, backend="reference").out
     else:
         from kernels.reference import reference_attention
 
         common["sink_logit"] = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
-        ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=common["sink_logit"])
+        ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=common["sink_logit"],
+                                  causal_offset=offset)
     ref_power = float((ref**2).mean())
     defaults = Policy(name="defaults").attention_kwargs()
     fulls = [{**defaults, **kw} for _, kw in runs]  # every column, defaults where not set
@@ -177,11 +185,13 @@ def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_lo
         rows.append(row)
         done.append((name, full, r, floor_of.get(i)))
     head_rows = _head_rows(q, k, ref, done, ksink=ksink, head_ksink=head_ksink, sinks=sinks, layer=layer,
-                           per_head=per_head, sink_logit=sink_logit, sm_scale=sm_scale, causal=causal)
+                           per_head=per_head, sink_logit=sink_logit, sm_scale=sm_scale, causal=causal,
+                           offset=offset)
     return rows, head_rows
 
 
-def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, sink_logit, sm_scale, causal):
+def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, sink_logit, sm_scale, causal,
+               offset=0):
     """One row per (batch, head, run) of :func:`audit_heads` from its runs ``done``
     (``[(name, full kwargs, result, floor result or None), ...]``); with ``per_head`` each row also gets
     the head's measures (:func:`kernels.cli.audit_measure.head_measures`)."""
@@ -198,7 +208,7 @@ def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, si
             hm = None
             if per_head:
                 keys = sinks[(b, h)] if sinks is not None else list(range(ks))
-                hm = head_measures(q, k, b, h, sm_scale=sm_scale, causal=causal, sinks=keys)
+                hm = head_measures(q, k, b, h, sm_scale=sm_scale, causal=causal, sinks=keys, offset=offset)
             for name, full, r, floor in done:
                 hr = {**_config(name, full), **_stats(_head(r, b, h), ref_h, power_h)}
                 _floor(hr, None if floor is None else _head(floor, b, h), ref_h, power_h)

@@ -13,8 +13,9 @@ import math
 MEASURE_COLUMNS = ("mass_underflow", "delta", "sigma", "delta_c", "distance_to_delta_c")
 
 
-def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool):
-    """Scaled float64 scores ``q·kᵀ·sm_scale`` [Nq, Nk] of (batch b, head h); masked keys -inf.
+def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool, offset: int = 0):
+    """Scaled float64 scores ``q·kᵀ·sm_scale`` [Nq, Nk] of (batch b, head h); masked keys -inf (causal: key j
+    visible to row i when ``j <= i + offset``).
     Grouped-query attention: head h reads key head ``h // (H / H_kv)``."""
     from kernels.reference import causal_mask
 
@@ -22,11 +23,11 @@ def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool)
     kh = k[b, h // (q.shape[1] // k.shape[1])]
     s = (q[b, h].double() @ kh.double().transpose(0, 1)) * sm
     if causal:
-        s = s.masked_fill(~causal_mask(s.shape[0], s.shape[1], device=s.device), float("-inf"))
+        s = s.masked_fill(~causal_mask(s.shape[0], s.shape[1], device=s.device, offset=offset), float("-inf"))
     return s
 
 
-def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks) -> dict:
+def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks, offset: int = 0) -> dict:
     """What the runs of head (b, h) share: the kernel's step-1 float32 scores (``s32``), the float64
     reference probabilities (``p_exact``), and Δ, σ (medians over rows,
     :func:`kernels.models.heads.head_scores_stats`, with ``sinks`` the head's sink keys) and their count."""
@@ -36,8 +37,9 @@ def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks) -> dic
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     s32 = step1_scores(q[b, h], k[b, h // (q.shape[1] // k.shape[1])], sm)
     if causal:
-        s32 = s32.masked_fill(~causal_mask(s32.shape[0], s32.shape[1], device=s32.device), float("-inf"))
-    s64 = head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal)
+        s32 = s32.masked_fill(~causal_mask(s32.shape[0], s32.shape[1], device=s32.device, offset=offset),
+                              float("-inf"))
+    s64 = head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal, offset=offset)
     st = head_scores_stats(s64, list(sinks))
     return {"s32": s32, "p_exact": exact_probs(s64), "delta": st["delta"], "sigma": st["sigma"],
             "n_sinks": len(sinks), "masses": {}}

@@ -18,7 +18,7 @@ __all__ = [
     "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
     "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL", "FP4_EXPERIMENT",
-    "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS", "SPLIT_LAYOUTS", "P_NORMALIZE", "CAUSAL_ALIGNS", "causal_offset",
+    "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS", "DECODE_EXPERIMENT", "DECODE_CONFIG_COLUMNS", "DECODE_TIDY_COLUMNS", "SPLIT_LAYOUTS", "P_NORMALIZE", "CAUSAL_ALIGNS", "causal_offset",
     "PV_ARITHS", "TENSORCORE_EXPERIMENT",
 ]
 
@@ -186,6 +186,24 @@ FP4_TIDY_COLUMNS = ("experiment", "seed") + FP4_CONFIG_COLUMNS + (
     "groups_flushed", "groups", "groups_flushed_frac", "saturated", "saturated_frac",
 )
 
+
+# ----------------------------------------------------------------------------- the decode experiment
+# Decode rows (Nq = 1) under split-KV and partition-normalised P (docs/decode.md, "The decode experiment").
+
+DECODE_EXPERIMENT = "decode"
+
+# The configuration of one decode row; rows are sorted by these, then by seed and head. ``kind``: ``keys``
+# (ksink sink keys at Δ), ``logit`` (a learned sink logit Δ, sink_mode init) or ``partition`` (the P-cast
+# error rows: one partition of n keys per row, each key mapped to one output coordinate; no sink). ``policy``:
+# ``-`` for the grid's configurations, a decode preset's name for its rows.
+DECODE_CONFIG_COLUMNS = (
+    "kind", "policy", "n", "d", "block_n", "ksink", "sigma", "fmt", "num_splits", "split_layout", "order", "p_normalize",
+    "scale", "sink_mode", "delta",
+)
+DECODE_TIDY_COLUMNS = ("experiment", "seed", "head") + DECODE_CONFIG_COLUMNS + (
+    "backend", "mse", "rel_mse", "underflow", "terms", "underflow_frac", "underflow_sink", "terms_sink",
+    "saturated", "p_rows", "p_err2", "p_x2", "p_rel_rms",
+)
 
 # ----------------------------------------------------------------------------- one name for S
 def scale_keyword(fn):

@@ -44,6 +44,10 @@ module                      concern
                             ``casts``, ``cast_label``, ``check_fp4``, ``fp4_shard_spec``,
                             ``fp4_expected_rows``, ``groups_per_row``; ``config`` dispatches here.
 :mod:`.fp4_runs`            its shard job, ``run_fp4_shard`` (every cast and order on a Δ stack).
+:mod:`.decode_config`       the decode experiment's configurations, checks, spec and row count (torch-free):
+                            ``calls``, ``partition_cases``, ``check_decode``, ``decode_shard_spec``,
+                            ``decode_expected_rows``; ``config`` dispatches here.
+:mod:`.decode_runs`         its shard job, ``run_decode_shard`` (decode rows on Δ stacks, P-cast error rows).
 :mod:`.tables`              fixed text form (``format_value``, ``%.10g``), CSV text and reading,
                             shard tables merged into sorted tidy tables (``merge_tidy``,
                             ``merge_timing``), the benchmark summary (``summarize_benchmarks``).

@@ -54,6 +54,7 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
                 reference_stack(q, k, values)
                 best[f"ref{L}"] = min(best[f"ref{L}"], time.perf_counter() - t0)
         small = _fixed_costs(repeats)
+        small.update(_decode_costs(repeats))
         small["o_proc"] = _first_calls()
     finally:
         torch.set_num_threads(threads)
@@ -65,7 +66,7 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
     c_s_mx = c_s + max(best["mx6"] - best["one6"], 0.0) / 6 / u  # steps 3-4 of an NVFP4/MXFP4 cast
     return {**_machine_key(), "c_q": best["scores"] / u, "c_p": max(item - c_s - c_v, 0.0),
             "c_s": c_s, "c_s_mx": c_s_mx, "c_v": c_v, "c_refa": max(best["ref2"] / u - 2 * c_ref, 0.0), "c_ref": c_ref, "n": n, "d": d,
-            **{k: v for k, v in small.items() if k.startswith("o_")}}
+            **{k: v for k, v in small.items() if k.startswith(("o_", "c_dec"))}}
 
 
 #: Run in a fresh interpreter by :func:`_first_calls`: a shard's first reference and attention_calls on a
@@ -150,9 +151,40 @@ def _fixed_costs(repeats: int) -> dict:
             "o_refa": max(t["r2"] - 2 * o_ref, 0.0), "o_ref": o_ref}
 
 
+def _decode_costs(repeats: int) -> dict:
+    """The decode experiment's parts (:mod:`kernels.pipeline.decode_runs`), the best of ``repeats`` in CPU seconds
+    of this process (``time.process_time``, one thread: a loaded machine does not inflate them): ``c_dec``,
+    seconds per (configuration, decode row, key) of one Δ stack of 4 rows at the experiment's n = 8192 (the
+    emulator's cost per key of a split decode row depends on n; d = 16) with its float64 reference, through
+    every configuration of the default grid; ``c_dec_p``, seconds per (call, row, key, d) of the P-cast error
+    calls (16 rows of one 256-key partition, d = 256)."""
+    import torch
+
+    from kernels.models.sinks import make_base
+    from kernels.pipeline.decode_config import calls
+    from kernels.pipeline.decode_runs import _kind_rows, _partition_rows
+    from kernels.pipeline.runs import _Tally
+
+    grid = {"num_splits": [1, 4, 16], "split_layout": ["contiguous", "interleaved"], "order": ["forward", "reverse"],
+            "p_normalize": ["online", "partition"], "scale": [1, 256]}
+    spec = {"ksink": 4, "calls": calls(grid), "fmt": "e4m3fn", "block_n": 64, "backend": "emulator", "sigma": [1.0],
+            "partition": {"cases": [{"n": 256, "scale": 1.0}], "rows": 16}}
+    n, nc = 8192, len(spec["calls"])
+    base = make_base(0, heads=1, n=n, d=16)
+    best = {"keys": float("inf"), "part": float("inf")}
+    for _ in range(repeats):
+        t0 = time.process_time()
+        _kind_rows(_Tally(), spec, "keys", base, [4.0, 6.0, 8.0, 10.0], {}, torch.device("cpu"))
+        best["keys"] = min(best["keys"], time.process_time() - t0)
+        t0 = time.process_time()
+        _partition_rows(_Tally(), spec, 0, {}, torch.device("cpu"))
+        best["part"] = min(best["part"], time.process_time() - t0)
+    return {"c_dec": best["keys"] / (4 * n * nc), "c_dec_p": best["part"] / (2 * 16 * 256 * 256)}
+
+
 # ----------------------------------------------------------------------------- the cached calibration
 
-_CAL_FORMAT = "pcast-fp8 calibration v7"
+_CAL_FORMAT = "pcast-fp8 calibration v8"
 
 
 def _machine_key() -> dict:

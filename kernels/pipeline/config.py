@@ -20,9 +20,9 @@ import math
 import os
 from collections.abc import Mapping
 
-from kernels.contract import (BLOCK_SIZES, CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL,
-                        TENSORCORE_EXPERIMENT, is_allowed)
-from kernels.pipeline import claims_config, conformance_cases, fp4_config, policy_config
+from kernels.contract import (BLOCK_SIZES, CONFORMANCE, DECODE_EXPERIMENT, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS,
+                        POLICY_EXPERIMENT, REALMODEL, TENSORCORE_EXPERIMENT, is_allowed)
+from kernels.pipeline import claims_config, conformance_cases, decode_config, fp4_config, policy_config
 from kernels.pipeline.grid import delta_values, listed
 
 __all__ = [
@@ -121,6 +121,13 @@ def check_config(config: Mapping) -> None:
             continue
         if name == TENSORCORE_EXPERIMENT:
             _check_tensorcore(key, exp)
+            continue
+        if name == DECODE_EXPERIMENT:
+            _check_grid(key, "delta", exp["delta"])
+            try:
+                decode_config.check_decode(exp)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
             continue
         if name in (POLICY_EXPERIMENT, FP4_EXPERIMENT):
             for field in ("delta", "sigma", "sink_v_scale"):
@@ -265,6 +272,10 @@ def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None 
     seeds = _shard_group(name, exp, shard)
     if name == POLICY_EXPERIMENT:
         return _policy_spec(exp, shard, seeds, policies)
+    if name == DECODE_EXPERIMENT:
+        return decode_config.decode_shard_spec(exp, {"experiment": name, "shard": shard, "seeds": seeds, "batch": 1,
+                                                     "heads": int(exp["heads"]),
+                                                     "backend": exp.get("backend", "auto")})
     if name == FP4_EXPERIMENT:  # a sweep's spec less its order x scale grid, plus the P casts
         base = shard_spec("collapse", {**exp, "scale": [], "ksink": [exp["ksink"]]}, shard)
         drop = ("order", "scale", "fmt", "rowsum")
@@ -331,6 +342,8 @@ def inputs_spec(name: str, exp: Mapping, shard: int) -> dict:
 
 def expected_rows(name: str, exp: Mapping, *, experiments: Mapping | None = None, policies: Mapping | None = None) -> int:
     """Rows of the experiment's tidy table (``experiments``, ``policies``: as :func:`shard_spec`)."""
+    if name == DECODE_EXPERIMENT:
+        return decode_config.decode_expected_rows(exp, len(delta_values(exp["delta"])))
     if name in (POLICY_EXPERIMENT, FP4_EXPERIMENT):
         rows = policy_config.policy_expected_rows if name == POLICY_EXPERIMENT else fp4_config.fp4_expected_rows
         return rows(exp, len(delta_values(exp["delta"])))

@@ -64,6 +64,11 @@ scales are its P casts (one attention_calls a stack): steps 1-2 (``c_p``) once p
 casts that share them (the static scales of one format), and steps 3-4 ``c_s_mx`` for a microscaled cast
 (calibrated on NVFP4), ``c_s`` for an FP8 one. The conformance check runs the Triton kernel, interpreted on a
 CPU, which is not calibrated; the statistics, figures and tables are not estimated either.
+
+The decode experiment (Nq = 1: its scores are rows x keys, not n²) has its own parts, measured by
+:func:`calibrate` on its own Δ stacks through every configuration of the default grid: ``c_dec`` per
+(configuration, decode row, key) at n = 8192, reference included, scaled by d over 16; ``c_dec_p`` per (call, row, key, d) of its P-cast error calls (:func:`_decode_cpu`). Its memory:
+:func:`_decode_memory`.
 """
 
 from __future__ import annotations
@@ -71,12 +76,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from kernels.contract import CONFORMANCE, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT, TENSORCORE_EXPERIMENT
+from kernels.contract import CONFORMANCE, DECODE_EXPERIMENT, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT, TENSORCORE_EXPERIMENT
 from kernels.pipeline.calibration import calibrate, calibration_path, load_calibration
 from kernels.pipeline.conformance_cases import engine_spec
 from kernels.pipeline.config import ConfigError, delta_values, expected_rows, listed, n_shards
 
-__all__ = ["BASE_BYTES", "TENSORCORE_S_PER_PRODUCT", "tensorcore_row", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
+__all__ = ["BASE_BYTES", "TENSORCORE_S_PER_PRODUCT", "tensorcore_row", "decode_as_sweep", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
            "calibration_path", "load_calibration"]
 
 #: The interpreter, torch and numpy before any tensor: a sweep shard's max RSS less its tensors.
@@ -103,10 +108,50 @@ def _fp4_casts(exp: Mapping) -> list[dict]:
     return casts(exp)
 
 
+def decode_as_sweep(exp: Mapping) -> dict:
+    """The decode section with the keys the stored-inputs model reads (one shape, batch 1, one sigma)."""
+    return {**exp, "shapes": [{"n": int(exp["n"]), "d": int(exp["d"])}], "batch": 1, "sigma": [float(exp["sigma"])]}
+
+
+def _decode_memory(exp: Mapping) -> tuple[int, str]:
+    """A decode job: its stored inputs, one Δ stack's k and v copies (2 per sink kind's stack), and the
+    P-cast error calls' k and values (rows x n x min(n, 256) float32 each, 1 + n/256 of them); a default
+    run's shards peaked at 306 MB against this model's 406 MB."""
+    from kernels.pipeline.decode_config import partition_cases
+
+    stored = inputs_memory(decode_as_sweep(exp)) - BASE_BYTES
+    L = min(len(delta_values(exp["delta"])), int(exp.get("max_batch_items", 64)))
+    stack = 2 * 2 * L * int(exp["heads"]) * int(exp["n"]) * int(exp["d"]) * 4
+    rows = int(exp["partition"]["rows"]) if exp.get("partition") else 0
+    part = max([rows * c["n"] * min(c["n"], 256) * 4 * (1 + -(-c["n"] // 256)) for c in partition_cases(exp)],
+               default=0)
+    return BASE_BYTES + stored + max(stack, part), f"experiments.{DECODE_EXPERIMENT}.n"
+
+
+def _decode_cpu(exp: Mapping, cal: Mapping) -> float:
+    """A decode run's CPU seconds: per seed, sink kind and Δ stack, every configuration's fixed cost
+    (``o_call``) and its rows x keys (``c_dec``, reference included); the P-cast error calls (``c_dec_p`` per
+    call, row, key and d); each shard's first calls (``o_proc``). A calibration without the decode parts
+    (``c_dec``) takes the sweep's per-score parts for one order and scale."""
+    from kernels.pipeline.decode_config import calls, partition_cases
+
+    nc, seeds, kinds = len(calls(exp)) + len(exp.get("policies", [])), int(exp["seeds"]), len(exp["sink_kinds"])
+    n_deltas = len(delta_values(exp["delta"]))
+    stacks = -(-n_deltas // max(1, int(exp.get("max_batch_items", 64))))
+    c_dec = cal.get("c_dec", cal["c_q"] + cal["c_p"] + cal["c_s"] + cal["c_v"] + cal["c_ref"])
+    keys = seeds * kinds * nc * (n_deltas * int(exp["heads"]) * int(exp["n"]) * c_dec * int(exp["d"]) / 16
+                                 + stacks * cal.get("o_call", 0.0))
+    part = sum(2 * int(exp["partition"]["rows"]) * c["n"] * min(c["n"], 256) * cal.get("c_dec_p", c_dec / 16)
+               for c in partition_cases(exp)) * seeds
+    return n_shards(exp) * cal.get("o_proc", 0.0) + keys + part
+
+
 def job_memory(name: str, exp: Mapping, engine: Mapping | None = None) -> tuple[int, str]:
     """Peak bytes of the experiment's largest job (module docstring's model), and the config key of
     the shape that drives it (``experiments.<name>.shapes[i]``). ``engine``: the conformance check's
     engine part (:func:`kernels.pipeline.conformance_cases.engine_spec`), modelled as a stack of its own."""
+    if name == DECODE_EXPERIMENT:
+        return _decode_memory(exp)
     if engine:
         eng = engine["engine"]
         groups: dict = {}
@@ -171,6 +216,8 @@ def _cpu_s(name: str, exp: Mapping, cal: Mapping | None, user: Mapping | None = 
     (each shape runs the same grid)."""
     if cal is None or name == CONFORMANCE:
         return None
+    if name == DECODE_EXPERIMENT:
+        return _decode_cpu(exp, cal)
     # each shard is a process of its own, whose first calls pay lazy imports and torch's first-use costs
     total = n_shards(exp) * cal.get("o_proc", 0.0) * len(exp["shapes"])
     for shape, units in zip(exp["shapes"], _units(exp)):
@@ -228,7 +275,9 @@ def plan_rows(config: Mapping, cal: Mapping | None) -> list[dict]:
     """One row per sweep-like experiment: shards, runs (rows of its tidy table), CPU seconds (or
     None), the largest job's peak bytes and the key of its shape."""
     rows = []
-    for name in EXPERIMENTS + (POLICY_EXPERIMENT, FP4_EXPERIMENT):
+    for name in EXPERIMENTS + (POLICY_EXPERIMENT, FP4_EXPERIMENT, DECODE_EXPERIMENT):
+        if name not in config["experiments"]:
+            continue
         exp = config["experiments"][name]
         engine = None
         if name == CONFORMANCE:

@@ -32,9 +32,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from kernels.contract import CONFORMANCE
+from kernels.contract import CONFORMANCE, DECODE_EXPERIMENT
 from kernels.pipeline.config import shard_seeds
-from kernels.pipeline.plan import inputs_memory, plan_rows
+from kernels.pipeline.plan import decode_as_sweep, inputs_memory, plan_rows
 
 __all__ = ["MEM_FACTOR", "MEM_FLOOR_MB", "RUNTIME_FACTOR", "RUNTIME_FLOOR_MIN", "UNMODELLED", "THREADS", "mem_mb", "runtime_min",
            "KERNEL_RULES", "LOCAL_RULES", "is_local", "shard_resources", "inputs_resources", "rule_resources", "resource_table",
@@ -93,6 +93,8 @@ def inputs_resources(config: Mapping) -> dict[str, dict]:
     """experiment -> the resources of each of its ``inputs`` jobs (one shard's stored inputs)."""
     out = {}
     for name, exp in config["experiments"].items():
+        if name == DECODE_EXPERIMENT:
+            exp = decode_as_sweep(exp)
         if "shapes" not in exp or "seeds_per_shard" not in exp:
             continue
         peak = inputs_memory(exp)

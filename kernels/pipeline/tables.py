@@ -1,7 +1,7 @@
 """The pipeline's tables: fixed text form, shard tables merged into one sorted tidy table, timing.
 
 Column lists come from :mod:`kernels.contract` (``TIDY_COLUMNS``, ``CONFORMANCE_COLUMNS``,
-``POLICY_TIDY_COLUMNS``, ``FP4_TIDY_COLUMNS``, ``TIMING_COLUMNS``). Values are formatted once, by the shard that computed them
+``POLICY_TIDY_COLUMNS``, ``FP4_TIDY_COLUMNS``, ``DECODE_TIDY_COLUMNS``, ``TIMING_COLUMNS``). Values are formatted once, by the shard that computed them
 (:func:`format_value`: floats ``%.10g``); merging copies them as text, so a tidy table is
 byte-deterministic. Writes are atomic (:mod:`kernels.pipeline.files`).
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from kernels.contract import (
     CONFIG_COLUMNS, CONFORMANCE, CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, FP4_CONFIG_COLUMNS,
-    FP4_EXPERIMENT, FP4_TIDY_COLUMNS, POLICY_CONFIG_COLUMNS, POLICY_EXPERIMENT, POLICY_TIDY_COLUMNS, TIDY_COLUMNS,
+    FP4_EXPERIMENT, FP4_TIDY_COLUMNS, DECODE_CONFIG_COLUMNS, DECODE_EXPERIMENT, DECODE_TIDY_COLUMNS, POLICY_CONFIG_COLUMNS, POLICY_EXPERIMENT, POLICY_TIDY_COLUMNS, TIDY_COLUMNS,
     TIMING_COLUMNS,
 )
 from kernels.pipeline.files import atomic_write_text
@@ -28,7 +28,7 @@ __all__ = [
 
 # How a column's text parses back (for sorting and duplicate checks); any other column is text.
 _INT_COLUMNS = {"seed", "n", "d", "block_m", "block_n", "ksink", *DIAGNOSTICS, "mismatched_rows",
-                "fragile_elements", "shard", "runs", "underflow_elem", "groups"}
+                "fragile_elements", "shard", "runs", "underflow_elem", "groups", "head", "num_splits", "p_rows"}
 _FLOAT_COLUMNS = {"delta", "sigma", "sink_v_scale", "scale", "mse", "rel_mse", "max_abs_err",
                   "underflow_frac", "underflow_sink_frac", "max_abs_diff", "max_rel_diff", "wall_s",
                   "reference_s", "kernel_s", "rescale_threshold", "floor_mse", "floor_rel_mse",
@@ -83,11 +83,13 @@ def read_csv(path: str | os.PathLike, columns: Sequence[str]) -> list[list[str]]
 
 
 def tidy_layout(experiment: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(columns, sort key) of an experiment's tidy table: conformance, policies and fp4 have their own."""
+    """(columns, sort key) of an experiment's tidy table: conformance, policies, fp4 and decode have their own."""
     if experiment == CONFORMANCE:
         return CONFORMANCE_COLUMNS, CONFORMANCE_KEY
     if experiment == FP4_EXPERIMENT:
         return FP4_TIDY_COLUMNS, FP4_CONFIG_COLUMNS + ("seed",)
+    if experiment == DECODE_EXPERIMENT:
+        return DECODE_TIDY_COLUMNS, DECODE_CONFIG_COLUMNS + ("seed", "head")
     if experiment == POLICY_EXPERIMENT:
         return POLICY_TIDY_COLUMNS, POLICY_CONFIG_COLUMNS + ("seed",)
     return TIDY_COLUMNS, CONFIG_COLUMNS + ("seed",)

@@ -11,6 +11,14 @@ quadrature, per block: :func:`kernels.theory.collapse._p_under` with the keys th
 :func:`split_critical_delta` the Δ at which it reaches one half: ``c - σ·δ_k + σ·Φ⁻¹(1 / (2A))`` with A the
 share of non-sink keys that meet the sinks, or infinity when A < 1/2 (the fraction never crosses).
 
+**A learned sink that seeds split 0** (``sink_mode="init"``, no sink key): every key of split 0 meets the max
+Δ, in either order; :func:`init_underflow_fraction` is ``A₀·Φ((Δ - c)/σ)`` with A₀ split 0's share of the keys.
+
+**Underflow of a partition-normalised P.** A key of a split with exact sum ``Σ = Σ_j e^(s_j)`` casts
+``S·e^s/Σ`` and underflows when ``s < ln Σ - c``. :func:`partition_underflow_fraction` takes
+``Σ = n_s·e^(σ²/2) + (sinks of the split)`` (the non-sink keys' sum by its mean; the sink keys' ``e^(Δ + σZ_i)``
+averaged over a fixed draw of Z, a logit's ``e^Δ`` as it is) and averages ``Φ((ln Σ - c)/σ)`` over the keys.
+
 **Partition-normalised P.** A partition of n keys casts ``x = S·P``, ``P = e^s / Σ e^s``. With scores iid
 ``N(0, σ²)``, ``x = (S/n)·e^(σZ - σ²/2) / (1 + ε)`` with ε the normaliser's relative fluctuation (normal, variance
 ``(e^(σ²) - 1)/n``; the model wants ``σ`` up to about 1, where n keys sample the lognormal well), capped at
@@ -32,7 +40,8 @@ from kernels.formats import FP8Format, get_p_format
 from kernels.theory.collapse import _p_under, delta_k
 
 __all__ = ["split_blocks_theory", "split_underflow_fraction", "split_critical_delta", "meet_share",
-           "partition_rms_error", "normal_range_scale", "round_to_format"]
+           "init_underflow_fraction", "partition_underflow_fraction", "partition_rms_error", "normal_range_scale",
+           "round_to_format"]
 
 
 def split_blocks_theory(nblk: int, num_splits: int, layout: str) -> list[list[int]]:
@@ -133,3 +142,50 @@ def normal_range_scale(n: int, fmt: str | FP8Format = "e4m3fn") -> float:
     """The smallest power of two S with ``S/n >= min_normal``: the typical key of an n-key partition is normal."""
     f = get_p_format(fmt)
     return 2.0 ** math.ceil(math.log2(f.min_normal * n))
+
+
+def _split_keys(n: int, block_n: int, k: int, num_splits: int, layout: str) -> list[int]:
+    """Non-sink keys of each split (the ``k`` sink keys are keys 0..k-1, in block 0, split 0)."""
+    out = []
+    for blocks in split_blocks_theory(-(-n // block_n), num_splits, layout):
+        out.append(sum(min((j + 1) * block_n, n) - max(j * block_n, k) for j in blocks if min((j + 1) * block_n, n)
+                       > max(j * block_n, k)))
+    return out
+
+
+def init_underflow_fraction(delta, S: float, *, num_splits: int, layout: str = "contiguous", n: int = 8192,
+                            block_n: int = 64, sigma: float = 1.0, fmt: str | FP8Format = "e4m3fn"):
+    """Leading-order non-sink underflow fraction when a learned sink logit Δ seeds split 0's max (no sink key):
+    ``A₀·Φ((Δ - c)/σ)``, A₀ the share of the n keys in split 0. ``delta``: a number or an array."""
+    c = get_p_format(fmt).log_threshold + math.log(S)
+    a0 = _split_keys(n, block_n, 0, num_splits, layout)[0] / n
+    res = a0 * norm.cdf((np.asarray(delta, dtype=float) - c) / sigma)
+    return float(res) if res.ndim == 0 else res
+
+
+def partition_underflow_fraction(delta, S: float, *, num_splits: int, layout: str = "contiguous", k: int = 4,
+                                 n: int = 8192, block_n: int = 64, sigma: float = 1.0,
+                                 fmt: str | FP8Format = "e4m3fn", sink: str = "keys", draws: int = 4096):
+    """Non-sink underflow fraction of a partition-normalised P (module docstring). ``sink``: ``"keys"`` (k sink
+    keys at Δ in split 0), ``"logit"`` (a logit Δ seeds split 0's sum; ``k`` is then 0) or ``"none"``. The sink
+    keys' noise is averaged over ``draws`` fixed normal draws (``numpy.random.default_rng(0)``)."""
+    c = get_p_format(fmt).log_threshold + math.log(S)
+    ks = k if sink == "keys" else 0
+    counts = _split_keys(n, block_n, ks, num_splits, layout)
+    d = np.asarray(delta, dtype=float)
+    if sink == "keys":
+        z = np.random.default_rng(0).standard_normal((draws, ks))
+        sink_sum = np.exp(sigma * z).sum(-1)[None, :] * np.exp(d.reshape(-1, 1))  # [Δ, draw]
+    elif sink == "logit":
+        sink_sum = np.exp(d.reshape(-1, 1))
+    else:
+        sink_sum = np.zeros((d.size, 1))
+    bulk = math.exp(sigma * sigma / 2)
+    total = np.zeros(d.size)
+    for s, cnt in enumerate(counts):
+        if cnt == 0:
+            continue
+        lsum = np.log(cnt * bulk + (sink_sum if s == 0 else np.zeros((d.size, 1))))
+        total += cnt * norm.cdf((lsum - c) / sigma).mean(-1)
+    res = (total / sum(counts)).reshape(d.shape)
+    return float(res) if res.ndim == 0 else res

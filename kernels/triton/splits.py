@@ -19,6 +19,7 @@ import triton.language as tl
 
 from kernels.contract import DIAGNOSTICS, log2_scale
 from kernels.formats import get_format
+from kernels.formats.microscaling import is_mx
 from kernels.triton.kernel import (_attn_fwd_inner, _launch, _load_operand, _store_diagnostics, launch_operands,
                                    triton_cdiv)
 from kernels.triton.policy import SINK_MODE_CODE, init_state, operand_scales, sink_final, split_range
@@ -151,7 +152,15 @@ def triton_split_attention(q, k, v, *, reverse, scale, fmt, causal, ksink, block
                            sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor",
                            num_splits=1, split_layout="contiguous", p_normalize="online", causal_offset=0):
     """:func:`kernels.triton.kernel.triton_attention` with splits, partition P or a causal offset (FP8, bf16,
-    fp16 or no P cast). Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq] plus float32 lse)``."""
+    fp16 or no P cast). Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq] plus float32 lse)``.
+
+    Microscaled FP4 P (nvfp4, mxfp4) and ``scale_mode="per_row"`` are refused before any work: their groups
+    run in the single pass only."""
+    if is_mx(fmt) or scale_mode == "per_row":
+        name = getattr(fmt, "name", fmt)
+        raise ValueError(f"fmt={name!r} with scale_mode={scale_mode!r} is not allowed in the Triton split path; "
+                         "allowed: an FP8, bf16 or fp16 P format or None with scale_mode 'multiply' or "
+                         "'exp2_offset'")
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
     q, k, v, dp = launch_operands(q, k, v)

@@ -19,6 +19,7 @@ import synthetic_tables as data
 from kernels.analysis import plots as P
 from kernels.analysis import registry
 from kernels.analysis.paired import paired_tests
+from kernels.analysis.decode import decode_curves, decode_partition
 from kernels.analysis.fp4 import fp4_summary
 from kernels.analysis.policies import policy_summary
 from kernels.analysis.realmodel import head_summary
@@ -28,7 +29,7 @@ from kernels.analysis.summaries import (
 )
 
 STATS_RULES = ["stats_collapse", "stats_paired", "stats_scales", "stats_threshold", "stats_policies", "stats_realmodel",
-               "stats_fp4"]
+               "stats_fp4", "stats_decode"]
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,9 @@ def summaries(tmp_path_factory):
         "realmodel_heads": head_summary(data.make_realmodel_heads()),
         "realmodel_outputs": data.make_realmodel_outputs(),
         "fp4": fp4_summary(data.make_fp4(), n_resamples=200),
+        "decode_curves": decode_curves(data.make_decode()),
+        "decode_partition": decode_partition(data.make_decode(), boot={"n_resamples": 200, "confidence_level": 0.95,
+                                                                      "method": "percentile", "seed": 0}),
     }
     for name, df in tables.items():
         write_csv(df, out / f"{name}.csv")
@@ -75,6 +79,7 @@ RENDER = textwrap.dedent("""
         "fig_realmodel_theory": lambda: P.fig_realmodel_theory(t["realmodel_heads"]),
         "fig_realmodel_outputs": lambda: P.fig_realmodel_outputs(t["realmodel_outputs"]),
         "fig_fp4": lambda: P.fig_fp4(t["fp4"]),
+        "fig_decode": lambda: P.fig_decode(t["decode_curves"], t["decode_partition"]),
     }
     for name, build in figs.items():
         fig, d = build()
@@ -157,9 +162,9 @@ def test_the_registry_names_every_figure_and_table():
     """The outputs' names under figures/ are the paper's; the registry lists each once."""
     assert FIGURES == ("fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",
                        "fig_conformance", "fig_policies", "fig_realmodel_heads", "fig_realmodel_theory",
-                       "fig_realmodel_outputs", "fig_fp4")
+                       "fig_realmodel_outputs", "fig_fp4", "fig_decode")
     assert TABLES == ("table_paired_tests", "table_scales", "table_thresholds", "table_conformance", "table_policies",
-                      "table_realmodel", "table_fp4")
+                      "table_realmodel", "table_fp4", "table_decode")
 
 
 def test_every_registered_output_has_a_rule_a_script_and_a_caption():
@@ -197,7 +202,7 @@ def test_smoke_every_figure_and_table(smoke_run):
         assert "wrote" in (logs / f"{name}.log").read_text(), name
     verdict = json.loads((fig_dir / "claims.json").read_text())
     assert verdict["preset"] == "smoke"
-    assert set(verdict["claims"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "paper", "audit", "realmodel", "fp4",
+    assert set(verdict["claims"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "paper", "audit", "realmodel", "fp4", "decode",
                                       "conformance"}
     assert all(c["verdict"] in ("PASS", "PARTIAL", "FAIL", "INCONCLUSIVE") for c in verdict["claims"].values())
     assert "## C1:" in (fig_dir / "claims.md").read_text()

@@ -314,7 +314,7 @@ def test_default_preset_stores_well_under_1_gb_of_inputs():
             continue
         if name == "tensorcore":  # its inputs are made inside its one job, none stored
             continue
-        nd = {(s["n"], s["d"]) for s in exp["shapes"]}
+        nd = {(s["n"], s["d"]) for s in exp.get("shapes", [{"n": exp.get("n"), "d": exp.get("d")}])}
         sigmas = exp["sigma"] if isinstance(exp["sigma"], list) else [exp["sigma"]]
         per_seed = sum(3 * 4 * n * d for n, d in nd) * len(sigmas) * exp.get("batch", 1) * exp.get("heads", 1)
         total += per_seed * exp["seeds"]
@@ -465,6 +465,10 @@ ANALYSIS_BAD = {
                                       "experiments.fp4", "allowed: one of 0, 0.5"),
     "tensorcore_max_share_not_a_share": case({"claims.tensorcore.max_share": 1.5}, "claims.tensorcore.max_share",
                                               "allowed"),
+    "decode_dc_tolerance_zero": case({"claims.decode.dc_tolerance": 0}, "claims.decode.dc_tolerance", "a number > 0"),
+    "decode_rms_tolerance_above_one": case({"claims.decode.rms_tolerance": 1.5}, "claims.decode.rms_tolerance",
+                                           "a fraction in (0, 1)"),
+    "decode_delta_not_a_number": case({"claims.decode.delta": "late"}, "claims.decode.delta", "nearest Δ"),
     "realmodel_combos_not_run": case({"claims.realmodel.combos[1]": "forward S=16"}, "claims.realmodel.combos[1]",
                                      "experiments.realmodel", COMBOS4),
     # an experiment's grid shrunk under a key that names what it no longer runs
@@ -511,5 +515,5 @@ def test_every_statistics_and_claims_key_has_a_bad_case():
     """A key added to either section without a bad-value case above fails here."""
     covered = {re.sub(r"\[\d+\]", "", c[2]) for c in ANALYSIS_BAD.values()}
     leaves = [leaf for section in ("statistics", "claims") for leaf in _leaves(CONFIG[section], section)]
-    assert len(leaves) == 46
+    assert len(leaves) == 49
     assert [leaf for leaf in leaves if leaf not in covered] == []

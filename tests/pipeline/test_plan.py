@@ -31,7 +31,7 @@ def test_plan_runs_are_the_rows_the_tidy_tables_hold(smoke_run):
     assert "pcast-fp8 plan, preset 'smoke'" in out
     printed = {m.group(1): int(m.group(2).replace(",", ""))
                for m in re.finditer(r"^\s+(\w+)\s+([\d,]+) runs in", out, re.M)}
-    assert set(printed) == {"collapse", "scales", "threshold", "conformance", "policies", "fp4", "tensorcore"}
+    assert set(printed) == {"collapse", "scales", "threshold", "conformance", "policies", "fp4", "tensorcore", "decode"}
     for name, runs in printed.items():
         with open(smoke_run / "results" / "tidy" / f"{name}.csv") as fh:
             assert runs == sum(1 for _ in csv.DictReader(fh)), name

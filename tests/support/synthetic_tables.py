@@ -313,3 +313,37 @@ def make_fp4(*, dcs=None, seeds=4, deltas=tuple(np.arange(0.0, 16.01, 1.0)), fr=
                      "terms_sink": 4 * n, "groups_flushed": gf, "groups": groups,
                      "groups_flushed_frac": gf / groups if groups else 0.0, "saturated": 0, "saturated_frac": 0.0})
     return pd.DataFrame(rows, columns=list(FP4_TIDY_COLUMNS))
+
+
+def make_decode(*, shift=0.0, rms_off=0.0, seeds=2, heads=2, deltas=tuple(np.arange(0.0, 16.01, 1.0)), n=1024):
+    """A tidy decode table (kernels.contract.DECODE_TIDY_COLUMNS) built from kernels.theory.decode: each row's
+    underflow fraction is the theory's at ``Δ - shift`` (rows differ by ±0.005 symmetrically), so the measured
+    Δc is the theory's plus ``shift``; the P-cast error rows' relative RMS error is the closed form's times
+    ``1 + rms_off``. Two configurations per sink kind (one split forward online, four contiguous splits)."""
+    from kernels.analysis.decode import predicted_fraction
+    from kernels.contract import DECODE_TIDY_COLUMNS
+    from kernels.theory.decode import partition_rms_error
+
+    fixed = {"experiment": "decode", "policy": "-", "n": n, "d": 16, "block_n": 64, "sigma": 1.0, "fmt": "e4m3fn",
+             "split_layout": "contiguous", "p_normalize": "online", "backend": "emulator", "mse": 1e-4,
+             "rel_mse": 1e-3, "underflow_sink": 0, "saturated": 0, "p_rows": 0, "p_err2": math.nan,
+             "p_x2": math.nan, "p_rel_rms": math.nan}
+    rows = []
+    for kind, ns, order in itertools.product(("keys", "logit"), (1, 4), ("forward",)):
+        cfg = {**fixed, "kind": kind, "num_splits": ns, "order": order, "scale": 1.0, "ksink": 4 if kind == "keys" else 0,
+               "sink_mode": "-" if kind == "keys" else "init"}
+        curve = predicted_fraction(cfg, np.asarray(deltas) - shift)
+        for seed, h in itertools.product(range(seeds), range(heads)):
+            jitter = 0.005 * (1 if (seed + h) % 2 else -1)
+            for dl, f in zip(deltas, curve):
+                frac = float(np.clip(f + jitter, 0, 1))
+                terms = n - cfg["ksink"]
+                rows.append({**cfg, "seed": seed, "head": h, "delta": float(dl), "underflow": int(round(frac * terms)),
+                             "terms": terms, "underflow_frac": frac, "terms_sink": cfg["ksink"]})
+    for seed, (m, s) in itertools.product(range(seeds), ((256, 1.0), (256, 256.0))):
+        rel = partition_rms_error(m, s) * (1 + rms_off) * (1 + 0.01 * (seed - (seeds - 1) / 2))
+        rows.append({**fixed, "kind": "partition", "seed": seed, "head": 0, "n": m, "d": 256, "block_n": 256,
+                     "ksink": 0, "num_splits": 1, "order": "forward", "p_normalize": "partition", "scale": s,
+                     "sink_mode": "-", "delta": 0.0, "underflow": 0, "terms": 16 * m, "underflow_frac": 0.0,
+                     "terms_sink": 0, "p_rows": 16, "p_err2": rel ** 2, "p_x2": 1.0, "p_rel_rms": rel})
+    return pd.DataFrame(rows, columns=list(DECODE_TIDY_COLUMNS))

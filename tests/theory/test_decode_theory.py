@@ -11,8 +11,9 @@ import torch
 
 import kernels
 from kernels.theory.collapse import critical_delta
-from kernels.theory.decode import (meet_share, normal_range_scale, partition_rms_error, round_to_format,
-                                   split_critical_delta, split_underflow_fraction)
+from kernels.theory.decode import (init_underflow_fraction, meet_share, normal_range_scale, partition_rms_error,
+                                   partition_underflow_fraction, round_to_format, split_critical_delta,
+                                   split_underflow_fraction)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -86,3 +87,37 @@ def test_split_underflow_fraction_matches_the_emulator(num_splits, layout, order
     want = split_underflow_fraction(10.0, 1.0, num_splits=num_splits, layout=layout, order=order, method="exact")
     se = float(frac.std()) / math.sqrt(frac.numel())
     assert abs(float(frac.mean()) - want) < 4 * se + 1e-3, (float(frac.mean()), want)
+
+
+@pytest.mark.parametrize("num_splits, S, sink, delta", [(1, 256.0, "keys", 11.0), (4, 1.0, "keys", 8.0),
+                                                        (16, 1.0, "logit", 10.0), (4, 256.0, "none", 0.0)])
+def test_partition_underflow_fraction_matches_monte_carlo(num_splits, S, sink, delta):
+    """100 rows of 8192 keys drawn in float64, each split normalised by its exact sum (four sink keys at Δ, or a
+    logit Δ, in split 0), cast with kernels.quantize: the pooled fraction of non-sink zeros within 4 standard
+    errors of the rows' spread, plus 0.01 for the model's mean-sum approximation."""
+    g = torch.Generator().manual_seed(num_splits + int(S))
+    rows, n, k = 100, 8192, 4 if sink == "keys" else 0
+    s = torch.randn(rows, n, dtype=torch.float64, generator=g)
+    if k:
+        s[:, :k] += delta
+    fracs = []
+    c = n // num_splits  # contiguous splits of whole 64-key blocks
+    for j in range(num_splits):
+        part = s[:, j * c:(j + 1) * c]
+        total = part.exp().sum(1, keepdim=True) + (math.exp(delta) if sink == "logit" and j == 0 else 0.0)
+        x = (S * part.exp() / total).float()
+        zero = kernels.quantize(x, "e4m3fn") == 0
+        fracs.append(zero[:, k:].double().sum(1) if j == 0 else zero.double().sum(1))
+    per_row = torch.stack(fracs).sum(0) / (n - k)
+    want = partition_underflow_fraction(delta, S, num_splits=num_splits, k=max(k, 1), sink=sink)
+    se = float(per_row.std()) / math.sqrt(rows)
+    assert abs(float(per_row.mean()) - want) <= 4 * se + 0.01, (float(per_row.mean()), want)
+
+
+def test_init_underflow_fraction_is_split_zeros_share_of_the_logit_law():
+    from kernels.theory.collapse import critical_delta
+
+    c = critical_delta(1.0, k=1)  # one deterministic sink: δ₁ = 0, so c itself
+    assert init_underflow_fraction(c, 1.0, num_splits=1) == pytest.approx(0.5, abs=1e-9)
+    assert init_underflow_fraction(30.0, 1.0, num_splits=4, layout="interleaved") == pytest.approx(0.25)
+    assert init_underflow_fraction(30.0, 1.0, num_splits=16) == pytest.approx(1 / 16)

@@ -68,3 +68,22 @@ def test_triton_rounds_half_formats_like_kernels_quantize():
     x = x[torch.isfinite(x)]
     for name, f in HALF_FORMATS.items():
         assert torch.equal(triton_quantize(x, f), kernels.quantize(x, name)), name
+
+
+@pytest.mark.parametrize("fmt,scale_mode", [("nvfp4", "multiply"), ("mxfp4", "multiply"), ("nvfp4", "per_row")])
+def test_split_path_refuses_fp4_p_before_any_work(fmt, scale_mode, monkeypatch):
+    """The split launcher names the argument and what is allowed, and launches nothing."""
+    from kernels.formats.microscaling import get_mx_format
+    from kernels.triton import splits
+
+    def no_launch(*a, **kw):
+        raise AssertionError("a kernel was launched")
+
+    monkeypatch.setattr(splits, "_launch", no_launch)
+    q, k, v = _inputs(1, 64)
+    with pytest.raises(ValueError, match=rf"^fmt='{fmt}' with scale_mode='{scale_mode}' is not allowed in the "
+                                         r"Triton split path; allowed: .*FP8") as e:
+        splits.triton_split_attention(q, k, v, reverse=False, scale=1.0, fmt=get_mx_format(fmt), causal=False,
+                                      ksink=4, block_m=16, block_n=16, sm_scale=0.1, rowsum_rounded=False,
+                                      scale_mode=scale_mode, num_splits=2)
+    assert "\n" not in str(e.value)

@@ -1,4 +1,4 @@
-# Step 5: the paper's figures F1-F11 (figures/fig_*.{pdf,png,csv}), one rule each, e.g.
+# Step 5: the paper's figures F1-F12 (figures/fig_*.{pdf,png,csv}), one rule each, e.g.
 # `snakemake --cores 2 fig_collapse`. Each script calls kernels.analysis.plots.fig_<name> on the
 # statistics it reads; the params are that function's keyword arguments, taken from config.yaml.
 
@@ -214,3 +214,22 @@ rule fig_fp4:
         code=library_code("fig_fp4"),
     script:
         "../scripts/fig_fp4.py"
+
+
+rule fig_decode:
+    input:
+        curves=rules.stats_decode.output.curves,
+        partition=rules.stats_decode.output.partition,
+    output:
+        **figure_outputs("fig_decode"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_decode.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_decode.tsv"
+    localrule: True
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_decode"),
+    script:
+        "../scripts/fig_decode.py"

@@ -1,7 +1,8 @@
 # Step 4: paired statistics from the tidy tables (results/stats/), one rule per summary. Each
 # script calls one builder of kernels.analysis.stats with the `statistics:` section of config.yaml:
 # stats_collapse -> stats.collapse, stats_paired -> stats.paired, stats_scales -> stats.scales,
-# stats_threshold -> stats.threshold, stats_policies -> stats.policies, stats_fp4 -> stats.fp4.
+# stats_threshold -> stats.threshold, stats_policies -> stats.policies, stats_fp4 -> stats.fp4,
+# stats_decode -> stats.decode.
 # Figures, tables and the verdict read these files.
 
 
@@ -124,6 +125,28 @@ rule stats_fp4:
         stats=STATS_CFG,
     script:
         "../scripts/stats_fp4.py"
+
+
+rule stats_decode:
+    input:
+        tidy=DECODE_TIDY,
+    output:
+        curves=f"{STATS_DIR}/decode_curves.csv",
+        summary=f"{STATS_DIR}/decode.csv",
+        partition=f"{STATS_DIR}/decode_partition.csv",
+    log:
+        f"{ANALYSIS_LOGS}/stats_decode.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/stats_decode.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("stats_decode"),
+    params:
+        code=library_code("stats_decode"),
+        stats=STATS_CFG,
+    script:
+        "../scripts/stats_decode.py"
 
 
 rule stats_realmodel:

@@ -1,4 +1,4 @@
-# Step 6: the tables T1-T7 and T9 (figures/table_*.{csv,tex,md}), one rule each. Each script
+# Step 6: the tables T1-T9 (figures/table_*.{csv,tex,md}), one rule each. Each script
 # writes kernels.analysis.tables.<builder>(...) with tables.write: the CSV holds every number,
 # LaTeX (booktabs) and Markdown the display.
 
@@ -151,3 +151,25 @@ rule table_cases:
         code=library_code("table_cases"),
     script:
         "../scripts/table_cases.py"
+
+
+rule table_decode:
+    input:
+        summary=rules.stats_decode.output.summary,
+        curves=rules.stats_decode.output.curves,
+        partition=rules.stats_decode.output.partition,
+    output:
+        **table_outputs("table_decode"),
+    log:
+        f"{ANALYSIS_LOGS}/table_decode.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_decode.tsv"
+    localrule: True
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("table_decode"),
+        stats=STATS_CFG,
+        decode=CRITERIA["decode"],
+    script:
+        "../scripts/table_decode.py"

@@ -2,7 +2,8 @@
 # behind it (figures/claims.md and claims.json), by kernels.analysis.verdicts.evaluate from the
 # statistics and the `claims:` section of config.yaml, the audit of deployed P policies included
 # (claims.audit), the real-model section (claims.realmodel), the FP4 section (claims.fp4), the tensor-core section
-# (claims.tensorcore) and the reported cases (table T9): `snakemake --cores 2 claims`.
+# (claims.tensorcore), the decode section (claims.decode) and the reported cases (table T9):
+# `snakemake --cores 2 claims`.
 # claims.md also shows the preset's expected verdicts (presets.<name>.expected_verdicts) beside this run's.
 
 
@@ -21,6 +22,8 @@ rule claims:
         cases=rules.table_cases.output.csv,
         tensorcore=rules.tensorcore.output.summary,
         tensorcore_check=rules.tensorcore.output.check,
+        decode=rules.stats_decode.output.summary,
+        decode_partition=rules.stats_decode.output.partition,
     output:
         **verdict_outputs(),
     log:

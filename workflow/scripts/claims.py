@@ -18,6 +18,7 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
         realmodel=pd.read_csv(inp.realmodel, dtype={"sinks": str}),
         realmodel_outputs=pd.read_csv(inp.realmodel_outputs), fp4=pd.read_csv(inp.fp4),
         cases=pd.read_csv(inp.cases, dtype=str, keep_default_na=False),
+        decode=pd.read_csv(inp.decode), decode_partition=pd.read_csv(inp.decode_partition),
         confidence_level=params.confidence_level,
         tensorcore=(pd.read_csv(inp.tensorcore), json.loads(Path(inp.tensorcore_check).read_text())),
     )

@@ -1,11 +1,13 @@
 """Rule sweep_shard: every run of one shard of a sweep (kernels.pipeline.runs.run_sweep_shard), of
-the policies experiment (kernels.pipeline.policy_runs.run_policies_shard) or of the fp4 experiment
-(kernels.pipeline.fp4_runs.run_fp4_shard)."""
+the policies experiment (kernels.pipeline.policy_runs.run_policies_shard), of the fp4 experiment
+(kernels.pipeline.fp4_runs.run_fp4_shard) or of the decode experiment
+(kernels.pipeline.decode_runs.run_decode_shard)."""
 
 import json
 
-from kernels.contract import FP4_EXPERIMENT, POLICY_EXPERIMENT
+from kernels.contract import DECODE_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT
 from kernels.pipeline.config import n_shards
+from kernels.pipeline.decode_runs import run_decode_shard
 from kernels.pipeline.fp4_runs import run_fp4_shard
 from kernels.pipeline.logs import rule_log
 from kernels.pipeline.policy_runs import run_policies_shard
@@ -15,6 +17,7 @@ sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:
     spec = json.loads(sm.params.spec)
     shards = n_shards(sm.config["experiments"][spec["experiment"]])
-    runners = {POLICY_EXPERIMENT: run_policies_shard, FP4_EXPERIMENT: run_fp4_shard}
+    runners = {POLICY_EXPERIMENT: run_policies_shard, FP4_EXPERIMENT: run_fp4_shard,
+               DECODE_EXPERIMENT: run_decode_shard}
     run = runners.get(spec["experiment"], run_sweep_shard)
     run(spec, sm.input[0], sm.output.rows, sm.output.timing, threads=sm.threads, n_shards=shards)

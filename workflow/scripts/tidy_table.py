@@ -1,8 +1,8 @@
 """Rule tidy_table: the shard tables of one experiment -> one sorted tidy table, plus its timing.
 
 The conformance experiment has its own columns (kernels.contract.CONFORMANCE_COLUMNS), and so have
-the policies experiment (kernels.contract.POLICY_TIDY_COLUMNS) and the fp4 experiment
-(kernels.contract.FP4_TIDY_COLUMNS).
+the policies experiment (kernels.contract.POLICY_TIDY_COLUMNS), the fp4 experiment
+(kernels.contract.FP4_TIDY_COLUMNS) and the decode experiment (kernels.contract.DECODE_TIDY_COLUMNS).
 """
 
 from kernels.pipeline.logs import rule_log

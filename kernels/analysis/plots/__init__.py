@@ -9,6 +9,7 @@ module ``<name>`` here).
 
 from kernels.analysis.plots.collapse import fig_collapse
 from kernels.analysis.plots.conformance import fig_conformance
+from kernels.analysis.plots.decode import fig_decode
 from kernels.analysis.plots.fp4 import fig_fp4
 from kernels.analysis.plots.improvement import fig_improvement
 from kernels.analysis.plots.mse import band_intervals, fig_mse
@@ -21,5 +22,5 @@ from kernels.analysis.plots.threshold import fig_threshold
 
 __all__ = [
     "fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",
-    "fig_conformance", "fig_policies", "fig_fp4", "fig_tensorcore", "fig_realmodel_heads", "fig_realmodel_theory", "fig_realmodel_outputs", "policy_style", "POLICY_STYLE", "render", "save_figure", "use_style", "band_intervals", "COMBO_STYLE", "DATA_COLUMNS",
+    "fig_conformance", "fig_policies", "fig_fp4", "fig_tensorcore", "fig_decode", "fig_realmodel_heads", "fig_realmodel_theory", "fig_realmodel_outputs", "policy_style", "POLICY_STYLE", "render", "save_figure", "use_style", "band_intervals", "COMBO_STYLE", "DATA_COLUMNS",
 ]

@@ -21,7 +21,7 @@ One module per claim group: :mod:`.underflow` (C1, C2), :mod:`.scale` (C3), :mod
 (C4), :mod:`.mse` (C5, C6), :mod:`.paper` (the abstract's numbers), :mod:`.audit` (deployed P
 policies, from the policies experiment),
 :mod:`.realmodel` (a pretrained model's heads and outputs), :mod:`.fp4` (P in microscaled FP4, from the
-fp4 experiment), :mod:`.tensorcore` (an FP8 tensor core's P·V accumulation), :mod:`.cases` (the public reports rebuilt, from table T9), :mod:`.conformance`; here, all of them at
+fp4 experiment), :mod:`.decode` (split-KV decode rows, from the decode experiment), :mod:`.tensorcore` (an FP8 tensor core's P·V accumulation), :mod:`.cases` (the public reports rebuilt, from table T9), :mod:`.conformance`; here, all of them at
 once and their output.
 """
 
@@ -39,6 +39,7 @@ from kernels.analysis.verdicts.audit import AUDIT, claim_audit
 from kernels.analysis.verdicts.cases import CASES_ID, claim_cases
 from kernels.analysis.verdicts.common import VERDICTS, Subcase, ci_tolerance, combine, family_z, subcase_verdict
 from kernels.analysis.verdicts.conformance import conformance_check
+from kernels.analysis.verdicts.decode import DECODE, claim_decode
 from kernels.analysis.verdicts.fp4 import FP4, claim_fp4
 from kernels.analysis.verdicts.mse import claim_c5, claim_c6
 from kernels.analysis.verdicts.paper import claim_paper
@@ -51,7 +52,7 @@ from kernels.analysis.verdicts.underflow import claim_c1, claim_c2
 __all__ = [
     "VERDICTS", "Subcase", "combine", "subcase_verdict", "family_z", "ci_tolerance",
     "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
-    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json",
+    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json",
     "intervals",
 ]
 
@@ -67,12 +68,15 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
              claims_cfg: Mapping, policies: pd.DataFrame | None = None,
              realmodel: pd.DataFrame | None = None, realmodel_outputs: pd.DataFrame | None = None,
              fp4: pd.DataFrame | None = None, cases: pd.DataFrame | None = None,
-             confidence_level: float = 0.95, tensorcore: tuple[pd.DataFrame, Mapping] | None = None) -> dict:
+             confidence_level: float = 0.95, tensorcore: tuple[pd.DataFrame, Mapping] | None = None,
+             decode: pd.DataFrame | None = None, decode_partition: pd.DataFrame | None = None) -> dict:
     """Every verdict from the summary tables (what the ``claims`` rule runs); the audit of deployed
     policies joins them when ``policies`` (the policies summary) is given, the real-model section
     when ``realmodel`` (the per-head summary; ``realmodel_outputs`` the per-run output summary) is,
     the FP4 section when ``fp4`` (the fp4 summary) is, the reported cases when ``cases`` (table T9) is,
-    the tensor-core section when ``tensorcore`` (its summary and mmasim check) is. ``confidence_level``: the statistics
+    the tensor-core section when ``tensorcore`` (its summary and mmasim check) is, the decode section
+    when ``decode`` (the decode Δc summary; ``decode_partition`` its P-cast error table) is.
+    ``confidence_level``: the statistics
     section's, the level of every CI the tolerances are read from."""
     fmt = str(collapse["fmt"].iloc[0]) if len(collapse) and "fmt" in collapse else "e4m3fn"
     k = int(collapse["ksink"].iloc[0]) if len(collapse) and "ksink" in collapse else 4
@@ -95,6 +99,8 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
         out[FP4] = claim_fp4(fp4, claims_cfg[FP4], confidence=lv)
     if tensorcore is not None:
         out[TENSORCORE] = claim_tensorcore(*tensorcore, claims_cfg[TENSORCORE])
+    if decode is not None:
+        out[DECODE] = claim_decode(decode, decode_partition, claims_cfg[DECODE])
     if realmodel is not None:
         out[REALMODEL] = claim_realmodel(realmodel, realmodel_outputs, claims_cfg[REALMODEL])
     if cases is not None:
