@@ -121,8 +121,8 @@ OUTPUTS = (
     Output("fig_realmodel_theory", "figure", _REALMODEL),
     Output("fig_realmodel_outputs", "figure", _REALMODEL),
     Output("fig_fp4", "figure", _FP4),
-    Output("fig_tensorcore", "figure", _TENSORCORE),
     Output("fig_decode", "figure", _DECODE),
+    Output("fig_tensorcore", "figure", _TENSORCORE),
     Output("table_paired_tests", "table", "C5, C6 · paired tests"),
     Output("table_scales", "table", _SCALE),
     Output("table_thresholds", "table", _THRESHOLD),
@@ -130,8 +130,8 @@ OUTPUTS = (
     Output("table_policies", "table", _POLICIES),
     Output("table_realmodel", "table", _REALMODEL),
     Output("table_fp4", "table", _FP4),
-    Output("table_cases", "table", _CASES),
     Output("table_decode", "table", _DECODE),
+    Output("table_cases", "table", _CASES),
     Output("claims", "verdict", "Claims verdict"),
 )
 FIGURES = tuple(o.name for o in OUTPUTS if o.kind == "figure")

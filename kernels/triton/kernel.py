@@ -9,7 +9,7 @@ deployed kernels", enter at those markers as constexprs and runtime arguments, t
 :mod:`kernels.triton.policy`; microscaled FP4 P, nvfp4 / mxfp4 and ``scale_mode="per_row"``,
 enters at steps 3-5 through :mod:`kernels.triton.fp4`). Then the launchers (:func:`triton_attention`,
 :func:`triton_quantize`, :func:`triton_builtin_cast`): CUDA tensors launch the kernels
-compiled; CPU tensors launch them through Triton's interpreter (see :func:`_interpreting`),
+compiled; CPU tensors launch them through Triton's interpreter (see :func:`kernels.triton.interpret.interpreting`),
 so no one has to set ``TRITON_INTERPRET`` by hand.
 
 Why a hand-written rounding: Triton's interpreter converts float32 to
@@ -21,9 +21,7 @@ algorithm; the two are tested bit-identical.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
 
 import torch
 import triton
@@ -33,6 +31,7 @@ from kernels.contract import DIAGNOSTICS, log2_scale
 from kernels.formats import FP8Format, get_format
 from kernels.reference import expand_kv
 from kernels.formats.microscaling import MXFormat
+from kernels.triton.interpret import interpreted, interpreting
 from kernels.triton.rounding import fp8_round
 from kernels.triton.fp4 import MX_CODE, cast_p, per_row_div
 from kernels.triton.policy import (SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, partition_p,
@@ -262,45 +261,12 @@ def attention_num_warps(block_m: int, block_n: int, head_d: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _interpreted(fn):
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return InterpretedFunction(fn)
-
-
-_INTERPRET_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _interpreting():
-    """Run Triton's interpreter for the launches inside, whatever TRITON_INTERPRET says.
-
-    Inside an interpreted kernel every ``@triton.jit`` callee must run interpreted too,
-    including Triton's own standard library (``tl.sum``, ``tl.max``, ...), which was
-    created as compiled ``JITFunction`` objects when triton was imported. So, for the
-    duration, calling a ``JITFunction`` runs its interpreted twin.
-    """
-    import triton
-    from triton.runtime.jit import JITFunction
-
-    with _INTERPRET_LOCK:
-        original_call = JITFunction.__call__
-        previous = triton.knobs.runtime.interpret
-        JITFunction.__call__ = lambda self, *args, **kwargs: _interpreted(self.fn)(*args, **kwargs)
-        triton.knobs.runtime.interpret = True
-        try:
-            yield
-        finally:
-            JITFunction.__call__ = original_call
-            triton.knobs.runtime.interpret = previous
-
-
 def _launch(kernel, grid, device: torch.device, *args, **kwargs):
     """Launch ``kernel`` compiled on CUDA tensors, interpreted on CPU tensors."""
     if device.type == "cuda":
         return kernel[grid](*args, **kwargs)
-    with _interpreting():
-        return _interpreted(kernel.fn)[grid](*args, **kwargs)
+    with interpreting():
+        return interpreted(kernel.fn)[grid](*args, **kwargs)
 
 
 def triton_quantize(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn", *, block: int = 1 << 16) -> torch.Tensor:

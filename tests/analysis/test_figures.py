@@ -23,6 +23,7 @@ from kernels.analysis.decode import decode_curves, decode_partition
 from kernels.analysis.fp4 import fp4_summary
 from kernels.analysis.policies import policy_summary
 from kernels.analysis.realmodel import head_summary
+from kernels.analysis.tensorcore import tensorcore_summary
 from kernels.analysis.registry import FIGURES, TABLES
 from kernels.analysis.summaries import (
     collapse_summary, knee_summary, scales_summary, threshold_summary, write_csv,
@@ -54,6 +55,11 @@ def summaries(tmp_path_factory):
         "decode_curves": decode_curves(data.make_decode()),
         "decode_partition": decode_partition(data.make_decode(), boot={"n_resamples": 200, "confidence_level": 0.95,
                                                                       "method": "percentile", "seed": 0}),
+        "tensorcore": tensorcore_summary(pd.DataFrame(
+            [{"pv_arith": pv, "order": o, "scale": sc, "combo": f"{o} S={sc}", "delta": float(dl), "seed": 0,
+              "mse": 1.0 + a, "mse_fp32": 1.0, "mse_pcast": 1.0, "acc_mse": a, "underflow_frac": 0.0}
+             for pv, a in (("wgmma-sm90", 1e-3), ("tcgen05-sm100", 1e-9)) for o in ("forward", "reverse")
+             for sc in (1, 256) for dl in (0, 8, 16)])),
     }
     for name, df in tables.items():
         write_csv(df, out / f"{name}.csv")
@@ -80,6 +86,7 @@ RENDER = textwrap.dedent("""
         "fig_realmodel_outputs": lambda: P.fig_realmodel_outputs(t["realmodel_outputs"]),
         "fig_fp4": lambda: P.fig_fp4(t["fp4"]),
         "fig_decode": lambda: P.fig_decode(t["decode_curves"], t["decode_partition"]),
+        "fig_tensorcore": lambda: P.fig_tensorcore(t["tensorcore"], 0.01),
     }
     for name, build in figs.items():
         fig, d = build()
@@ -162,15 +169,15 @@ def test_the_registry_names_every_figure_and_table():
     """The outputs' names under figures/ are the paper's; the registry lists each once."""
     assert FIGURES == ("fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",
                        "fig_conformance", "fig_policies", "fig_realmodel_heads", "fig_realmodel_theory",
-                       "fig_realmodel_outputs", "fig_fp4", "fig_decode")
+                       "fig_realmodel_outputs", "fig_fp4", "fig_decode", "fig_tensorcore")
     assert TABLES == ("table_paired_tests", "table_scales", "table_thresholds", "table_conformance", "table_policies",
-                      "table_realmodel", "table_fp4", "table_decode")
+                      "table_realmodel", "table_fp4", "table_decode", "table_cases")
 
 
 def test_every_registered_output_has_a_rule_a_script_and_a_caption():
     """The registry, the rule files, the scripts and the report captions name the same outputs."""
     root = Path(__file__).resolve().parents[2]
-    rules = "".join((root / "workflow" / "rules" / f"{f}.smk").read_text() for f in ("figures", "tables", "verdict"))
+    rules = "".join((root / "workflow" / "rules" / f"{f}.smk").read_text() for f in ("figures", "tables", "verdict", "tensorcore"))
     for o in registry.OUTPUTS:
         assert f"\nrule {o.name}:\n" in rules, o.name
         assert (root / "workflow" / "scripts" / f"{o.name}.py").exists(), o.name
@@ -203,7 +210,7 @@ def test_smoke_every_figure_and_table(smoke_run):
     verdict = json.loads((fig_dir / "claims.json").read_text())
     assert verdict["preset"] == "smoke"
     assert set(verdict["claims"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "paper", "audit", "realmodel", "fp4", "decode",
-                                      "conformance"}
+                                      "tensorcore", "cases", "conformance"}
     assert all(c["verdict"] in ("PASS", "PARTIAL", "FAIL", "INCONCLUSIVE") for c in verdict["claims"].values())
     assert "## C1:" in (fig_dir / "claims.md").read_text()
     assert "C1: " in (logs / "claims.log").read_text()

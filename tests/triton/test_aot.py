@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+import kernels
 from kernels.aot import compile_attention
 from kernels.triton import aot_checks as C
 from kernels.triton.aot import TARGETS, compile_launch, kernel_facts
@@ -141,6 +142,24 @@ def _cast_in_software(X, Y, N, BLOCK: tl.constexpr):
 def _cast_facts(kernel, target):
     x = torch.zeros(1024)
     return kernel_facts(compile_launch(target, kernel, (x, x.clone(), 1024), {"BLOCK": 1024, **LAUNCH_OPTIONS}))
+
+
+def test_an_interpreted_launch_leaves_triton_language_as_it_was():
+    """Interpreted device calls (``tl.max`` and the like) patch ``triton.language.core`` and never
+    put it back; the launcher does, so a compilation after an interpreted run in the same process
+    still works."""
+    import triton.language as tl
+
+    owners = (tl, tl.core, tl.math, tl.standard, tl.core.tensor)
+    before = [dict(vars(o)) for o in owners]
+    x = torch.randn(1, 1, 32, 16)
+    kernels.attention(x, x, x, backend="triton", block_m=16, block_n=16)
+    after = [dict(vars(o)) for o in owners]
+    # every attribute that was there is as it was; the tensor class gained nothing either
+    changed = [(o.__name__, k) for o, b, a in zip(owners, before, after) for k in b if b[k] is not a.get(k)]
+    changed += [("tensor", k) for k in set(after[-1]) - set(before[-1])]
+    assert not changed, changed[:10]
+    assert C.check_cast(_cast_facts(_builtin_cast_kernel, "sm_90"), hardware=True)[0]
 
 
 @pytest.mark.parametrize("target", list(TARGETS))
