@@ -13,7 +13,7 @@ Each rule of ``workflow/rules/statistics.smk`` calls one of these on its tidy ta
 * :func:`policies` (rule ``stats_policies``, tidy ``policies``): ``crossing_level`` and the
   bootstrap keys (``confidence_level`` also sets the seed-mean CIs);
 * :func:`fp4` (rule ``stats_fp4``, tidy ``fp4``): the same keys as :func:`policies`.
-* :func:`decode` (rule ``stats_decode``, tidy ``decode``): the same keys; three tables (:mod:`.decode`).
+* :func:`decode` (rule ``stats_decode``, tidy ``decode``): the same keys; three tables (:mod:`kernels.analysis.decode`).
 
 The bootstrap keys are ``bootstrap_resamples``, ``confidence_level``, ``bootstrap_method`` and
 ``seed`` (:func:`bootstrap`). The statistics themselves live in :mod:`.paired` and
