@@ -16,6 +16,7 @@ them) and may run on any worker.
 from __future__ import annotations
 
 import fcntl
+import inspect
 import os
 import shutil
 import subprocess
@@ -79,12 +80,30 @@ def smoke_run(tmp_path_factory) -> Path:
     return root / "repo"
 
 
+_RUNS_THE_WORKFLOW = ("snakemake", "copy_repo(", "smk(")
+
+
+def _runs_the_workflow(item) -> bool:
+    """The test uses the smoke run or a repository copy, or its source starts Snakemake."""
+    if {"smoke_run", "repo_copy"} & set(getattr(item, "fixturenames", ())):
+        return True
+    try:
+        source = inspect.getsource(item.function)
+    except (AttributeError, OSError, TypeError):
+        return False
+    return any(word in source for word in _RUNS_THE_WORKFLOW)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the markers
 def pytest_collection_modifyitems(config, items):
-    """Tests that use the smoke run, other than its readers, share one xdist worker (module docstring)."""
+    """Tests that use the smoke run, other than its readers, share one xdist worker (module
+    docstring); tests that run the workflow are marked ``pipeline_run``, so that the inner loop
+    (``-m "not slow and not cluster and not pipeline_run"``) can leave them out."""
     for item in items:
         if "smoke_run" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("smoke_reader"):
             item.add_marker(pytest.mark.xdist_group("smoke"))
+        if _runs_the_workflow(item):
+            item.add_marker(pytest.mark.pipeline_run)
 
 
 @pytest.fixture
