@@ -6,7 +6,7 @@ loaded only when a torch-backed name (``attention``, ``quantize``, ...) is used,
 the statistics and plotting jobs of the pipeline do not pay for it.
 """
 
-from kernels.formats import FORMATS, FP8Format, get_format
+from pcast.formats import FORMATS, FP8Format, get_format
 
 __all__ = ["FORMATS", "FP8Format", "get_format", "quantize", "attention", "attention_values", "attention_scales",
            "attention_calls", "AttentionResult", "reference_attention", "Policy", "POLICIES", "get_policy"]
@@ -26,4 +26,4 @@ def __getattr__(name):
         import importlib
 
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+    raise AttributeError(f"module 'pcast' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The attention kernel compiled for a GPU without one: :func:`compile_attention`.
 
-One call's specialization, as :func:`kernels.attention` would launch it on a CUDA GPU of the target,
-compiled on a CPU (``kernels.triton.aot``). docs/compiled.md describes the compiled kernels and checks.
+One call's specialization, as :func:`pcast.attention` would launch it on a CUDA GPU of the target,
+compiled on a CPU (``pcast.triton.aot``). docs/compiled.md describes the compiled kernels and checks.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ def _inputs(batch, heads, n, n_kv, d):
 
 def attention_launch_for(*, backend="triton", target="sm_90", batch=1, heads=2, n=1024, n_kv=None, d=64,
                          **attention_options):
-    """``(kernel, grid, args, kwargs)`` of the launch :func:`kernels.attention` makes for these options at
-    these shapes on a GPU of ``target`` (the options checked by ``kernels.attention``'s own checks)."""
-    from kernels import api
+    """``(kernel, grid, args, kwargs)`` of the launch :func:`pcast.attention` makes for these options at
+    these shapes on a GPU of ``target`` (the options checked by ``pcast.attention``'s own checks)."""
+    from pcast import api
 
     if backend not in COMPILE_BACKENDS:
         raise ValueError(f"backend={backend!r} is not allowed; allowed: {', '.join(COMPILE_BACKENDS)}")
@@ -38,20 +38,20 @@ def attention_launch_for(*, backend="triton", target="sm_90", batch=1, heads=2, 
         attention_options = {"scale_mode": "exp2_offset", "v_fmt": "e4m3fn", **attention_options}
     unknown = sorted(set(attention_options) - set(inspect.signature(api.attention).parameters))
     if unknown or "backend" in attention_options:
-        raise ValueError(f"{', '.join(unknown)} is not allowed; allowed: the keywords of kernels.attention")
+        raise ValueError(f"{', '.join(unknown)} is not allowed; allowed: the keywords of pcast.attention")
     args = inspect.signature(api.attention).bind(q, k, v, **attention_options)
     args.apply_defaults()
     args = {**args.arguments, "backend": "triton"}
     kw, _, block_m = api._prepare(q, k, (v,), args)
     if backend == "triton-fp8":
-        from kernels.triton.deploy import _attn_fwd_fp8, deploy_launch
+        from pcast.triton.deploy import _attn_fwd_fp8, deploy_launch
 
-        from kernels.triton.aot import TARGETS
+        from pcast.triton.aot import TARGETS
 
         grid, a, kwargs, _ = deploy_launch(q, k, v, block_m=block_m, capability=TARGETS[target], **kw)
         return _attn_fwd_fp8, grid, a, kwargs
-    from kernels.api_decode import is_split_call
-    from kernels.triton.kernel import _attn_fwd, attention_launch
+    from pcast.api_decode import is_split_call
+    from pcast.triton.kernel import _attn_fwd, attention_launch
 
     if is_split_call(kw) or kw["causal_offset"]:
         raise ValueError("num_splits > 1, p_normalize='partition' and causal_align='bottom_right' are not allowed "
@@ -66,16 +66,16 @@ def compile_attention(target: str, *, backend: str = "triton", batch: int = 1, h
                       **attention_options):
     """Compile the attention kernel for ``target`` ("sm_89", "sm_90" or "sm_100") without a GPU.
 
-    ``backend``: "triton" (the faithful kernel :func:`kernels.attention` launches) or "triton-fp8" (the
+    ``backend``: "triton" (the faithful kernel :func:`pcast.attention` launches) or "triton-fp8" (the
     deploy kernel: hardware FP8 cast of P, FP8 tensor-core P·V). ``attention_options``: the keywords of
-    :func:`kernels.attention` (``order``, ``scale``, ``fmt``, ``causal``, ``block_n``, ``policy``, ...);
+    :func:`pcast.attention` (``order``, ``scale``, ``fmt``, ``causal``, ``block_n``, ``policy``, ...);
     ``batch``, ``heads``, ``n`` (queries), ``n_kv`` (keys; default ``n``) and ``d``: the shapes, which
     specialize the integer arguments as on a GPU. ``launch_options``: compile options that override the
     launcher's (for showing that a check fails, e.g. ``{"enable_fp_fusion": True}``).
 
     Returns Triton's ``CompiledKernel``: ``asm["ptx"]``, ``asm["sass"]``, ``asm["cubin"]``, ``metadata``.
     """
-    from kernels.triton.aot import TARGETS, compile_launch
+    from pcast.triton.aot import TARGETS, compile_launch
 
     if target not in TARGETS:
         raise ValueError(f"target={target!r} is not allowed; allowed: {', '.join(TARGETS)}")
@@ -85,11 +85,11 @@ def compile_attention(target: str, *, backend: str = "triton", batch: int = 1, h
 
 
 def deploy_attention(q, k, v, **attention_options):
-    """Run the deploy kernel (``backend="triton-fp8"``) on a CUDA GPU with :func:`kernels.attention`'s keywords
+    """Run the deploy kernel (``backend="triton-fp8"``) on a CUDA GPU with :func:`pcast.attention`'s keywords
     (checked as it checks them; ``scale_mode="exp2_offset"`` and ``v_fmt="e4m3fn"`` unless given). Returns
     ``out`` on the inputs' device. Without a GPU of capability >= 8.9: a RuntimeError naming ``--compile-only``."""
-    from kernels import api
-    from kernels.triton.deploy import NO_GPU_MESSAGE, triton_fp8_attention
+    from pcast import api
+    from pcast.triton.deploy import NO_GPU_MESSAGE, triton_fp8_attention
 
     if not api.fp8_gpu_available():
         raise RuntimeError(NO_GPU_MESSAGE)

@@ -1,4 +1,4 @@
-"""The front door: :func:`~kernels.attention`, with argument checking, policy resolution and backend choice."""
+"""The front door: :func:`~pcast.attention`, with argument checking, policy resolution and backend choice."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import math
 
 import torch
 
-from kernels.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
+from pcast.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
                        causal_offset, is_allowed)
-from kernels.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
-from kernels.emulator.tensorcore import check_pv_arith
-from kernels.result import AttentionResult
-from kernels.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
-from kernels.formats.microscaling import MX_FORMATS, get_mx_format, is_mx
+from pcast.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
+from pcast.emulator.tensorcore import check_pv_arith
+from pcast.result import AttentionResult
+from pcast.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
+from pcast.formats.microscaling import MX_FORMATS, get_mx_format, is_mx
 
 __all__ = ["attention", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS",
            "resolve_backend", "fp8_gpu_available"]
@@ -169,12 +169,12 @@ def _resolve(given: dict, policy) -> dict:
     fields = {}
     if policy is not None:
         if isinstance(policy, str):
-            from kernels.policies import get_policy
+            from pcast.policies import get_policy
 
             policy = get_policy(policy)
         if not callable(getattr(policy, "attention_kwargs", None)):
-            raise ValueError(f"policy={policy!r} is not allowed; allowed: None, a name of kernels.policies.POLICIES "
-                             "or a kernels.policies.Policy")
+            raise ValueError(f"policy={policy!r} is not allowed; allowed: None, a name of pcast.policies.POLICIES "
+                             "or a pcast.policies.Policy")
         fields = dict(policy.attention_kwargs())
         unknown = sorted(set(fields) - set(_D))
         if unknown:
@@ -211,7 +211,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     6. normalise: ``sink_mode="final"`` adds ``exp(σ - m)`` (its exp2_offset form) to l; then
        ``out = acc / (l·S)`` ("multiply") or ``acc / l`` ("exp2_offset").
 
-    Details: docs/interfaces.md ("P policies"); step names: :data:`kernels.contract.STEPS`.
+    Details: docs/interfaces.md ("P policies"); step names: :data:`pcast.contract.STEPS`.
 
     Args:
         q: float32 [B, H, Nq, d]; k, v: float32 [B, H_kv, Nk, d], H_kv dividing H (grouped-query
@@ -228,10 +228,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
         sm_scale: score scale, default 1/sqrt(d). sink_logit: None, or float32 [H] or [B, H] on q's device.
         backend: "auto" (compiled Triton on a CUDA GPU with capability >= 8.9, else "emulator"), "triton"
             (interpreted on CPU), "emulator", or "reference" (float64 of the unquantized inputs).
-        policy: None, a name of :data:`kernels.policies.POLICIES`, or a ``Policy``.
+        policy: None, a name of :data:`pcast.policies.POLICIES`, or a ``Policy``.
         reference: True: also compute the float64 reference of the same call and give the result's ``mse``
-            and ``mse_heads`` (one call instead of a second :func:`kernels.reference.reference_attention`).
-        pv_arith: step 5 in "fp32", or on an FP8 tensor core (:data:`kernels.contract.PV_ARITHS`; emulator only).
+            and ``mse_heads`` (one call instead of a second :func:`pcast.reference.reference_attention`).
+        pv_arith: step 5 in "fp32", or on an FP8 tensor core (:data:`pcast.contract.PV_ARITHS`; emulator only).
 
     Returns :class:`AttentionResult` on the inputs' device. Raises ValueError naming a bad argument.
     """
@@ -247,7 +247,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
 def _add_mse(result: AttentionResult, q, k, v, args: dict) -> None:
     """Fill ``result.mse`` and ``mse_heads`` against the float64 reference of the same call (mask, its
     alignment, sm_scale and sink logit)."""
-    from kernels.reference import reference_mse
+    from pcast.reference import reference_mse
 
     sink = args["sink_logit"]
     sink = None if sink is None else sink.expand(q.shape[:2]).to(torch.float32).contiguous()
@@ -301,7 +301,7 @@ def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
     if scales is not None:
         if ran != "emulator" or kw["scale_mode"] != "multiply" or is_split_call(kw):  # exp2: step 2 depends on S
             return [_run(q, k, values, {**args, "scale": s}) for s in scales]
-        from kernels.emulator.core import emulate_attention_scales
+        from pcast.emulator.core import emulate_attention_scales
 
         del kw["scale"], kw["num_splits"], kw["split_layout"], kw["p_normalize"]
         return [_emulator_results(outs, diag, ran) for outs, diag in
@@ -316,9 +316,9 @@ def _execute(q, k, values: tuple, kw: dict, ran: str, block_m: int) -> list[Atte
                                   kw["causal_offset"]) for v in values]
     if ran == "emulator":
         if is_split_call(kw):  # several splits or partition-normalised P
-            from kernels.emulator.splits import emulate_splits as emulate
+            from pcast.emulator.splits import emulate_splits as emulate
         else:
-            from kernels.emulator.core import emulate_attention as emulate
+            from pcast.emulator.core import emulate_attention as emulate
 
         outs, diag = emulate(q, k, values, **kw)
         return _emulator_results(outs, diag, ran)
@@ -357,8 +357,8 @@ def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:
 
 def _run_triton(q, k, v, *, compiled: bool, **kw):
     """Run the Triton kernel (on the GPU when ``compiled``); results come back on the inputs' device."""
-    from kernels.triton.kernel import triton_attention
-    from kernels.triton.splits import triton_split_attention
+    from pcast.triton.kernel import triton_attention
+    from pcast.triton.splits import triton_split_attention
 
     dev, run = q.device, triton_split_attention if "num_splits" in kw else triton_attention
     if compiled and dev.type != "cuda":
@@ -372,7 +372,7 @@ def _run_triton(q, k, v, *, compiled: bool, **kw):
 def _reference_result(q, k, v, causal, ksink, sm_scale, sink_logit=None, offset=0):
     """The float64 reference, and its diagnostics: nothing is rounded, so no underflow or saturation;
     terms count visible keys."""
-    from kernels.reference import causal_mask, reference_attention, reference_lse
+    from pcast.reference import causal_mask, reference_attention, reference_lse
 
     out = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit, causal_offset=offset)
     lse = reference_lse(q, k, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit, causal_offset=offset)

@@ -1,12 +1,12 @@
-"""The decode-time keywords of :func:`kernels.attention` (docs/interfaces.md, "Decode-time attention"):
+"""The decode-time keywords of :func:`pcast.attention` (docs/interfaces.md, "Decode-time attention"):
 their checks (one-line ``ValueError`` naming the argument, before any work) and the causal alignment."""
 
 from __future__ import annotations
 
 import math
 
-from kernels.contract import CAUSAL_ALIGNS, P_NORMALIZE, SPLIT_LAYOUTS, causal_offset
-from kernels.formats.microscaling import is_mx
+from pcast.contract import CAUSAL_ALIGNS, P_NORMALIZE, SPLIT_LAYOUTS, causal_offset
+from pcast.formats.microscaling import is_mx
 
 __all__ = ["check_decode", "DECODE_DEFAULTS", "is_split_call"]
 

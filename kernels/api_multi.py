@@ -1,9 +1,9 @@
 """Several attention calls on the same q and k: value tensors, scales, or any list of calls.
 
-:func:`~kernels.attention_values`, :func:`~kernels.attention_scales` and :func:`~kernels.attention_calls`
-(docs/interfaces.md): each result is bit-identical to its own :func:`kernels.attention` call, and the
-emulator shares what the results do not depend on. Their arguments are :func:`kernels.attention`'s,
-checked by :mod:`kernels.api` before any work.
+:func:`~pcast.attention_values`, :func:`~pcast.attention_scales` and :func:`~pcast.attention_calls`
+(docs/interfaces.md): each result is bit-identical to its own :func:`pcast.attention` call, and the
+emulator shares what the results do not depend on. Their arguments are :func:`pcast.attention`'s,
+checked by :mod:`pcast.api` before any work.
 """
 
 from __future__ import annotations
@@ -13,25 +13,25 @@ from collections.abc import Mapping
 
 import torch
 
-from kernels.api_decode import is_split_call
-from kernels.api import AttentionResult, _emulator_results, _execute, _positive, _prepare, _run, attention
+from pcast.api_decode import is_split_call
+from pcast.api import AttentionResult, _emulator_results, _execute, _positive, _prepare, _run, attention
 
 __all__ = ["attention_values", "attention_scales", "attention_calls"]
 
 
 def attention_values(q: torch.Tensor, k: torch.Tensor, values, **kwargs) -> list[AttentionResult]:
-    """:func:`~kernels.attention` of q and k against each value tensor of ``values``, sharing the P path.
+    """:func:`~pcast.attention` of q and k against each value tensor of ``values``, sharing the P path.
 
     P and every diagnostic depend on q and k only. The emulator therefore runs steps 1-4 once and
     steps 5-6 once per value tensor (each cast by ``v_fmt`` on its own); the other backends call
-    :func:`~kernels.attention` once per value tensor. Either way result i is bit-identical to
+    :func:`~pcast.attention` once per value tensor. Either way result i is bit-identical to
     ``attention(q, k, values[i], **kwargs)``.
 
     Args:
-        q, k: as :func:`~kernels.attention`. values: a non-empty list or tuple of float32 tensors, each of k's
-            shape [B, H, Nk, d] and on q's device. kwargs: any keywords of :func:`~kernels.attention`.
+        q, k: as :func:`~pcast.attention`. values: a non-empty list or tuple of float32 tensors, each of k's
+            shape [B, H, Nk, d] and on q's device. kwargs: any keywords of :func:`~pcast.attention`.
 
-    Returns one :class:`~kernels.AttentionResult` per value tensor (each with its own diagnostic tensors).
+    Returns one :class:`~pcast.AttentionResult` per value tensor (each with its own diagnostic tensors).
     Raises ValueError naming a bad argument, before any work.
     """
     args = _bound_args("attention_values", q, k, values, kwargs)
@@ -39,21 +39,21 @@ def attention_values(q: torch.Tensor, k: torch.Tensor, values, **kwargs) -> list
 
 
 def attention_scales(q: torch.Tensor, k: torch.Tensor, values, *, scales, **kwargs) -> list[list[AttentionResult]]:
-    """:func:`~kernels.attention_values` at each scale S of ``scales``, sharing what does not depend on S.
+    """:func:`~pcast.attention_values` at each scale S of ``scales``, sharing what does not depend on S.
 
     With ``scale_mode="multiply"`` steps 1-2 (scores, running max, p = exp(s - m)) and the counts of
     p > 0 do not depend on S, so the emulator runs them once per chunk of rows and steps 3-6 once
     per scale (each on its own copy of the unrounded p); the saturation check is taken per scale.
     ``scale_mode="exp2_offset"`` folds log2 S into step 2, and the other backends share nothing,
-    so those call :func:`~kernels.attention_values` once per scale. Either way ``result[i][j]`` is
+    so those call :func:`~pcast.attention_values` once per scale. Either way ``result[i][j]`` is
     bit-identical to ``attention_values(q, k, values, scale=scales[i], **kwargs)[j]``.
 
     Args:
-        q, k, values: as :func:`~kernels.attention_values`. scales: a non-empty list or tuple of scales, each
-            a finite number > 0 (as ``scale`` of :func:`~kernels.attention`; it overrides a policy's scale).
-        kwargs: any keywords of :func:`~kernels.attention` but ``scale``.
+        q, k, values: as :func:`~pcast.attention_values`. scales: a non-empty list or tuple of scales, each
+            a finite number > 0 (as ``scale`` of :func:`~pcast.attention`; it overrides a policy's scale).
+        kwargs: any keywords of :func:`~pcast.attention` but ``scale``.
 
-    Returns one list per scale of one :class:`~kernels.AttentionResult` per value tensor (each with its own
+    Returns one list per scale of one :class:`~pcast.AttentionResult` per value tensor (each with its own
     diagnostic tensors). Raises ValueError naming a bad argument, before any work."""
     if not isinstance(scales, (list, tuple)) or not scales:
         raise ValueError(f"scales={scales!r} is not allowed; allowed: a non-empty list or tuple of finite "
@@ -68,7 +68,7 @@ def attention_scales(q: torch.Tensor, k: torch.Tensor, values, *, scales, **kwar
 
 
 def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -> list[list[AttentionResult]]:
-    """Several :func:`~kernels.attention_values` calls on the same q, k and values, sharing what their results do not
+    """Several :func:`~pcast.attention_values` calls on the same q, k and values, sharing what their results do not
     depend on (the multi-run entry point, docs/interfaces.md).
 
     Call i runs with the keywords ``{**common, **calls[i]}``; ``result[i][j]`` is bit-identical to
@@ -79,28 +79,28 @@ def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -
     machine). Other backends run the calls one by one.
 
     Args:
-        q, k, values: as :func:`~kernels.attention_values`. calls: a non-empty list or tuple of dicts of keywords
-            of :func:`~kernels.attention`. common: keywords every call takes unless it sets them itself.
+        q, k, values: as :func:`~pcast.attention_values`. calls: a non-empty list or tuple of dicts of keywords
+            of :func:`~pcast.attention`. common: keywords every call takes unless it sets them itself.
 
-    Returns one list per call of one :class:`~kernels.AttentionResult` per value tensor (each with its own
+    Returns one list per call of one :class:`~pcast.AttentionResult` per value tensor (each with its own
     tensors). Raises ValueError naming a bad call (``calls[i]``) or argument, before any work."""
     if not isinstance(calls, (list, tuple)) or not calls:
         raise ValueError(f"calls={calls!r} is not allowed; allowed: a non-empty list or tuple of dicts of keywords "
-                         "of kernels.attention")
+                         "of pcast.attention")
     prepared = []
     for i, call in enumerate(calls):
         if not isinstance(call, Mapping):
-            raise ValueError(f"calls[{i}]={call!r} is not allowed; allowed: a dict of keywords of kernels.attention")
+            raise ValueError(f"calls[{i}]={call!r} is not allowed; allowed: a dict of keywords of pcast.attention")
         args = _bound_args(f"attention_calls: calls[{i}]", q, k, values, {**common, **call})
         try:
             prepared.append(_prepare(q, k, tuple(values), args))
         except ValueError as e:
             raise ValueError(f"calls[{i}]: {e}") from None
     results: list = [None] * len(calls)
-    # several splits or partition P: one emulator run per call (kernels.emulator.splits shares nothing)
+    # several splits or partition P: one emulator run per call (pcast.emulator.splits shares nothing)
     emu = [i for i, (kw, ran, _) in enumerate(prepared) if ran == "emulator" and not is_split_call(kw)]
     if emu:
-        from kernels.emulator.calls import emulate_calls
+        from pcast.emulator.calls import emulate_calls
 
         for i, (outs, diag) in zip(emu, emulate_calls(q, k, tuple(values), [prepared[i][0] for i in emu])):
             results[i] = _emulator_results(outs, diag, "emulator")
@@ -111,7 +111,7 @@ def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -
 
 
 def _bound_args(who: str, q, k, values, kwargs: dict) -> dict:
-    """:func:`~kernels.attention`'s arguments, defaults applied, for a call on several value tensors (``values[0]``
+    """:func:`~pcast.attention`'s arguments, defaults applied, for a call on several value tensors (``values[0]``
     stands for ``v``); raises ValueError naming a bad ``values`` or keyword."""
     if not isinstance(values, (list, tuple)) or not values:
         raise ValueError(f"values must be a non-empty list or tuple of tensors, got {type(values).__name__}"
@@ -119,9 +119,9 @@ def _bound_args(who: str, q, k, values, kwargs: dict) -> dict:
     try:
         bound = inspect.signature(attention).bind(q, k, values[0], **kwargs)
     except TypeError as e:
-        raise ValueError(f"{who}: {e}; allowed keywords: those of kernels.attention") from None
+        raise ValueError(f"{who}: {e}; allowed keywords: those of pcast.attention") from None
     bound.apply_defaults()
     if bound.arguments["reference"] is not False:
         raise ValueError(f"{who}: reference={bound.arguments['reference']!r} is not allowed; allowed: False (for the "
-                         "MSE against the float64 reference, call kernels.attention(..., reference=True))")
+                         "MSE against the float64 reference, call pcast.attention(..., reference=True))")
     return bound.arguments

@@ -29,7 +29,7 @@ class AttentionResult:
         groups_flushed: int64 [B, H, Nq]: groups with a key's x > 0 whose scale flushed to 0 (idem).
         backend: what actually ran: "triton-compiled", "triton-interpreted", "emulator" or "reference".
         mse: with ``reference=True``, the mean squared error of ``out`` against the float64 reference of
-            the same call (:func:`kernels.reference.reference_attention`, the same mask, sm_scale and sink
+            the same call (:func:`pcast.reference.reference_attention`, the same mask, sm_scale and sink
             logit); None otherwise.
         mse_heads: with ``reference=True``, float64 [B, H]: the same per (batch, head); None otherwise.
         lse: float32 [B, H, Nq] (float64 for the reference): each row's natural-log softmax normaliser,

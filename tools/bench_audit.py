@@ -57,10 +57,10 @@ def main(argv=None) -> int:
 
     import torch
 
-    from kernels.cli.audit import main as audit
-    from kernels.cli.audit_heads import plan_runs
-    from kernels.cli.audit_io import estimate
-    from kernels.policies import POLICIES, Policy
+    from pcast.cli.audit import main as audit
+    from pcast.cli.audit_heads import plan_runs
+    from pcast.cli.audit_io import estimate
+    from pcast.policies import POLICIES, Policy
 
     torch.set_num_threads(args.threads)
     runs = plan_runs(Policy("yours", order="reverse", scale=256.0), [POLICIES["fa3"], POLICIES["fa4"]])

@@ -16,9 +16,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from kernels.pipeline.tables import benchmark_groups  # noqa: E402
+from pcast.pipeline.tables import benchmark_groups
 
 
 def _chain(experiment: str) -> list[str]:

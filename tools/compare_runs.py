@@ -9,8 +9,9 @@ Usage (from the repository root)::
     python tools/compare_runs.py --before-dir /tmp/a --after-dir /tmp/b --rel 1e-9 --strict-others
 
 Each commit is checked out with ``git worktree add --detach`` into a temporary folder and run with
-``snakemake --cores N --config preset=P`` there, with ``PYTHONPATH`` set to that checkout so that
-its own ``kernels`` package is imported (not the one ``pip install -e`` points to). Compared, by
+``snakemake --cores N --config preset=P`` there, with ``PYTHONPATH`` set so that its own package
+(``pcast``, from its ``kernels/``) is imported, not the one ``pip install -e`` points to
+(:func:`pcast.pipeline.provenance.import_path`). Compared, by
 SHA-256: ``results/tidy/*.csv``, ``figures/*.csv``, ``figures/table_*`` and ``figures/claims.md``
 (PDF and PNG are byte-stable too, but they are renderings of the CSVs compared here). Running
 times live apart in ``results/timing/`` and are not compared.
@@ -52,14 +53,11 @@ PATTERNS = ("results/tidy/*.csv", "figures/*.csv", "figures/table_*", "figures/c
 TIDY_PATTERN = PATTERNS[0]
 ROOT = Path(__file__).resolve().parents[1]
 
-try:  # run as `python tools/compare_runs.py`: sys.path[0] is tools/, kernels comes from `pip install -e`
-    from kernels.contract import CONFORMANCE_COLUMNS, POLICY_TIDY_COLUMNS, TIDY_COLUMNS
-except ImportError:  # pragma: no cover - a checkout without the package installed
-    sys.path.insert(0, str(ROOT))
-    from kernels.contract import CONFORMANCE_COLUMNS, POLICY_TIDY_COLUMNS, TIDY_COLUMNS
+from pcast.contract import CONFORMANCE_COLUMNS, POLICY_TIDY_COLUMNS, TIDY_COLUMNS
+from pcast.pipeline.provenance import import_path
 
 # ----------------------------------------------------------------------------- column classes (--rel)
-# Every column of the tidy tables (kernels.contract), in order, each once.
+# Every column of the tidy tables (pcast.contract), in order, each once.
 CONTRACT_COLUMNS = tuple(dict.fromkeys(TIDY_COLUMNS + POLICY_TIDY_COLUMNS + CONFORMANCE_COLUMNS))
 # Float measurements that a reordered sum moves in their last bits: compared within --rel.
 TOLERANT_COLUMNS = ("mse", "rel_mse", "max_abs_err", "floor_mse", "floor_rel_mse", "max_abs_diff", "max_rel_diff")
@@ -68,8 +66,8 @@ COUNT_FRACTION_COLUMNS = tuple(c for c in CONTRACT_COLUMNS if c.endswith("_frac"
 # Every other column, of the contract or not (keys, configuration, counts, flags), is compared as text.
 EXACT_COLUMNS = tuple(c for c in CONTRACT_COLUMNS if c not in TOLERANT_COLUMNS)
 _unknown = sorted(set(TOLERANT_COLUMNS) - set(CONTRACT_COLUMNS))
-if _unknown:  # a column renamed in kernels.contract must be renamed here too, not silently compared as text
-    raise ImportError(f"compare_runs: TOLERANT_COLUMNS not in kernels.contract: {_unknown}")
+if _unknown:  # a column renamed in pcast.contract must be renamed here too, not silently compared as text
+    raise ImportError(f"compare_runs: TOLERANT_COLUMNS not in pcast.contract: {_unknown}")
 
 
 def hashes(run_dir: Path) -> dict[str, str]:
@@ -85,7 +83,7 @@ def run_commit(rev: str, where: Path, preset: str, cores: int) -> tuple[Path, fl
     """Check ``rev`` out into ``where`` and run the whole pipeline there; return (tree, seconds)."""
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), rev], check=True,
                    capture_output=True, text=True)
-    env = dict(os.environ, PYTHONPATH=str(where))
+    env = dict(os.environ, PYTHONPATH=import_path(where, Path(tempfile.mkdtemp(prefix="pcast-path-"))))
     start = time.perf_counter()
     proc = subprocess.run(["snakemake", "--cores", str(cores), "--config", f"preset={preset}"], cwd=where,
                           env=env, capture_output=True, text=True)

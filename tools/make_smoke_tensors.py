@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     import torch
     from safetensors.torch import save
 
-    from kernels.models import realmodel as rm
+    from pcast.models import realmodel as rm
 
     torch.set_num_threads(1)
     rm.check_model_files()

@@ -7,9 +7,9 @@ Usage (from the repository root)::
 
 For each experiment, the paper preset's grid (N = 4096, d = 128, its Δ grid and combinations) with
 ``seeds`` seeds in one shard: the run plan's estimate of its kernel and reference work
-(:func:`kernels.pipeline.plan.plan_rows`, this machine's calibration), then the shard itself, as the
-pipeline runs it (its inputs written, then :func:`kernels.pipeline.runs.run_sweep_shard`,
-:func:`kernels.pipeline.policy_runs.run_policies_shard` or :func:`kernels.pipeline.fp4_runs.run_fp4_shard`, one
+(:func:`pcast.pipeline.plan.plan_rows`, this machine's calibration), then the shard itself, as the
+pipeline runs it (its inputs written, then :func:`pcast.pipeline.runs.run_sweep_shard`,
+:func:`pcast.pipeline.policy_runs.run_policies_shard` or :func:`pcast.pipeline.fp4_runs.run_fp4_shard`, one
 torch thread, a fresh process each,
 ``--jobs`` at a time, as ``snakemake --cores`` would). Measured: the kernel and reference seconds the
 shard's timing table records. Prints one line per experiment with the estimate, the measurement,
@@ -40,7 +40,7 @@ BAND = 1.5
 
 def slice_config(name: str, seeds: int, preset: str = "paper") -> tuple[dict, dict]:
     """The preset's merged config, and experiment ``name`` cut to ``seeds`` seeds in one shard."""
-    from kernels.pipeline import config as pconfig
+    from pcast.pipeline import config as pconfig
 
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
     raw["preset"] = preset
@@ -51,11 +51,11 @@ def slice_config(name: str, seeds: int, preset: str = "paper") -> tuple[dict, di
 
 def child(name: str, seeds: int, out: Path, preset: str) -> None:
     """Write the slice's inputs and run its one shard (a fresh process: one torch thread)."""
-    from kernels.pipeline import config as pconfig
-    from kernels.pipeline.fp4_runs import run_fp4_shard
-    from kernels.pipeline.inputs import write_inputs
-    from kernels.pipeline.policy_runs import run_policies_shard
-    from kernels.pipeline.runs import run_sweep_shard
+    from pcast.pipeline import config as pconfig
+    from pcast.pipeline.fp4_runs import run_fp4_shard
+    from pcast.pipeline.inputs import write_inputs
+    from pcast.pipeline.policy_runs import run_policies_shard
+    from pcast.pipeline.runs import run_sweep_shard
 
     cfg, exp = slice_config(name, seeds, preset)
     inputs = out / f"{name}.safetensors"
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         child(args.child, args.seeds, args.out, args.preset)
         return 0
 
-    from kernels.pipeline import plan
+    from pcast.pipeline import plan
 
     cal = plan.load_calibration()
     out = args.out or Path(tempfile.mkdtemp(prefix="paper-slice-"))

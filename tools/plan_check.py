@@ -3,7 +3,7 @@
     python tools/plan_check.py RUN_DIR [--preset smoke] [--config-json '{"experiments": ...}']
 
 RUN_DIR is a checkout where ``snakemake --cores all`` ran (its ``results/timing/{experiment}.csv``: the
-shards' ``reference_s + kernel_s``). The estimate is :func:`kernels.pipeline.plan.plan_rows` for RUN_DIR's
+shards' ``reference_s + kernel_s``). The estimate is :func:`pcast.pipeline.plan.plan_rows` for RUN_DIR's
 config.yaml under the preset, with this machine's calibration (made now if there is none), as the plan
 printed before the run. Prints one line per estimated experiment with the ratio estimate / measured, and
 exits 1 when a ratio lies outside ``--within`` (1.5 by default). Run it on an idle
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from kernels.pipeline import plan
-from kernels.pipeline.config import deep_merge, resolve_preset
+from pcast.pipeline import plan
+from pcast.pipeline.config import deep_merge, resolve_preset
 
 
 def measured_seconds(run_dir: Path, name: str) -> float | None:

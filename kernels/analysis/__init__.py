@@ -6,8 +6,8 @@ Torch-free. Modules, in the order the pipeline uses them:
 * :mod:`.paired`: pairing by seed, ratio CIs, Wilcoxon, t, TOST, Holm (the T1 family);
 * :mod:`.summaries`: seed intervals, Δc crossings, the per-experiment summaries, ``write_csv``;
 * :mod:`.policies`, :mod:`.policy_predictions`: the policies experiment's summary and its theory;
-* :mod:`.fp4`, :mod:`.fp4_predictions`: the fp4 experiment's summary and its theory (:mod:`kernels.theory.fp4`);
-* :mod:`.decode`: the decode experiment's statistics and its theory (:mod:`kernels.theory.decode`);
+* :mod:`.fp4`, :mod:`.fp4_predictions`: the fp4 experiment's summary and its theory (:mod:`pcast.theory.fp4`);
+* :mod:`.decode`: the decode experiment's statistics and its theory (:mod:`pcast.theory.decode`);
 * :mod:`.stats`: one builder per statistics rule, from the ``statistics:`` section;
 * :mod:`.tables`: T1–T6 and their LaTeX / Markdown / CSV writers; :mod:`.fp4_table`: T7; :mod:`.decode_table`: T8;
 * :mod:`.plots`: F1–F12, one module per figure, one shared style;

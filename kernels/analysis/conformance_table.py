@@ -1,8 +1,8 @@
 """T4's display and the numbers the conformance verdict states, from ``results/tidy/conformance.csv``.
 
 The table's rows (``check``, docs/interfaces.md "Pipeline data"): ``kernel`` rows compare the Triton kernel
-with the emulator (every difference explained by :func:`kernels.conformance.explain`), ``engine`` rows
-compare :func:`kernels.attention_calls` with one :func:`kernels.attention` per item on the emulator (bit for
+with the emulator (every difference explained by :func:`pcast.conformance.explain`), ``engine`` rows
+compare :func:`pcast.attention_calls` with one :func:`pcast.attention` per item on the emulator (bit for
 bit). :func:`row_passes` is the one rule a row is judged by; :func:`coverage` lists what the rows cover
 (Δ, sink value norms, every option's values, the shapes), :func:`table_conformance` builds T4's display:
 the kernel grid per (order, S, causal, n, d) over seeds, each covering case, and the engine rows per
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kernels.analysis.text import short, truthy
+from pcast.analysis.text import short, truthy
 
 __all__ = ["OPTION_COLUMNS", "prepared", "row_passes", "coverage", "table_conformance"]
 

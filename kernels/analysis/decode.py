@@ -7,19 +7,19 @@ decode row, (seed, head). Three tables:
 * :func:`decode_curves`: per configuration and Δ, the mean non-sink underflow fraction over the rows with its
   Student-t CI, and the theory's (:func:`predicted_fraction`).
 * :func:`decode_crossings`: per configuration, Δc where the mean curve first reaches ``crossing_level``,
-  with a bootstrap CI over rows (:func:`kernels.analysis.summaries.crossing_ci`), the theory's Δc (the same
+  with a bootstrap CI over rows (:func:`pcast.analysis.summaries.crossing_ci`), the theory's Δc (the same
   crossing of the predicted curve on a 0.01 grid) and each side's status: ``cross``, ``never`` (below the
   level on the whole grid) or ``always`` (at or above it from the first Δ). ``dc_miss`` is the measured minus
   the predicted Δc where both cross; ``uf_max_err`` the largest ``|measured - theory|`` fraction over Δ.
 * :func:`decode_partition`: per (n, S) of the P-cast error rows, the relative RMS error of the cast
   ``sqrt(Σ err² / Σ x²)`` pooled over seeds, its bootstrap CI over seeds, and
-  :func:`kernels.theory.decode.partition_rms_error`.
+  :func:`pcast.theory.decode.partition_rms_error`.
 
 Theory per configuration (:func:`predicted_fraction`): sink keys with online P,
-:func:`kernels.theory.decode.split_underflow_fraction` (leading order); a seeding logit with online P,
-:func:`~kernels.theory.decode.init_underflow_fraction` (a logit that joins the denominator after the casts,
+:func:`pcast.theory.decode.split_underflow_fraction` (leading order); a seeding logit with online P,
+:func:`~pcast.theory.decode.init_underflow_fraction` (a logit that joins the denominator after the casts,
 ``sink_mode="final"``, changes no cast: 0 to leading order); partition-normalised P,
-:func:`~kernels.theory.decode.partition_underflow_fraction`.
+:func:`~pcast.theory.decode.partition_underflow_fraction`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from kernels.analysis.policies import seed_crossing, seed_mean_ci
-from kernels.analysis.summaries import _crossing_rows
-from kernels.theory.decode import (init_underflow_fraction, partition_rms_error, partition_underflow_fraction,
+from pcast.analysis.policies import seed_crossing, seed_mean_ci
+from pcast.analysis.summaries import _crossing_rows
+from pcast.theory.decode import (init_underflow_fraction, partition_rms_error, partition_underflow_fraction,
                                    split_critical_delta, split_underflow_fraction)
 
 __all__ = ["CONFIG_KEYS", "predicted_fraction", "decode_curves", "decode_crossings", "decode_partition",

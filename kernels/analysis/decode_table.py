@@ -15,10 +15,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from kernels.analysis.decode import CONFIG_KEYS
-from kernels.analysis.policies import require
-from kernels.analysis.tables import Table
-from kernels.analysis.text import short
+from pcast.analysis.decode import CONFIG_KEYS
+from pcast.analysis.policies import require
+from pcast.analysis.tables import Table
+from pcast.analysis.text import short
 
 __all__ = ["decode"]
 
@@ -60,8 +60,8 @@ def decode(summary: pd.DataFrame, curves: pd.DataFrame, partition: pd.DataFrame,
     part = partition.assign(kind="partition-error")
     level = float(stats_cfg["crossing_level"])
     caption = (f"T8. Decode rows (Nq = 1 over n keys; decode experiment): mean non-sink underflow fraction at Δ = "
-               f"{at:g} with kernels.theory.decode's in parentheses; Δc where the mean over rows crosses {level:g} "
+               f"{at:g} with pcast.theory.decode's in parentheses; Δc where the mean over rows crosses {level:g} "
                f"(bootstrap-over-rows {stats_cfg['confidence_level']:g} CI), the theory's, and measured minus "
                "theory. Last rows: relative RMS error of a partition-normalised P cast (pooled over seeds, "
-               "bootstrap CI) against its closed form (kernels.theory.decode.partition_rms_error).")
+               "bootstrap CI) against its closed form (pcast.theory.decode.partition_rms_error).")
     return Table(pd.DataFrame(rows), pd.concat([data, part], ignore_index=True), caption, "tab:decode")

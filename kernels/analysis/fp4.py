@@ -1,20 +1,20 @@
 """P in microscaled FP4: the fp4 experiment's summary, measured next to the theory.
 
-:func:`fp4_summary` turns ``results/tidy/fp4.csv`` (columns :data:`kernels.contract.FP4_TIDY_COLUMNS`)
+:func:`fp4_summary` turns ``results/tidy/fp4.csv`` (columns :data:`pcast.contract.FP4_TIDY_COLUMNS`)
 into ``results/stats/fp4.csv``: one row per configuration (P cast, order, Δ and the rest of
-:data:`kernels.contract.FP4_CONFIG_COLUMNS`), with
+:data:`pcast.contract.FP4_CONFIG_COLUMNS`), with
 
 * ``<x>_mean/_lo/_hi`` for x in :data:`MEANS` (the underflow fractions by cause, the flushed-group and
   saturated fractions, the relative MSE): the mean over seeds and its Student-t CI
-  (:func:`kernels.analysis.policies.seed_mean_ci`); ``rel_mse_median``;
+  (:func:`pcast.analysis.policies.seed_mean_ci`); ``rel_mse_median``;
 * the theory (:mod:`.fp4_predictions`): ``flush_threshold``, ``pred_groups_flushed``,
   ``pred_underflow_elem``;
 * per curve (the configuration less Δ), on each of its rows: ``dc_meas`` where the seed-mean flushed-group
-  fraction crosses ``crossing_level`` (interpolated, :func:`kernels.analysis.summaries.crossing_ci`) with
+  fraction crosses ``crossing_level`` (interpolated, :func:`pcast.analysis.summaries.crossing_ci`) with
   its bootstrap-over-seeds CI ``dc_lo/dc_hi``, ``flushed_at_start`` (the mean fraction at the first Δ), and
   ``dc_pred`` (``critical_delta_flush``: static NVFP4, forward order; NaN otherwise);
 * ``fr_ratio`` with ``fr_ratio_lo/_hi``: the median per-seed MSE ratio forward / reverse of the cast at
-  that Δ and its paired-bootstrap CI (:func:`kernels.analysis.paired.median_ratio_ci`), on both orders' rows;
+  that Δ and its paired-bootstrap CI (:func:`pcast.analysis.paired.median_ratio_ci`), on both orders' rows;
 * ``base_ratio`` with ``base_ratio_lo/_hi``: the same ratio of the cast's MSE over the FP8 baseline's
   (the one cast whose format is not microscaled) in the same order, at that Δ.
 """
@@ -24,10 +24,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kernels.contract import FP4_CONFIG_COLUMNS
-from kernels.analysis import fp4_predictions as fp
-from kernels.analysis.paired import median_ratio_ci
-from kernels.analysis.policies import check_tidy, seed_crossing, seed_mean_ci
+from pcast.contract import FP4_CONFIG_COLUMNS
+from pcast.analysis import fp4_predictions as fp
+from pcast.analysis.paired import median_ratio_ci
+from pcast.analysis.policies import check_tidy, seed_crossing, seed_mean_ci
 
 __all__ = ["REQUIRED", "MEANS", "config_keys", "baseline_cast", "fp4_summary", "curve_rows"]
 

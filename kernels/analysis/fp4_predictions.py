@@ -1,4 +1,4 @@
-"""The fp4 experiment's theory, per configuration row: :mod:`kernels.theory.fp4` applied to a P cast.
+"""The fp4 experiment's theory, per configuration row: :mod:`pcast.theory.fp4` applied to a P cast.
 
 The stats, T7 and the FP4 verdict read the theory through these functions only, with the row's own
 settings (``ksink``, ``sigma``, ``n``, ``block_n``, the format's group, the order):
@@ -25,12 +25,12 @@ import numpy as np
 __all__ = ["GROUP", "kind", "threshold", "group_flush", "element_underflow", "critical_delta",
            "optimal_scale"]
 
-GROUP = {"nvfp4": 16, "mxfp4": 32}  # keys per scale group (kernels.formats.microscaling.MX_FORMATS)
+GROUP = {"nvfp4": 16, "mxfp4": 32}  # keys per scale group (pcast.formats.microscaling.MX_FORMATS)
 
 
 def _fn(name: str):
-    """``kernels.theory.fp4.<name>`` (imported here, not at module load: the statistics import this module)."""
-    from kernels.theory import fp4 as fp4_theory
+    """``pcast.theory.fp4.<name>`` (imported here, not at module load: the statistics import this module)."""
+    from pcast.theory import fp4 as fp4_theory
     return getattr(fp4_theory, name)
 
 

@@ -1,6 +1,6 @@
 """T7 (rule table_fp4) and the numbers the FP4 verdict reads: one row per P cast of the fp4 experiment.
 
-:func:`cast_rows` reads ``results/stats/fp4.csv`` (:func:`kernels.analysis.fp4.fp4_summary`) at the
+:func:`cast_rows` reads ``results/stats/fp4.csv`` (:func:`pcast.analysis.fp4.fp4_summary`) at the
 ``claims.fp4.delta``: per cast, the closed-form group-flush Δc (static NVFP4, forward order), the
 measured one with its CI and their distance, the MSE ratio forward / reverse and the forward MSE over the
 FP8 baseline's, both with paired-bootstrap CIs. :func:`fp4` builds T7 from it.
@@ -14,11 +14,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from kernels.analysis.fp4 import curve_rows
-from kernels.analysis.policies import require
-from kernels.analysis.summaries import crossing
-from kernels.analysis.tables import Table
-from kernels.analysis.text import short
+from pcast.analysis.fp4 import curve_rows
+from pcast.analysis.policies import require
+from pcast.analysis.summaries import crossing
+from pcast.analysis.tables import Table
+from pcast.analysis.text import short
 
 __all__ = ["cast_rows", "dc_text", "fp4"]
 
@@ -92,7 +92,7 @@ def fp4(summary: pd.DataFrame, stats_cfg: Mapping, fp4_cfg: Mapping) -> Table:
     caption = (f"T7. P in microscaled FP4 (fp4 experiment, forward order): the group-flush Δc where the seed-mean "
                f"fraction of flushed NVFP4 scale groups crosses {level:g} (bootstrap-over-seeds "
                f"{stats_cfg['confidence_level']:g} CI; 'never': not on the Δ grid) next to the closed form "
-               "(kernels.theory.fp4.critical_delta_flush, static S1 only); at Δ = "
+               "(pcast.theory.fp4.critical_delta_flush, static S1 only); at Δ = "
                f"{delta:g}, the median per-seed MSE ratio forward / reverse and the forward MSE over the FP8 "
                "baseline's (paired-bootstrap CIs).")
     return Table(display, data, caption, "tab:fp4")

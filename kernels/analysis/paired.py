@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from kernels.contract import COMBO_COLUMNS, GROUP_COLUMNS
+from pcast.contract import COMBO_COLUMNS, GROUP_COLUMNS
 
 __all__ = [
     "config_columns", "pair_by_seed", "log_ratios", "median_ratio_ci", "wilcoxon_log", "ttest_log",
@@ -66,7 +66,7 @@ PAIRED_COLUMNS = ("a", "b", "n_pairs", "median_ratio", "ci_low", "ci_high", "gme
 
 
 def config_columns(df: pd.DataFrame, exclude: Iterable[str] = COMBO_COLUMNS) -> list[str]:
-    """Group columns (:data:`kernels.contract.GROUP_COLUMNS`) present in ``df``, less ``exclude``."""
+    """Group columns (:data:`pcast.contract.GROUP_COLUMNS`) present in ``df``, less ``exclude``."""
     ex = set(exclude)
     return [c for c in GROUP_COLUMNS if c in df.columns and c not in ex]
 

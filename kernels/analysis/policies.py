@@ -1,9 +1,9 @@
 """What each deployed P policy loses: the policies experiment's summary, measured next to the theory.
 
 :func:`policy_summary` turns ``results/tidy/policies.csv`` (columns
-:data:`kernels.contract.POLICY_TIDY_COLUMNS`) into ``results/stats/policies.csv``: one row per
+:data:`pcast.contract.POLICY_TIDY_COLUMNS`) into ``results/stats/policies.csv``: one row per
 configuration (policy, variant, sink_kind, sink_v_scale, Δ and the rest of
-:data:`kernels.contract.POLICY_CONFIG_COLUMNS`), with
+:data:`pcast.contract.POLICY_CONFIG_COLUMNS`), with
 
 * ``underflow_frac_mean/_lo/_hi``, ``saturated_frac_mean/_lo/_hi``: the mean over seeds and its
   Student-t confidence interval (``scipy.stats.t``; it collapses to the mean when every seed
@@ -11,12 +11,12 @@ configuration (policy, variant, sink_kind, sink_v_scale, Δ and the rest of
 * ``rel_mse_median``, ``floor_rel_mse_median``: medians over seeds of the relative MSE and of the
   V-cast floor (the same call with P unrounded);
 * ``floor_ratio`` with ``floor_ratio_lo/_hi``: the median per-seed ratio rel_mse / floor_rel_mse
-  and its paired-bootstrap CI (:func:`kernels.analysis.paired.median_ratio_ci`): how far the
+  and its paired-bootstrap CI (:func:`pcast.analysis.paired.median_ratio_ci`): how far the
   P cast lifts the error above what the operand casts cost anyway;
 * ``applied_scale``, ``pred_model``, ``pred_underflow``, ``pred_saturated``: the theory
   (:mod:`.policy_predictions`);
 * per curve (the configuration less Δ), repeated on each of its rows: ``dc_meas`` (where the
-  seed-mean underflow curve crosses ``crossing_level``, :func:`kernels.analysis.summaries.crossing_ci`,
+  seed-mean underflow curve crosses ``crossing_level``, :func:`pcast.analysis.summaries.crossing_ci`,
   as for the threshold experiment) with its bootstrap-over-seeds CI ``dc_lo/dc_hi``, ``dc_pred``
   (where the prediction crosses on the same Δ range), ``underflow_at_start`` (the seed-mean
   fraction at the grid's first Δ, which tells "collapsed from the start" from "never").
@@ -32,15 +32,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from kernels.contract import POLICY_CONFIG_COLUMNS
-from kernels.analysis import policy_predictions as pp
-from kernels.analysis.paired import median_ratio_ci
-from kernels.analysis.summaries import crossing_ci
+from pcast.contract import POLICY_CONFIG_COLUMNS
+from pcast.analysis import policy_predictions as pp
+from pcast.analysis.paired import median_ratio_ci
+from pcast.analysis.summaries import crossing_ci
 
 __all__ = ["REQUIRED", "POLICY_FIELDS", "config_keys", "curve_keys", "seed_mean_ci", "policy_summary", "curves",
            "first_delta", "floor_rows", "best_policy_ratio", "policy_peaks", "require"]
 
-# The configuration columns a policy sets (kernels.policies.Policy's P-path fields); the others
+# The configuration columns a policy sets (pcast.policies.Policy's P-path fields); the others
 # (shape, sink, Δ, variant and its operand casts) are the setting that policies are compared in.
 POLICY_FIELDS = ("policy", "order", "scale", "scale_mode", "rescale_threshold", "sink_mode", "fmt", "rowsum",
                  "block_m", "block_n")
@@ -71,11 +71,11 @@ def curve_keys(df: pd.DataFrame) -> list[str]:
 
 def check_tidy(df: pd.DataFrame, required=None, table: str = "policies",
                columns: str = "POLICY_TIDY_COLUMNS") -> None:
-    """A tidy table has the ``required`` columns (kernels.contract's ``columns``) and at least one row."""
+    """A tidy table has the ``required`` columns (pcast.contract's ``columns``) and at least one row."""
     missing = [c for c in (REQUIRED if required is None else required) if c not in df.columns]
     if missing:
         raise ValueError(f"tidy {table} table: columns {', '.join(missing)} are missing; "
-                         f"required: kernels.contract.{columns}")
+                         f"required: pcast.contract.{columns}")
     if df.empty:
         raise ValueError(f"tidy {table} table: no rows")
 
@@ -147,7 +147,7 @@ def policy_summary(df: pd.DataFrame, *, crossing_level: float = 0.5, n_resamples
     """The policies summary (``results/stats/policies.csv``; columns in the module docstring).
 
     ``crossing_level`` defines Δc; the bootstrap keywords are those of every bootstrapped statistic
-    (:func:`kernels.analysis.stats.bootstrap`); ``confidence_level`` is also the seed-mean CI level.
+    (:func:`pcast.analysis.stats.bootstrap`); ``confidence_level`` is also the seed-mean CI level.
     """
     check_tidy(df)
     if not 0 < crossing_level < 1:

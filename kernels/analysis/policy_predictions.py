@@ -4,14 +4,14 @@ Each row of ``results/tidy/policies.csv`` carries its policy's fields (order, sc
 rescale_threshold, sink_mode, fmt, block_n, ...), so the prediction is computed from the row
 alone. Which law applies (column ``pred_model`` of the policies summary):
 
-* ``keys``: sink keys (``sink_kind = "keys"``): :func:`kernels.theory.underflow_fraction`
+* ``keys``: sink keys (``sink_kind = "keys"``): :func:`pcast.theory.underflow_fraction`
   (``method="exact"``) with the row's ksink, order, n, block_n, fmt, sigma and the S the policy
-  really applies (:func:`kernels.theory.policy.exp2_offset_scale` for ``scale_mode="exp2_offset"``).
+  really applies (:func:`pcast.theory.policy.exp2_offset_scale` for ``scale_mode="exp2_offset"``).
 * ``init``: a learned sink logit that seeds the running max (``sink_mode="init"``):
-  :func:`kernels.theory.policy.underflow_fraction_init` (``method="exact"``), same S, order, n,
+  :func:`pcast.theory.policy.underflow_fraction_init` (``method="exact"``), same S, order, n,
   block_n.
 * ``no-sink``: a learned sink logit that joins only the row sum (``sink_mode="final"``): the keys
-  never meet it, so the paper's law without a sink, :func:`kernels.theory.underflow_fraction`
+  never meet it, so the paper's law without a sink, :func:`pcast.theory.underflow_fraction`
   with ``k = 0`` (Δ plays no role; Δ = 0 is passed).
 * ``none``: no law (causal rows, an unknown format, sinks outside block 0): NaN.
 
@@ -19,7 +19,7 @@ With lazy rescaling (``rescale_threshold`` τ > 0) the running max may be stale,
 max, so p is never smaller than under the eager rule: the eager laws above are then an upper
 bound of the underflow fraction, and the model name says so (``keys, eager bound``).
 
-The saturated fraction is :func:`kernels.theory.policy.saturation_fraction` with the row's τ, S
+The saturated fraction is :func:`pcast.theory.policy.saturation_fraction` with the row's τ, S
 and scale_mode; the sink enters its walk as sink keys at Δ, as a logit seeding the max at Δ
 (``init``), or not at all (``final``: ``delta=None``).
 
@@ -33,9 +33,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from kernels import theory
-from kernels.contract import SCALE_MODES, SINK_KINDS, SINK_MODES
-from kernels.formats import FORMATS
+from pcast import theory
+from pcast.contract import SCALE_MODES, SINK_KINDS, SINK_MODES
+from pcast.formats import FORMATS
 
 __all__ = ["applied_scale", "underflow_model", "predict_underflow", "predict_saturation", "predicted_crossing"]
 
@@ -55,7 +55,7 @@ def applied_scale(row) -> float:
     """The S the policy really applies: ``2**log2_scale(S)`` for exp2_offset, else S."""
     s = float(row["scale"])
     if row.get("scale_mode", "multiply") == "exp2_offset":
-        from kernels.theory import policy as policy_theory
+        from pcast.theory import policy as policy_theory
         return float(policy_theory.exp2_offset_scale(s))
     return s
 
@@ -89,7 +89,7 @@ def _underflow(model: str, k: int, args: tuple, deltas: tuple) -> tuple:
     if model == "keys":
         out = theory.underflow_fraction(d, s, k=k, method="exact", **kw)
     elif model == "init":
-        from kernels.theory import policy as policy_theory
+        from pcast.theory import policy as policy_theory
         out = policy_theory.underflow_fraction_init(deltas, s, method="exact", **kw)  # cached: a tuple
     else:  # no-sink: Δ does not enter
         out = np.full(d.shape, float(theory.underflow_fraction(0.0, s, k=0, method="exact", **kw)))
@@ -107,7 +107,7 @@ def predict_underflow(row, deltas) -> np.ndarray:
 
 @lru_cache(maxsize=4096)
 def _saturation(tau: float, args: tuple, scale_mode: str, sink: tuple, deltas) -> tuple:
-    from kernels.theory import policy as policy_theory
+    from pcast.theory import policy as policy_theory
     s, fmt, sigma, order, n, block_n = args
     kind, k = sink
     kw = {"n": n, "block_n": block_n, "order": order, "scale_mode": scale_mode}
@@ -121,7 +121,7 @@ def _saturation(tau: float, args: tuple, scale_mode: str, sink: tuple, deltas) -
 def predict_saturation(row, deltas) -> np.ndarray:
     """The predicted saturated fraction (of all keys, sink keys included) at each Δ (NaN: no law).
 
-    :func:`kernels.theory.policy.saturation_fraction` with the row's τ, its nominal S and
+    :func:`pcast.theory.policy.saturation_fraction` with the row's τ, its nominal S and
     scale_mode (the function applies exp2_offset's S itself), and the sink as it enters the walk:
     sink keys at Δ, a learned logit seeding the max at Δ (``init``), or none (``final``).
     """

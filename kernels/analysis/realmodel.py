@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from kernels.contract import combo_label
+from pcast.contract import combo_label
 
 __all__ = ["BASELINE", "FIXED", "head_summary", "head_ratios", "output_summary", "theory_errors"]
 
@@ -45,8 +45,8 @@ def head_ratios(heads: pd.DataFrame) -> pd.DataFrame:
 
 def _predict(r) -> float:
     """The Gaussian theory's prediction for one (layer, head, combination) row: median Δ and σ over passages,
-    the median count of detected sinks (:func:`kernels.models.heads.predict_underflow`); NaN for policies."""
-    from kernels.models.heads import predict_underflow
+    the median count of detected sinks (:func:`pcast.models.heads.predict_underflow`); NaN for policies."""
+    from pcast.models.heads import predict_underflow
 
     if r.kind != "combo":
         return float("nan")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels.contract import (CONFORMANCE, DECODE_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL,
+from pcast.contract import (CONFORMANCE, DECODE_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL,
                               SWEEP_EXPERIMENTS, TENSORCORE_EXPERIMENT)
 
 __all__ = ["Claim", "Output", "PAPER", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
@@ -63,7 +63,7 @@ CLAIMS = (
           ("fig_policies", "table_policies")),
     Claim(DECODE_EXPERIMENT, "Beyond the paper: decode rows (Nq = 1 over a long KV cache) under split-KV and "
                              "partition-normalised P. A sink raises the running max only in the split that holds it "
-                             "and only for the keys visited after it there, so kernels.theory.decode predicts each "
+                             "and only for the keys visited after it there, so pcast.theory.decode predicts each "
                              "configuration's underflow fraction and Δc (sink keys and a learned sink that seeds "
                              "split 0), and the relative RMS error of a partition-normalised P from its closed form.",
           ("dc_tolerance", "rms_tolerance", "delta"), ("fig_decode", "table_decode")),

@@ -1,7 +1,7 @@
 """One builder per statistics step, from the ``statistics:`` section of config.yaml.
 
 Each rule of ``workflow/rules/statistics.smk`` calls one of these on its tidy table, and so does
-:func:`kernels.analysis.verdicts.evaluate_tidy`, so a config key is read in exactly one place:
+:func:`pcast.analysis.verdicts.evaluate_tidy`, so a config key is read in exactly one place:
 
 * :func:`collapse` (rule ``stats_collapse``, tidy ``collapse``): ``seed_interval``;
 * :func:`paired` (rule ``stats_paired``, tidy ``collapse``): ``pairs``, ``tost_margin``,
@@ -13,7 +13,7 @@ Each rule of ``workflow/rules/statistics.smk`` calls one of these on its tidy ta
 * :func:`policies` (rule ``stats_policies``, tidy ``policies``): ``crossing_level`` and the
   bootstrap keys (``confidence_level`` also sets the seed-mean CIs);
 * :func:`fp4` (rule ``stats_fp4``, tidy ``fp4``): the same keys as :func:`policies`.
-* :func:`decode` (rule ``stats_decode``, tidy ``decode``): the same keys; three tables (:mod:`kernels.analysis.decode`).
+* :func:`decode` (rule ``stats_decode``, tidy ``decode``): the same keys; three tables (:mod:`pcast.analysis.decode`).
 
 The bootstrap keys are ``bootstrap_resamples``, ``confidence_level``, ``bootstrap_method`` and
 ``seed`` (:func:`bootstrap`). The statistics themselves live in :mod:`.paired` and
@@ -26,10 +26,10 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from kernels.analysis.fp4 import fp4_summary
-from kernels.analysis.paired import paired_tests
-from kernels.analysis.policies import policy_summary, require
-from kernels.analysis.summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
+from pcast.analysis.fp4 import fp4_summary
+from pcast.analysis.paired import paired_tests
+from pcast.analysis.policies import policy_summary, require
+from pcast.analysis.summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
 
 __all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "fp4", "decode", "POLICY_KEYS"]
 
@@ -84,7 +84,7 @@ def fp4(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
 
 def decode(tidy: pd.DataFrame, cfg: Mapping) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Decode rows: (underflow curves with the theory, Δc per configuration, partition-normalised RMS error)."""
-    from kernels.analysis.decode import decode_crossings, decode_curves, decode_partition
+    from pcast.analysis.decode import decode_crossings, decode_curves, decode_partition
 
     require(cfg, "statistics", POLICY_KEYS)
     b = bootstrap(cfg)

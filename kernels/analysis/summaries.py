@@ -3,8 +3,8 @@
 Seed intervals and Δc crossings (with their bootstrap over seeds), then one summary per
 experiment: :func:`collapse_summary`, :func:`scales_summary`, :func:`threshold_summary`, and the
 MSE knees derived from the T1 family (:func:`knee_summary`). They join the measured tidy tables
-with the predictions of :mod:`kernels.theory`; figures, tables and verdicts read them.
-:mod:`kernels.analysis.stats` builds each one from the ``statistics:`` section of config.yaml.
+with the predictions of :mod:`pcast.theory`; figures, tables and verdicts read them.
+:mod:`pcast.analysis.stats` builds each one from the ``statistics:`` section of config.yaml.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from kernels import theory
-from kernels.formats import FORMATS, get_format
-from kernels.analysis.paired import config_columns, median_ratio_ci
+from pcast import theory
+from pcast.formats import FORMATS, get_format
+from pcast.analysis.paired import config_columns, median_ratio_ci
 
 __all__ = [
     "write_csv", "seed_interval", "crossing", "crossing_ci", "knee_ratio", "collapse_summary",
@@ -174,7 +174,7 @@ def collapse_summary(df: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     (the pooled fraction, what the theory predicts), ``underflow_frac_se`` (its standard error: the
     standard deviation over seeds / sqrt(seeds); 0 with one seed), ``underflow_frac_median/_lo/_hi``
     (median and central ``level`` interval over seeds), ``underflow_sink_frac_mean``, ``mse_median/_lo/_hi``,
-    ``pred_leading`` and ``pred_exact`` (kernels.theory.underflow_fraction; NaN where the theory
+    ``pred_leading`` and ``pred_exact`` (pcast.theory.underflow_fraction; NaN where the theory
     does not apply, e.g. causal rows) and ``pred_expected_count`` = ``pred_exact * terms``.
     """
     keys = _summary_keys(df)
@@ -213,7 +213,7 @@ def scales_summary(df: pd.DataFrame, *, baseline: str = "forward S=1", level: fl
                    boot_method: str = "percentile", seed: int = 0) -> pd.DataFrame:
     """Per (S, order, Δ, ...): theory of S, measured MSE and underflow, improvement over baseline.
 
-    Theory columns (kernels.theory, for the row's fmt): ``bit_exact``, ``dp``, ``coverage``,
+    Theory columns (pcast.theory, for the row's fmt): ``bit_exact``, ``dp``, ``coverage``,
     ``saturates`` (P = 1 maps above the format's max finite value: S > max_finite).
     ``improvement`` is the paired median ratio MSE(baseline) / MSE(this row), per seed, with its
     bootstrap CI (``improvement_lo/_hi``); NaN where the baseline combination was not run.

@@ -53,7 +53,7 @@ def closed_form_offset(k: int) -> float:
 def crossing_tolerances(thresholds: pd.DataFrame, level: float) -> np.ndarray:
     """Per row of a threshold summary: the half-width of the measured Δc's bootstrap CI facing the
     prediction (``dc_meas``, ``dc_lo``, ``dc_hi``, ``dc_pred``), widened over the measured rows, plus
-    the closed form's own offset at the crossing (:func:`~kernels.analysis.tolerance.closed_form_offset` of the row's ksink, in
+    the closed form's own offset at the crossing (:func:`~pcast.analysis.tolerance.closed_form_offset` of the row's ksink, in
     units of its σ)."""
     m = max(int(thresholds["dc_meas"].notna().sum()), 1)
     return np.array([ci_tolerance(r["dc_meas"], r["dc_lo"], r["dc_hi"], r["dc_pred"], level=level, m=m)

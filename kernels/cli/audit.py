@@ -1,27 +1,27 @@
 """Audit your own tensors: how much precision does an FP8 P cast lose on them, and why?
 
-``pcast-audit inputs.safetensors`` (or ``python -m kernels.cli.audit inputs.safetensors``) loads
+``pcast-audit inputs.safetensors`` (or ``python -m pcast.cli.audit inputs.safetensors``) loads
 ``q``, ``k`` and ``v`` (any float dtype, ``[B, H, N, d]``, ``[H, N, d]`` or ``[N, d]``; ``--layout bnhd``
 for flash-attn's ``[B, N, H, d]``; a shape that looks transposed is refused) or ``layer{L}/q, k, v``
-(``--layer L``), and runs the contract of :func:`kernels.attention` for your policy (one flag per field of
-:class:`kernels.policies.Policy`: ``--order``, ``--scale``, ``--scale-mode``, ``--rescale-threshold``, ...;
+(``--layer L``), and runs the contract of :func:`pcast.attention` for your policy (one flag per field of
+:class:`pcast.policies.Policy`: ``--order``, ``--scale``, ``--scale-mode``, ``--rescale-threshold``, ...;
 ``--exp2-offset K`` for ``--scale-mode exp2_offset --scale 2^K``) next to the four reference combinations
-(``kernels.contract.COMBOS``; ``--only yours`` skips them) and the named policies of ``--policy NAME``
+(``pcast.contract.COMBOS``; ``--only yours`` skips them) and the named policies of ``--policy NAME``
 and ``--policies FILE`` (both together run both). Every run goes through one
-:func:`kernels.attention_calls` per layer.
+:func:`pcast.attention_calls` per layer.
 
 It prints a header, a summary block (per policy: its worst head by its own relative MSE, and the heads
 past each threshold), the ``--fail-on`` gate, then (unless ``--quiet``) the table (one row per run, or
 per (layer, batch, head, run) with ``--per-head``: Δ, σ, the distance to the run's Δc and
 ``mass_underflow``), the worst forward S=1 / reverse S=256 head and the verdict lines. ``--csv`` and
-``--json`` (schema :data:`kernels.cli.audit_report.SCHEMA_PATH`) write the numbers. Exit codes: 0, 1
+``--json`` (schema :data:`pcast.cli.audit_report.SCHEMA_PATH`) write the numbers. Exit codes: 0, 1
 when a ``--fail-on`` condition holds for a head of your policies, 2 for bad input (a one-line error
 before any work). User guide: docs/audit.md.
 
-Modules: :mod:`kernels.cli.audit_flags` (policy flags, ``--fail-on``, the log2-offset warning),
-:mod:`kernels.cli.audit_io` (files, layers, layout, policies, checks, estimate),
-:mod:`kernels.cli.audit_heads` (runs, rows, ksink detection, worst head), :mod:`kernels.cli.audit_measure`
-(per-head measures), :mod:`kernels.cli.audit_report` (verdicts, summary, gate, JSON) and this one (the
+Modules: :mod:`pcast.cli.audit_flags` (policy flags, ``--fail-on``, the log2-offset warning),
+:mod:`pcast.cli.audit_io` (files, layers, layout, policies, checks, estimate),
+:mod:`pcast.cli.audit_heads` (runs, rows, ksink detection, worst head), :mod:`pcast.cli.audit_measure`
+(per-head measures), :mod:`pcast.cli.audit_report` (verdicts, summary, gate, JSON) and this one (the
 command line, the printed table, ``main``).
 """
 
@@ -32,12 +32,12 @@ import csv
 import math
 import sys
 
-from kernels.cli.audit_flags import add_policy_flags, offset_warnings, parse_fail_on, yours
-from kernels.cli.audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBOS, audit, audit_heads,
+from pcast.cli.audit_flags import add_policy_flags, offset_warnings, parse_fail_on, yours
+from pcast.cli.audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBOS, audit, audit_heads,
                                      detect_head_sinks, head_scores64, leading_ksink, plan_runs, worst_head)
-from kernels.cli.audit_io import (LAYOUTS, check_tensors, estimate, load_layers, load_policies, load_tensors,
+from pcast.cli.audit_io import (LAYOUTS, check_tensors, estimate, load_layers, load_policies, load_tensors,
                                   resolve_policies)
-from kernels.cli.audit_report import (EXIT_ERROR, EXIT_FAIL, EXIT_PASS, VERDICT_COLUMNS, gate, gated_policies,
+from pcast.cli.audit_report import (EXIT_ERROR, EXIT_FAIL, EXIT_PASS, VERDICT_COLUMNS, gate, gated_policies,
                                       head_verdicts, json_document, print_gate, print_summary, summary, write_json)
 
 __all__ = ["COLUMNS", "PER_HEAD_COLUMNS", "WORST_HEAD_COMBOS", "AUDIT_BACKENDS", "audit", "audit_heads",
@@ -83,7 +83,7 @@ def _parser():
                          "required when q has fewer rows than k (default: top_left for Nq = Nk)")
     ap.add_argument("--ksink", default="1",
                     help="leading key positions that are sinks, 0 <= ksink < N, or auto: each head's leading "
-                         "run of sink keys from key 0, detected by kernels.models.heads.detect_sinks (default: 1)")
+                         "run of sink keys from key 0, detected by pcast.models.heads.detect_sinks (default: 1)")
     ap.add_argument("--per-head", action="store_true",
                     help="one row per (layer, batch, head, run), with the detected sinks and mass_underflow, "
                          "in the table and in --csv")
@@ -92,7 +92,7 @@ def _parser():
                     help="score scale: s = q.k * X (default: 1/sqrt(d), as the model's attention usually does)")
     ap.add_argument("--csv", default=None, help="also write the table to this CSV file")
     ap.add_argument("--policy", action="append", default=[], metavar="NAME",
-                    help="also run this named policy (repeatable): a preset of kernels.policies.POLICIES or "
+                    help="also run this named policy (repeatable): a preset of pcast.policies.POLICIES or "
                          "one of --policies FILE")
     ap.add_argument("--policies", default=None, metavar="FILE",
                     help="YAML file of your own policies (name -> Policy keys, or a config.yaml with a "
@@ -242,7 +242,7 @@ def _print(rows, args, head_rows=None):
     print("(uf frac: non-sink P that round to zero / non-sink P > 0; sink uf frac: the same for the sink keys; "
           "sat frac: P entries above the format's max / all P > 0"
           + ("; mass uf: exact softmax mass of the keys that round to zero, mean over rows, - where the rule of "
-             "kernels.models.heads does not describe the run (Q/K casts, microscaled P); delta, sigma: the head's "
+             "pcast.models.heads does not describe the run (Q/K casts, microscaled P); delta, sigma: the head's "
              "measured sink strength and spread; to dc: the theory's critical delta/sigma of the run minus the "
              "head's, - where the run does not collapse from sink keys)" if args.per_head else ")"))
     worst = worst_head(head_rows or [])
@@ -326,7 +326,7 @@ def _report(args, header, runs, rows, head_rows, warnings) -> int:
     if args.csv:
         import io
 
-        from kernels.pipeline.files import atomic_write_text
+        from pcast.pipeline.files import atomic_write_text
 
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=PER_HEAD_COLUMNS + VERDICT_COLUMNS if args.per_head else COLUMNS, lineterminator="\n",

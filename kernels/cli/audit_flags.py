@@ -1,8 +1,8 @@
 """pcast-audit's command line: the flags of your policy, generated from the fields of
-:class:`kernels.policies.Policy` (one flag per field, so they cannot drift), ``--exp2-offset K``,
+:class:`pcast.policies.Policy` (one flag per field, so they cannot drift), ``--exp2-offset K``,
 ``--fail-on`` conditions, and the warning for a scale that looks like a log2 offset.
 
-Used by :mod:`kernels.cli.audit`.
+Used by :mod:`pcast.cli.audit`.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import re
 
 # Your policy's defaults where they differ from Policy's: the P path the paper recommends.
 YOURS_DEFAULTS = {"order": "reverse", "scale": 256.0}
-_META = ("name", "source", "read")  # Policy fields that are not keywords of kernels.attention
+_META = ("name", "source", "read")  # Policy fields that are not keywords of pcast.attention
 FAIL_ON_WORDS = ("collapse", "saturation")  # conditions without a number
 FAIL_ON_BOUNDS = ("rel-mse", "floor")  # conditions with a number: rel-mse:X, floor:F
 _POW2 = re.compile(r"^\s*2\s*\^\s*(-?\d+(?:\.\d+)?)\s*$")
 
 
 def policy_fields() -> list:
-    """The fields of Policy that are keywords of kernels.attention, in declaration order."""
-    from kernels.policies import Policy
+    """The fields of Policy that are keywords of pcast.attention, in declaration order."""
+    from pcast.policies import Policy
 
     return [f for f in dataclasses.fields(Policy) if f.name not in _META]
 
@@ -61,9 +61,9 @@ def parse_field(field, text: str):
 
 def add_policy_flags(ap) -> None:
     """One flag per Policy field (``--order``, ``--scale``, ``--scale-mode``, ..., ``--block-n``)."""
-    from kernels.policies import allowed_values
+    from pcast.policies import allowed_values
 
-    group = ap.add_argument_group("your policy (one flag per field of kernels.policies.Policy)")
+    group = ap.add_argument_group("your policy (one flag per field of pcast.policies.Policy)")
     for f in policy_fields():
         default = YOURS_DEFAULTS.get(f.name, f.default)
         allowed = allowed_values(f.name).replace("None (YAML null)", "none") + (", or 2^K" if f.name == "scale" else "")
@@ -74,8 +74,8 @@ def add_policy_flags(ap) -> None:
 
 
 def yours(args):
-    """Your policy (:class:`kernels.policies.Policy` named ``yours``) from the flags; ValueError naming a flag."""
-    from kernels.policies import Policy
+    """Your policy (:class:`pcast.policies.Policy` named ``yours``) from the flags; ValueError naming a flag."""
+    from pcast.policies import Policy
 
     values = {}
     for f in policy_fields():

@@ -1,9 +1,9 @@
 """pcast-audit's runs: the audit rows of each run (your policy, the four combinations, named
 policies) and, per (batch, head), the head rows; per-head ksink (``--ksink auto``, from
-:func:`kernels.models.heads.detect_sinks`), mass underflow (:func:`kernels.models.heads.underflow_mask`) and the
+:func:`pcast.models.heads.detect_sinks`), mass underflow (:func:`pcast.models.heads.underflow_mask`) and the
 worst head.
 
-Used by :mod:`kernels.cli.audit` (which re-exports the public names).
+Used by :mod:`pcast.cli.audit` (which re-exports the public names).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from kernels.cli.audit_measure import head_scores64
-from kernels.contract import COMBOS, DIAGNOSTICS, causal_offset, combo_label
+from pcast.cli.audit_measure import head_scores64
+from pcast.contract import COMBOS, DIAGNOSTICS, causal_offset, combo_label
 
 COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
            "underflow", "terms", "underflow_sink", "saturated",
@@ -25,7 +25,7 @@ COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "m
            "layer")
 # --per-head: one row per (layer, batch, head, run); sinks: the head's detected sink keys ("0;511", empty when
 # not detected), ksink: the ksink the head ran with, mass_underflow: exact P mass of the keys that round to zero
-# delta, sigma: the head's measured sink strength and spread (kernels.models.heads.head_scores_stats),
+# delta, sigma: the head's measured sink strength and spread (pcast.models.heads.head_scores_stats),
 # delta_c: the theory's critical Δ/σ for the run (None where it does not collapse from sink keys),
 # distance_to_delta_c: delta_c - delta/sigma (negative: past it)
 PER_HEAD_COLUMNS = COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow", "delta", "sigma", "delta_c",
@@ -56,8 +56,8 @@ def leading_ksink(sinks) -> int:
 
 
 def detect_head_sinks(q, k, *, sm_scale: float | None, causal: bool, causal_align: str | None = None) -> dict:
-    """``{(b, h): [sink keys]}`` from :func:`kernels.models.heads.detect_sinks` on each head's float64 scores."""
-    from kernels.models.heads import detect_sinks
+    """``{(b, h): [sink keys]}`` from :func:`pcast.models.heads.detect_sinks` on each head's float64 scores."""
+    from pcast.models.heads import detect_sinks
 
     offset = causal_offset(causal_align, q.shape[-2], k.shape[-2]) if causal else 0
     return {(b, h): detect_sinks(head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal, offset=offset))
@@ -69,15 +69,15 @@ def _key(kw: dict) -> tuple:
 
 
 def _attend(q, k, v, *, calls, common, head_ksink):
-    """``kernels.attention(q, k, v, **common, **call)`` for each call of ``calls``, through the multi-call
-    engine (:func:`kernels.attention_calls`: the emulator shares the scores, and steps 1-2 between calls
+    """``pcast.attention(q, k, v, **common, **call)`` for each call of ``calls``, through the multi-call
+    engine (:func:`pcast.attention_calls`: the emulator shares the scores, and steps 1-2 between calls
     that differ only in S); identical calls run once. With ``head_ksink`` ({(b, h): ksink}) the heads run
     grouped by their ksink, each group as one set of calls on the group's heads ([1, n, N, d], key/value head
     ``h // (H / H_kv)`` each), and the results are put back in place: every head computes on its own in
     each backend, so this is what per-head calls give."""
     import torch
 
-    from kernels.api_multi import attention_calls
+    from pcast.api_multi import attention_calls
 
     unique = list({_key(c): c for c in calls}.values())
     where = {_key(c): i for i, c in enumerate(unique)}
@@ -115,7 +115,7 @@ def _head(r, b: int, h: int):
 
 
 def _config(name, full) -> dict:
-    from kernels.policies import Policy
+    from pcast.policies import Policy
 
     decode = {f: full.get(f, getattr(Policy, f)) for f in ("num_splits", "split_layout", "p_normalize")}
     return {"policy": name, **{c: full[c] for c in ("order", "scale", "block_n", "rowsum", "scale_mode",
@@ -144,17 +144,17 @@ def plan_runs(mine, policies=(), *, combos=True) -> list:
 
 def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_logit=None, sm_scale=None, layer=None,
                 sinks=None, per_head=False, causal_align=None):
-    """``(rows, head_rows)``: one row per run of ``runs`` (:func:`~kernels.cli.audit_heads.plan_runs`) and one per (batch, head, run).
+    """``(rows, head_rows)``: one row per run of ``runs`` (:func:`~pcast.cli.audit_heads.plan_runs`) and one per (batch, head, run).
 
     ``ksink``: an int for every head, or ``{(b, h): ksink}`` (``--ksink auto``). ``sinks``: None or
     ``{(b, h): [sink keys]}`` for the ``sinks`` column. ``layer`` goes in every row. Every run (and the V-cast
-    floor of each run that casts V) goes through one :func:`kernels.attention_calls`. With ``per_head``
-    the head rows get the head's measures (:mod:`kernels.cli.audit_measure`: Δ, σ, Δc, mass_underflow).
+    floor of each run that casts V) goes through one :func:`pcast.attention_calls`. With ``per_head``
+    the head rows get the head's measures (:mod:`pcast.cli.audit_measure`: Δ, σ, Δc, mass_underflow).
     """
     import torch
 
-    from kernels.api import attention
-    from kernels.policies import Policy
+    from pcast.api import attention
+    from pcast.policies import Policy
 
     head_ksink = dict(ksink) if isinstance(ksink, dict) else None
     common = dict(causal=causal, backend=backend, sm_scale=sm_scale, causal_align=causal_align)
@@ -164,7 +164,7 @@ def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_lo
     if sink_logit is None:
         ref = attention(q, k, v, causal=causal, causal_align=causal_align, sm_scale=sm_scale, backend="reference").out
     else:
-        from kernels.reference import reference_attention
+        from pcast.reference import reference_attention
 
         common["sink_logit"] = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
         ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=common["sink_logit"],
@@ -194,8 +194,8 @@ def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, si
                offset=0):
     """One row per (batch, head, run) of :func:`audit_heads` from its runs ``done``
     (``[(name, full kwargs, result, floor result or None), ...]``); with ``per_head`` each row also gets
-    the head's measures (:func:`kernels.cli.audit_measure.head_measures`)."""
-    from kernels.cli.audit_measure import MEASURE_COLUMNS, head_measures, run_measures
+    the head's measures (:func:`pcast.cli.audit_measure.head_measures`)."""
+    from pcast.cli.audit_measure import MEASURE_COLUMNS, head_measures, run_measures
 
     head_rows = []
     for b in range(q.shape[0]):
@@ -224,12 +224,12 @@ def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, si
 def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, rowsum="unrounded", causal=False,
           ksink=1, backend="auto", policies=(), sink_logit=None, sm_scale=None):
     """Rows (dicts) for your policy, the four reference combinations and each of ``policies``
-    (:class:`kernels.policies.Policy` objects); see module docstring.
+    (:class:`pcast.policies.Policy` objects); see module docstring.
 
     ``sink_logit``: None, or one float logit given to every (batch, head), in the reference too.
     ``ksink``: an int, or ``{(b, h): ksink}`` per head (see :func:`audit_heads`).
     """
-    from kernels.policies import Policy
+    from pcast.policies import Policy
 
     mine = Policy("yours", order=order, scale=float(scale), fmt=getattr(fmt, "name", fmt), block_n=block_n,
                   rowsum=rowsum)  # an FP8Format by its name

@@ -1,7 +1,7 @@
 """pcast-audit's inputs: q, k, v (or ``layer{L}/q, k, v``) from a safetensors file, layer selection,
 the user's policies from YAML, and the checks the loaded tensors must pass before any work.
 
-Used by :mod:`kernels.cli.audit` (which re-exports these names).
+Used by :mod:`pcast.cli.audit` (which re-exports these names).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def load_policies(path: str) -> dict:
     """A user's policies from a YAML file: name -> Policy keys, or a config.yaml with ``policies:``."""
     import yaml
 
-    from kernels.policies import policies_from_config
+    from pcast.policies import policies_from_config
 
     try:
         with open(path) as fh:
@@ -145,7 +145,7 @@ def check_tensors(q, k, *, ksink: int | None, sm_scale: float | None) -> None:
         raise ValueError(f"--ksink={ksink} is not allowed; allowed: 0 <= ksink < N = {nk} (the number of keys), "
                          "or auto")
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    from kernels.reference import expand_kv
+    from pcast.reference import expand_kv
 
     if k.shape[0] != q.shape[0] or k.shape[1] < 1 or q.shape[1] % k.shape[1] or k.shape[-1] != q.shape[-1]:
         raise ValueError(f"k shape {list(k.shape)} does not match q shape {list(q.shape)}; allowed: [B, H_kv, N, d] "
@@ -166,7 +166,7 @@ def check_tensors(q, k, *, ksink: int | None, sm_scale: float | None) -> None:
 def resolve_policies(names, policies_file=None) -> list:
     """The Policy objects for ``names`` (presets or the file's) and every policy of ``policies_file``, each
     once, in that order; checked before any work."""
-    from kernels.policies import get_policy
+    from pcast.policies import get_policy
 
     extra = load_policies(policies_file) if policies_file else {}
     out = {}
@@ -180,13 +180,13 @@ def resolve_policies(names, policies_file=None) -> list:
 
 def estimate(layers, runs, *, measure: bool, min_seconds: float = 20.0) -> str | None:
     """For a long run, the time it should take from the plan's calibration
-    (``kernels.pipeline.calibration.load_calibration``, one thread): steps 1-2 once per run that does not
+    (``pcast.pipeline.calibration.load_calibration``, one thread): steps 1-2 once per run that does not
     differ from another in S alone, the cast, row sum and P·V once per run, the float64 reference, and the
     per-head measures; None when the work is small (no calibration is made for it) or under ``min_seconds``."""
     scores = sum(q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] for _, q, k, _ in layers)
     if scores * len(runs) < 2e8:
         return None
-    from kernels.pipeline.calibration import load_calibration
+    from pcast.pipeline.calibration import load_calibration
 
     cal = load_calibration()
     d = layers[0][1].shape[-1] / cal["d"]

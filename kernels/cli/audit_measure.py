@@ -1,9 +1,9 @@
 """pcast-audit's per-head measures: the head's sink strength Δ and spread σ, the theory's critical Δc of
 each run and the head's distance to it, and ``mass_underflow``, the exact softmax mass of the keys that
-round to zero under the run's rule (:func:`kernels.models.heads.underflow_mask`: multiply or exp2_offset,
+round to zero under the run's rule (:func:`pcast.models.heads.underflow_mask`: multiply or exp2_offset,
 any lazy threshold τ, a sink logit that seeds the max), checked against the kernel's own count.
 
-Used by :mod:`kernels.cli.audit_heads`.
+Used by :mod:`pcast.cli.audit_heads`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool,
     """Scaled float64 scores ``q·kᵀ·sm_scale`` [Nq, Nk] of (batch b, head h); masked keys -inf (causal: key j
     visible to row i when ``j <= i + offset``).
     Grouped-query attention: head h reads key head ``h // (H / H_kv)``."""
-    from kernels.reference import causal_mask
+    from pcast.reference import causal_mask
 
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     kh = k[b, h // (q.shape[1] // k.shape[1])]
@@ -30,9 +30,9 @@ def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool,
 def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks, offset: int = 0) -> dict:
     """What the runs of head (b, h) share: the kernel's step-1 float32 scores (``s32``), the float64
     reference probabilities (``p_exact``), and Δ, σ (medians over rows,
-    :func:`kernels.models.heads.head_scores_stats`, with ``sinks`` the head's sink keys) and their count."""
-    from kernels.models.heads import exact_probs, head_scores_stats, step1_scores
-    from kernels.reference import causal_mask
+    :func:`pcast.models.heads.head_scores_stats`, with ``sinks`` the head's sink keys) and their count."""
+    from pcast.models.heads import exact_probs, head_scores_stats, step1_scores
+    from pcast.reference import causal_mask
 
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     s32 = step1_scores(q[b, h], k[b, h // (q.shape[1] // k.shape[1])], sm)
@@ -46,12 +46,12 @@ def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks, offset
 
 
 def delta_c(full: dict, n_sinks: int):
-    """The theory's critical Δ/σ of a run (:func:`kernels.theory.critical_delta` with the run's S, format and
+    """The theory's critical Δ/σ of a run (:func:`pcast.theory.critical_delta` with the run's S, format and
     the head's number of sink keys), for the runs it describes: forward order, eager max, an FP8 P format,
     at least one sink key. None otherwise: a reverse-order run does not collapse from sink keys (the sink's
     block comes last), and the lazy rule and microscaled formats have other laws."""
-    from kernels.formats import FORMATS
-    from kernels.theory.collapse import critical_delta
+    from pcast.formats import FORMATS
+    from pcast.theory.collapse import critical_delta
 
     fmt = full["fmt"]
     if (full["order"] != "forward" or float(full["rescale_threshold"]) != 0.0 or n_sinks < 1
@@ -64,8 +64,8 @@ def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, wher
     """The measures of one head row ``hr`` (its run's keywords ``full``): mass_underflow (0 for fmt=None,
     nothing rounds; None where the rule does not describe the run: Q/K casts, microscaled P), Δ, σ, Δc and the
     distance Δc - Δ/σ. On the emulator (the same step-1 matmul; Triton's scores may differ by an ulp,
-    :mod:`kernels.conformance`) the rule's non-sink count must be the kernel's underflow count."""
-    from kernels.models.heads import rule_applies, rule_mass
+    :mod:`pcast.conformance`) the rule's non-sink count must be the kernel's underflow count."""
+    from pcast.models.heads import rule_applies, rule_mass
 
     mass = None
     if full["fmt"] is None and full["qk_fmt"] is None:

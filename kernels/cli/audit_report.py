@@ -2,7 +2,7 @@
 error, and how many heads pass each threshold), the ``--fail-on`` gate and the ``--json`` document
 (:data:`SCHEMA_PATH`, version :data:`SCHEMA_VERSION`).
 
-Used by :mod:`kernels.cli.audit`.
+Used by :mod:`pcast.cli.audit`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import math
 import os
 
-from kernels.contract import COMBO_LABELS
+from pcast.contract import COMBO_LABELS
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "audit_schema.json")
@@ -134,6 +134,6 @@ def json_document(*, args, header: str, rows, head_rows, blocks, hits, gated, fa
 
 
 def write_json(path: str, doc: dict) -> None:
-    from kernels.pipeline.files import atomic_write_text
+    from pcast.pipeline.files import atomic_write_text
 
     atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n")

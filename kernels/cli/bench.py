@@ -1,9 +1,9 @@
 """Benchmark: the emulator's attention throughput as a fraction of torch's float32 matmul throughput.
 
-Run as ``pcast-bench`` (or ``python -m kernels.cli.bench``). Everything is measured in one
+Run as ``pcast-bench`` (or ``python -m pcast.cli.bench``). Everything is measured in one
 run on one machine, interleaved, so the ratio is robust to a noisy machine:
 
-* emulator: ``kernels.attention(..., backend="emulator")`` on [B, 1, N, d] inputs,
+* emulator: ``pcast.attention(..., backend="emulator")`` on [B, 1, N, d] inputs,
   counted as 4·B·N²·d flops (QKᵀ and P·V);
 * baseline "matmul pair": the same two float32 matmuls torch runs for plain attention
   at the same shapes (QKᵀ then S·V), i.e. torch's own throughput on this work;
@@ -11,17 +11,17 @@ run on one machine, interleaved, so the ratio is robust to a noisy machine:
 
 The headline figure is emulator / matmul-pair throughput.
 
-``pcast-bench --sweep`` measures instead the multi-run engine :func:`kernels.attention_calls` on a
+``pcast-bench --sweep`` measures instead the multi-run engine :func:`pcast.attention_calls` on a
 collapse-shaped sweep, in runs per second, against its arithmetic floor:
 
-* inputs built as the sweep shards build them: ``kernels.models.sinks.make_base(0, n=N, d=D)``, then
-  ``kernels.pipeline.runs.value_stack`` at ksink 4 over a Δ grid 0, 1, ..., ``--deltas``-1 (one
+* inputs built as the sweep shards build them: ``pcast.models.sinks.make_base(0, n=N, d=D)``, then
+  ``pcast.pipeline.runs.value_stack`` at ksink 4 over a Δ grid 0, 1, ..., ``--deltas``-1 (one
   value tensor, sink_v_scale 1);
 * engine: ONE ``attention_calls(q, k, values, calls, ksink=4, backend="emulator")`` with the four
   combinations order forward/reverse × scale 1/256, i.e. 4 × ``--deltas`` runs; "with reference"
-  adds the float64 ``kernels.reference.reference_stack`` of the stack, once, as the shards do;
+  adds the float64 ``pcast.reference.reference_stack`` of the stack, once, as the shards do;
 * floor: one float32 P·V matmul per run at the same shapes ([N, N] @ [N, D]), in the emulator's chunks
-  of rows (``kernels.emulator.core._CHUNK_ELEMS`` // padded N): the least matmul work a run must do;
+  of rows (``pcast.emulator.core._CHUNK_ELEMS`` // padded N): the least matmul work a run must do;
 * engine, floor and reference interleaved in one process, median of ``--reps``, at each thread count
   of ``--threads`` (default 1,2); ``--scaling`` adds the engine on a Δ grid 4× larger in the same
   interleave and reports the ratio of runs/s (4× grid / 1× grid; the issue wants it within ±15% of 1).
@@ -52,7 +52,7 @@ def _flops(b, n, d):
 
 
 def measure(batch=8, n=1024, d=64, reps=7, seed=0, scale=256.0, order="forward"):
-    from kernels import attention
+    from pcast import attention
 
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(batch, 1, n, d, generator=g) for _ in range(3))
@@ -90,13 +90,13 @@ SWEEP_KSINK = 4
 SWEEP_CALLS = tuple({"order": o, "scale": s} for o in ("forward", "reverse") for s in (1.0, 256.0))
 #: --sweep's defaults (the default mode keeps its own: --reps 7, --threads torch's choice).
 SWEEP_DEFAULTS = {"n": 1024, "d": 64, "deltas": 16, "reps": 5, "threads": "1,2"}
-_BLOCK_N = 64  # kernels.attention's default block_n: the emulator pads keys to a multiple of it
+_BLOCK_N = 64  # pcast.attention's default block_n: the emulator pads keys to a multiple of it
 
 
 def sweep_inputs(n, d, n_deltas, seed=0):
     """q, k, values (one value tensor) of a Δ stack as the sweep shards build them, and the Δ grid."""
-    from kernels.pipeline.runs import value_stack
-    from kernels.models.sinks import make_base
+    from pcast.pipeline.runs import value_stack
+    from pcast.models.sinks import make_base
 
     deltas = [float(i) for i in range(n_deltas)]
     base = make_base(seed, n=n, d=d)
@@ -106,7 +106,7 @@ def sweep_inputs(n, d, n_deltas, seed=0):
 
 def floor_rows(n):
     """Query rows per P·V matmul of the floor: the emulator's chunk of rows at n keys."""
-    from kernels.emulator.core import _CHUNK_ELEMS
+    from pcast.emulator.core import _CHUNK_ELEMS
 
     return max(1, _CHUNK_ELEMS // (-(-n // _BLOCK_N) * _BLOCK_N))
 
@@ -132,15 +132,15 @@ class _Sweep:
         self.units = len({c["order"] for c in SWEEP_CALLS}) * len(self.deltas) * len(self.values)
         self.pw = torch.empty(self.rows, npad)
         # the columns each (order, Δ, value) unit computes itself: all of them forward, the leading block reverse
-        from kernels.emulator.calls import SCORE_SLICE  # the leading keys a Δ stack's item recomputes, at least
-        from kernels.emulator.reverse import lead_columns
+        from pcast.emulator.calls import SCORE_SLICE  # the leading keys a Δ stack's item recomputes, at least
+        from pcast.emulator.reverse import lead_columns
 
         lead = lead_columns(_BLOCK_N, npad // _BLOCK_N, SWEEP_KSINK, [SCORE_SLICE]) or npad  # None: nothing shared
         self.unit_widths = [npad if o == "forward" else lead for o in sorted({c["order"] for c in SWEEP_CALLS})
                             for _ in range(len(self.deltas) * len(self.values))]
 
     def engine(self):
-        from kernels import attention_calls
+        from pcast import attention_calls
 
         res = attention_calls(self.q, self.k, self.values, [dict(c) for c in SWEEP_CALLS], ksink=SWEEP_KSINK,
                               backend="emulator")
@@ -148,7 +148,7 @@ class _Sweep:
         return sum(r.out.shape[0] for per_call in res for r in per_call)
 
     def reference(self):
-        from kernels.reference import reference_stack
+        from pcast.reference import reference_stack
 
         reference_stack(self.q, self.k, self.values)
 
@@ -156,7 +156,7 @@ class _Sweep:
         """The least elementwise work, on top of the floor, of an engine that forms every run's P in torch ops
         (pcast-bench --sweep's eager bound), per (order, Δ, value) unit over the columns the unit cannot take
         from its stack's anchor: every padded key in forward order, only the leading block in reverse order
-        (:mod:`kernels.emulator.reverse`: the blocks visited before the sink block are the anchor's). Over
+        (:mod:`pcast.emulator.reverse`: the blocks visited before the sink block are the anchor's). Over
         those columns ``exp(s - m)`` once a unit (the contract's torch.exp, whose bits the results hold; the
         scales of an order share it) and per run the cast's two additions of the magic constant and the sign
         and row sum that count p_q > 0; over every column, per run, the blocks' alpha weights. One torch op each
@@ -198,7 +198,7 @@ def _timed(f):
 def _measure_at(main, big, reps):
     """Interleaved timings of ``main`` (and the engine on ``big``, a 4× Δ grid, when given) at torch's
     current thread count."""
-    from kernels.emulator.calls import SHARING
+    from pcast.emulator.calls import SHARING
 
     before = dict(SHARING)
     counted = main.engine()  # warm-up (BLAS, the emulator's slice probes) and the run count
@@ -305,7 +305,7 @@ def _threads_list(ap, text):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", action="store_true",
-                    help="measure kernels.attention_calls on a collapse-shaped Δ sweep in runs/s against its "
+                    help="measure pcast.attention_calls on a collapse-shaped Δ sweep in runs/s against its "
                          "P·V floor (see the module docstring)")
     ap.add_argument("--batch", type=int, default=None, help="default mode only (default 8)")
     ap.add_argument("--n", type=int, default=1024)
@@ -345,15 +345,15 @@ def main(argv=None):
 
 def _main_sweep(ap, args):
     """``--sweep``: every argument checked (argparse error naming the option) before any work."""
-    from kernels.contract import HEAD_DIMS
+    from pcast.contract import HEAD_DIMS
 
     if args.batch is not None:
         ap.error("--batch is not used by --sweep (the batch is the Δ grid: --deltas)")
     if args.n < 16:
         ap.error(f"--n={args.n}: must be >= 16")
-    if args.d not in HEAD_DIMS:  # kernels.models.sinks.make_base draws d a power of two in 16..256
+    if args.d not in HEAD_DIMS:  # pcast.models.sinks.make_base draws d a power of two in 16..256
         ap.error(f"--d={args.d}: must be one of {', '.join(map(str, HEAD_DIMS))} (a power of two, a multiple of "
-                 "16 up to 256, as kernels.models.sinks.make_base draws)")
+                 "16 up to 256, as pcast.models.sinks.make_base draws)")
     deltas = SWEEP_DEFAULTS["deltas"] if args.deltas is None else args.deltas
     if deltas < 1:
         ap.error(f"--deltas={deltas}: must be >= 1")

@@ -1,5 +1,5 @@
 """``pcast-gpu-check --compile-only``: the kernels compiled for sm_89, sm_90 and sm_100 on a CPU, each
-compiled kernel's instructions checked (:mod:`kernels.triton.aot_checks`; docs/compiled.md).
+compiled kernel's instructions checked (:mod:`pcast.triton.aot_checks`; docs/compiled.md).
 
 The representative set, per target: Triton's own cast (``builtin-cast``); the faithful kernel at the
 pipeline's shape (64 x 64 blocks, d = 64) and :data:`SMALL_SPECS`, small tiles that between them set
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 
-from kernels.triton import aot_checks as C
+from pcast.triton import aot_checks as C
 
 _SMALL = dict(n=64, d=16, block_m=16, block_n=16, ksink=4)
 SMALL_SPECS = (
@@ -32,7 +32,7 @@ DEPLOY = dict(n=1024, d=64, causal=False)
 
 def tasks(targets, *, full=False) -> list[tuple[str, str, str, dict]]:
     """``(name, target, kind, keywords)`` of every kernel to compile; kind: "cast", "faithful", "deploy"."""
-    from kernels.policies import POLICIES
+    from pcast.policies import POLICIES
 
     faithful = (("pipeline-64", PIPELINE),) + SMALL_SPECS
     if full:
@@ -60,9 +60,9 @@ def _compile(target, kind, kw):
     """(facts, checks) of one kernel."""
     import torch
 
-    from kernels.aot import attention_launch_for, compile_attention
-    from kernels.triton.aot import compile_launch, kernel_facts
-    from kernels.triton.kernel import LAUNCH_OPTIONS, _builtin_cast_kernel
+    from pcast.aot import attention_launch_for, compile_attention
+    from pcast.triton.aot import compile_launch, kernel_facts
+    from pcast.triton.kernel import LAUNCH_OPTIONS, _builtin_cast_kernel
 
     if kind == "cast":
         x = torch.zeros(4096)
@@ -116,7 +116,7 @@ def scale_comparison(rows) -> list[dict]:
 
 def run_compile_only(targets=("sm_89", "sm_90", "sm_100"), *, full=False, jobs=None):
     """Compile and check every task (``jobs`` processes), print one line per kernel and the S comparison."""
-    from kernels.triton.aot import TARGETS
+    from pcast.triton.aot import TARGETS
 
     bad = [t for t in targets if t not in TARGETS]
     if bad or not targets:

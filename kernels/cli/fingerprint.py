@@ -2,7 +2,7 @@
 
 The callable is imported from ``module`` (on ``sys.path``, the working directory included) and called as
 ``function(q, k, v, *, sink_logit=None) -> out [B, H, Nq, d]`` on the probes of
-:func:`kernels.probes.fingerprint`. Prints the matching preset (or group, or none), the distance to each
+:func:`pcast.probes.fingerprint`. Prints the matching preset (or group, or none), the distance to each
 candidate, the options identified one by one with their confidence, and what is tolerated; ``--json``
 writes the same as JSON. Exits 2 with a one-line error when the target cannot be loaded, the callable
 raises, or it returns the wrong shape, dtype or device.
@@ -54,7 +54,7 @@ def _as_json(fp) -> dict:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    from kernels.probes import ProbeError, fingerprint
+    from pcast.probes import ProbeError, fingerprint
 
     try:
         if args.device not in ("cpu", "cuda"):

@@ -1,6 +1,6 @@
 """GPU check: run on a machine with a CUDA GPU (capability >= 8.9), in well under 5 minutes.
 
-``pcast-gpu-check`` (or ``python -m kernels.cli.gpu_check``) checks, and exits non-zero on failure:
+``pcast-gpu-check`` (or ``python -m pcast.cli.gpu_check``) checks, and exits non-zero on failure:
 
 1. the hardware float32 -> float8e4nv conversion (``.to(tl.float8e4nv)``, compiled) against
    the software quantizer ``fp8_round`` (compiled) and torch's cast, bit for bit, on every
@@ -8,7 +8,7 @@
    saturation inputs below 464 (the hardware conversion without satfinite is not expected
    to saturate; only the finite range is compared);
 2. the compiled kernel against the emulator (diagnostics and outputs, differences explained
-   by :func:`kernels.conformance.explain`) in the four order x scale combinations, with and
+   by :func:`pcast.conformance.explain`) in the four order x scale combinations, with and
    without causal, at N in {200, 1024, 4096}, d in {64, 128};
 3. that tl.dot runs in IEEE fp32 (no TF32): the unrounded kernel matches the float64
    reference to 1e-5 relative, which TF32 (10-bit mantissa) cannot;
@@ -19,7 +19,7 @@
 It prints one line per check and a JSON summary (``--json PATH`` writes it to a file).
 
 ``--compile-only`` needs no GPU: it compiles the kernels for sm_89, sm_90 and sm_100 on the CPU and checks
-their instructions (:mod:`kernels.cli.compile_check`; docs/compiled.md).
+their instructions (:mod:`pcast.cli.compile_check`; docs/compiled.md).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from kernels.contract import COMBOS
+from pcast.contract import COMBOS
 
 
 def _samples(n, seed):
@@ -41,8 +41,8 @@ def _samples(n, seed):
 
 
 def check_conversion():
-    from kernels.formats.quantize import quantize
-    from kernels.triton.kernel import triton_builtin_cast, triton_quantize
+    from pcast.formats.quantize import quantize
+    from pcast.triton.kernel import triton_builtin_cast, triton_quantize
 
     grid = torch.arange(0, 255, dtype=torch.uint8)
     vals = grid.view(torch.float8_e4m3fn).float()
@@ -65,9 +65,9 @@ def check_conversion():
 
 
 def check_kernel():
-    from kernels.api import attention
-    from kernels.conformance import exp_rel_err_for, explain
-    from kernels.models.sinks import make_inputs
+    from pcast.api import attention
+    from pcast.conformance import exp_rel_err_for, explain
+    from pcast.models.sinks import make_inputs
 
     rows = []
     for n, d in ((200, 64), (1024, 128), (4096, 64)):
@@ -92,7 +92,7 @@ def check_kernel():
 
 
 def check_ieee_dot():
-    from kernels.api import attention
+    from pcast.api import attention
 
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(1, 1, 1024, 128, generator=g) for _ in range(3))
@@ -101,7 +101,7 @@ def check_ieee_dot():
     return {"unrounded_vs_reference_rel": float((out - ref).abs().max() / ref.abs().max())}
 
 
-# (name, keywords of kernels.attention beyond order/scale); "sink" asks for a learned sink logit of 6.
+# (name, keywords of pcast.attention beyond order/scale); "sink" asks for a learned sink logit of 6.
 POLICY_CASES = (
     ("fa3-like", dict(scale_mode="exp2_offset", scale=256.0, order="reverse")),
     ("fa4-like", dict(scale_mode="exp2_offset", rescale_threshold=8.0, scale=256.0, order="reverse")),
@@ -120,10 +120,10 @@ POLICY_CASES = (
 def check_policies(shapes=((200, 64), (1024, 128)), heads=2):
     """Compiled kernel vs emulator on every case of POLICY_CASES, with and without causal (``compare``:
     the kernel runs compiled when a GPU is present), and the in-kernel operand cast vs the reference."""
-    from kernels.api import attention
-    from kernels.conformance import compare
-    from kernels.conformance.model import cast_operand
-    from kernels.models.sinks import make_inputs
+    from pcast.api import attention
+    from pcast.conformance import compare
+    from pcast.conformance.model import cast_operand
+    from pcast.models.sinks import make_inputs
 
     rows = []
     for n, d in shapes:
@@ -154,11 +154,11 @@ def check_deploy(n=4096, d=64, heads=8, reps=20, capability=None):
     exp2 offset and the GPU's tensor-core arithmetic (``pv_arith`` of ``capability``, default the GPU's; None where
     no model exists), and against float32 P·V; then a timing of S = 1 against S = 256 (median of ``reps``
     launches each, interleaved). Without a GPU: the emulator's side, then the deploy kernel's RuntimeError."""
-    from kernels.aot import deploy_attention
-    from kernels.api import attention, fp8_gpu_available
-    from kernels.emulator.tensorcore import pv_arith_for
-    from kernels.models.sinks import make_inputs
-    from kernels.triton.deploy import NO_GPU_MESSAGE
+    from pcast.aot import deploy_attention
+    from pcast.api import attention, fp8_gpu_available
+    from pcast.emulator.tensorcore import pv_arith_for
+    from pcast.models.sinks import make_inputs
+    from pcast.triton.deploy import NO_GPU_MESSAGE
 
     if capability is None and not fp8_gpu_available():
         raise RuntimeError(NO_GPU_MESSAGE)
@@ -202,7 +202,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.compile_only:
         return _compile_only(args)
-    from kernels.api import fp8_gpu_available
+    from pcast.api import fp8_gpu_available
 
     if not fp8_gpu_available():
         print("no CUDA GPU with capability >= 8.9: nothing to check", file=sys.stderr)
@@ -232,7 +232,7 @@ def main(argv=None):
 
 
 def _compile_only(args) -> int:
-    from kernels.cli.compile_check import run_compile_only
+    from pcast.cli.compile_check import run_compile_only
 
     t0 = time.perf_counter()
     try:

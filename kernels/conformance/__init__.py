@@ -5,7 +5,7 @@ Two correct implementations of the contract can still differ: their fp32 score
 ``exp`` differs by an ulp between libraries. When ``p·S`` lies within that error of
 an FP8 rounding boundary (the midpoint between two grid values, or half the smallest
 subnormal), the two may round it differently. :func:`fragile_elements` (the float64 model
-of the contract in :mod:`kernels.conformance.model`, every policy option included) finds those
+of the contract in :mod:`pcast.conformance.model`, every policy option included) finds those
 elements from float64 scores and a rigorous bound on the fp32 score error and on the exp / exp2
 implementation's error (``exp_rel_err``), and :func:`explain` accepts a difference only where
 such elements account for it:
@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels.contract import DIAGNOSTICS, causal_offset
-from kernels.conformance.splits import fragile_split_elements
-from kernels.conformance.model import EX2_APPROX_REL_ERR, EXP_REL_ERR_CPU, cast_operand, exp_rel_err_for, fragile_elements
-from kernels.reference import expand_kv
+from pcast.contract import DIAGNOSTICS, causal_offset
+from pcast.conformance.splits import fragile_split_elements
+from pcast.conformance.model import EX2_APPROX_REL_ERR, EXP_REL_ERR_CPU, cast_operand, exp_rel_err_for, fragile_elements
+from pcast.reference import expand_kv
 
 __all__ = ["fragile_elements", "explain", "compare", "exp_rel_err_for", "EXP_REL_ERR_CPU", "EX2_APPROX_REL_ERR"]
 
@@ -49,16 +49,16 @@ def explain(a, b, q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
             sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor",
             exp_rel_err=EXP_REL_ERR_CPU, num_splits=1, split_layout="contiguous", p_normalize="online",
             causal_align=None):
-    """Compare two :class:`~kernels.AttentionResult` of the same call; explain every difference.
+    """Compare two :class:`~pcast.AttentionResult` of the same call; explain every difference.
 
-    The keywords are those of the call (:func:`kernels.attention`'s), plus ``tol`` (relative output
+    The keywords are those of the call (:func:`pcast.attention`'s), plus ``tol`` (relative output
     tolerance on rows without fragile elements) and ``exp_rel_err`` (see :func:`exp_rel_err_for`: it
     must cover both sides' exp / exp2). Returns a dict: ``max_abs_diff``, ``max_rel_diff`` (relative to
     max|out|), ``diag_equal`` (all seven diagnostics identical), ``mismatched_rows``, ``fragile_elements``,
     ``walk_fragile_rows`` (rows whose lazy running-max walk may differ), ``explained`` (True when every
     difference is accounted for), ``why`` (text). ``fragile`` may pass :func:`fragile_elements` of the
     same call, computed once for several comparisons. ``num_splits``, ``split_layout``, ``p_normalize`` and
-    ``causal_align`` select the split contract's model (:mod:`kernels.conformance.splits`); where both results
+    ``causal_align`` select the split contract's model (:mod:`pcast.conformance.splits`); where both results
     carry ``lse``, it must agree within ``tol`` (relative to 1 + ``|lse|``) plus what fragile elements can move a
     rounded row sum by.
     """
@@ -191,11 +191,11 @@ def compare(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, 
     """Run the Triton kernel (compiled on a GPU, interpreted on CPU) and the emulator on the same
     inputs and :func:`explain` the differences. Adds ``kernel_backend`` to the returned dict.
 
-    ``policy``: the P-policy keywords of :func:`kernels.attention` (``scale_mode``,
+    ``policy``: the P-policy keywords of :func:`pcast.attention` (``scale_mode``,
     ``rescale_threshold``, ``sink_logit``, ``sink_mode``, ``qk_fmt``, ``qk_scale``, ``v_fmt``,
     ``v_scale``) and the decode keywords (``num_splits``, ``split_layout``, ``p_normalize``, ``causal_align``).
     ``exp_rel_err`` is picked by the backend that ran (:func:`exp_rel_err_for`)."""
-    from kernels.api import attention
+    from pcast.api import attention
 
     unknown = sorted(set(policy) - set(_POLICY_DEFAULTS))
     if unknown:

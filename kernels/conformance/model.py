@@ -1,4 +1,4 @@
-"""The float64 model of the contract that :mod:`kernels.conformance` explains differences with.
+"""The float64 model of the contract that :mod:`pcast.conformance` explains differences with.
 
 :func:`fragile_elements` follows the contract's block walk in float64 (scores from the same
 FP8-cast operands the implementations use, the running max with the lazy rule and an init
@@ -37,12 +37,12 @@ import math
 
 import torch
 
-from kernels.contract import LOG2E, float32, log2_scale
-from kernels.emulator.core import operand_cast, running_max
-from kernels.formats import FP8Format, get_p_format as get_format
-from kernels.formats.microscaling import E2M1, PER_ROW_TARGET, MXFormat, get_mx_format, group_scale, is_mx
-from kernels.formats.quantize import quantize
-from kernels.reference import causal_mask, expand_kv
+from pcast.contract import LOG2E, float32, log2_scale
+from pcast.emulator.core import operand_cast, running_max
+from pcast.formats import FP8Format, get_p_format as get_format
+from pcast.formats.microscaling import E2M1, PER_ROW_TARGET, MXFormat, get_mx_format, group_scale, is_mx
+from pcast.formats.quantize import quantize
+from pcast.reference import causal_mask, expand_kv
 
 __all__ = ["fragile_elements", "exp_rel_err_for", "cast_operand", "EXP_REL_ERR_CPU", "EX2_APPROX_REL_ERR"]
 
@@ -62,7 +62,7 @@ EX2_APPROX_REL_ERR = 5 * _U
 
 
 def exp_rel_err_for(backend: str, *, scale=1.0, fmt="e4m3fn", scale_mode="multiply", rescale_threshold=0.0):
-    """The ``exp_rel_err`` that covers ``backend`` (a name of kernels.contract.BACKENDS_RAN).
+    """The ``exp_rel_err`` that covers ``backend`` (a name of pcast.contract.BACKENDS_RAN).
 
     "triton-compiled" under ``multiply``: ex2.approx's 5u plus the rounding of its argument ``y·LOG2E``
     (and LOG2E's own), ``2u·|y|``, with ``|y| <= ln(2·S·2^τ / min_subnormal) + 1`` for every element
@@ -82,7 +82,7 @@ def exp_rel_err_for(backend: str, *, scale=1.0, fmt="e4m3fn", scale_mode="multip
 def cast_operand(t: torch.Tensor, fmt, scale="tensor") -> torch.Tensor:
     """The contract's operand cast ``quantize(t / s_t, fmt)·s_t`` in float32, ``s_t`` per (batch, head):
     ``amax|t| / max_finite`` ("tensor"; 1 where amax is 0) or the given float; ``t`` when fmt is None.
-    The emulator's own cast (:func:`kernels.emulator.core.operand_cast`), taking a format name too."""
+    The emulator's own cast (:func:`pcast.emulator.core.operand_cast`), taking a format name too."""
     if fmt is None:
         return t
     return operand_cast(t, get_format(fmt), scale if isinstance(scale, str) else float(scale))
@@ -154,7 +154,7 @@ def fragile_elements(q, k, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
                      qk_scale="tensor", exp_rel_err=EXP_REL_ERR_CPU, causal_offset=0):
     """Elements whose FP8 rounding the implementations' float32 errors could flip.
 
-    The keywords are those of :func:`kernels.attention` (names or formats); ``exp_rel_err`` bounds the
+    The keywords are those of :func:`pcast.attention` (names or formats); ``exp_rel_err`` bounds the
     relative error of exp / exp2 (:func:`exp_rel_err_for`). Returns a dict of tensors [B,H,Nq,Nk]:
     ``fragile`` (near any rounding boundary), ``fragile_underflow`` (near the underflow threshold),
     ``fragile_saturation`` (near max_finite: the saturation count may flip, the output cannot),

@@ -1,10 +1,10 @@
 """The float64 model of the split contract (docs/interfaces.md, "Decode-time attention") for
-:func:`kernels.conformance.explain`: several splits, each with its own running max (or, partition-normalised,
+:func:`pcast.conformance.explain`: several splits, each with its own running max (or, partition-normalised,
 its exact max and sum), merged by their log-sum-exp.
 
 Per key, x is ``S·exp(s - m_s)`` at the max in force in its split (online; lazy rescaling per split, an init
 sink seeding split 0), its exp2-offset form, or ``S·exp(s - m_s)/l_s`` (partition). The error bound on
-``ln x`` is :mod:`kernels.conformance.model`'s, plus, for partition, the float32 sum l_s (its summation order
+``ln x`` is :mod:`pcast.conformance.model`'s, plus, for partition, the float32 sum l_s (its summation order
 is not part of the contract: ``n·u`` relative for n keys, and exp's error) and the division (u). An element
 flips the output by at most its grid step times ``|v|`` times its split's merge share: ``e^(m_s - G)``
 (online) or ``L_s·e^(m_s - G)`` (partition) over ``S·Z``, with G the largest split max and Z the row sum of
@@ -17,12 +17,12 @@ import math
 
 import torch
 
-from kernels.conformance.model import (_U, _exp2_arg_tol, _lazy_walk, _near_boundaries, _scores64, _xof,
+from pcast.conformance.model import (_U, _exp2_arg_tol, _lazy_walk, _near_boundaries, _scores64, _xof,
                                        cast_operand)
-from kernels.contract import log2_scale
-from kernels.emulator.parts import running_max
-from kernels.emulator.splits import split_blocks
-from kernels.formats import get_p_format
+from pcast.contract import log2_scale
+from pcast.emulator.parts import running_max
+from pcast.emulator.splits import split_blocks
+from pcast.formats import get_p_format
 
 __all__ = ["fragile_split_elements"]
 
@@ -84,7 +84,7 @@ def fragile_split_elements(q, k, *, num_splits, split_layout, p_normalize, order
                            fmt="e4m3fn", causal=False, causal_offset=0, block_n=64, sm_scale=None,
                            scale_mode="multiply", rescale_threshold=0.0, sink_logit=None, sink_mode="final",
                            qk_fmt=None, qk_scale="tensor", exp_rel_err=6 * _U):
-    """:func:`kernels.conformance.fragile_elements` for the split contract (same keys; ``step`` already
+    """:func:`pcast.conformance.fragile_elements` for the split contract (same keys; ``step`` already
     weighted by each split's merge share, ``lx`` = S·Z). Walk-fragile rows (lazy rescaling) are treated
     as wholly fragile, with the grid step at the top of the range ``x·2^τ``."""
     f = None if fmt is None else get_p_format(fmt)

@@ -24,7 +24,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- the contract
 
-# The per-row contract of kernels.attention, one step each. The Triton kernel, the emulator and
+# The per-row contract of pcast.attention, one step each. The Triton kernel, the emulator and
 # the loop oracle mark each step with the same comment, `# step N: name` (tests check this).
 STEPS = (
     "scores",  # 1. s = q·kᵀ·sm_scale in exact fp32; masked keys -inf
@@ -42,13 +42,13 @@ def step_marker(n: int) -> str:
 
 
 # ----------------------------------------------------------------------------- policy options
-# The options of kernels.attention beyond the paper's order and S (docs/interfaces.md, "P policies").
+# The options of pcast.attention beyond the paper's order and S (docs/interfaces.md, "P policies").
 
 # x = exp(s - m)·S, or x = exp2(s·LOG2E - (m·LOG2E - log2 S)), or x = p·S_r with a per-row S_r per block
 # (nvfp4 only; SageAttention3's first-level scale, docs/interfaces.md "P in FP4 with microscaling")
 SCALE_MODES = ("multiply", "exp2_offset", "per_row")
 SINK_MODES = ("init", "final")  # a learned sink logit seeds (m, l), or joins l after the last block
-# P formats with microscaling (kernels.formats.microscaling.MX_FORMATS, by name): P's fmt may be one of
+# P formats with microscaling (pcast.formats.microscaling.MX_FORMATS, by name): P's fmt may be one of
 # these besides an FP8 format; Q, K and V casts are FP8 only
 MX_FORMAT_NAMES = ("nvfp4", "mxfp4")
 OPERAND_SCALES = ("tensor",)  # qk_scale / v_scale words: amax per (batch, head) / max_finite; or a float
@@ -60,7 +60,7 @@ CAUSAL_ALIGNS = ("top_left", "bottom_right")  # key j visible to row i iff j <= 
 # Step 5's arithmetic (docs/interfaces.md, "The tensor core's P·V arithmetic"): float32, or an FP8 tensor
 # core's fused sums per chunk of keys (Ada mma.sync, Hopper wgmma, Blackwell tcgen05.mma), emulator only
 PV_ARITHS = ("fp32", "mma-sm89", "wgmma-sm90", "tcgen05-sm100")
-TENSORCORE_EXPERIMENT = "tensorcore"  # step 5 on a tensor core against float32 (kernels.pipeline.tensorcore_runs)
+TENSORCORE_EXPERIMENT = "tensorcore"  # step 5 on a tensor core against float32 (pcast.pipeline.tensorcore_runs)
 
 
 def causal_offset(align: str | None, nq: int, nk: int) -> int:
@@ -107,7 +107,7 @@ COMBO_LABELS = tuple(combo_label(o, s) for o, s in COMBOS)
 # ----------------------------------------------------------------------------- shapes
 
 HEAD_DIMS = (16, 32, 64, 128, 256)  # head dimension d of the generator and the pipeline: a power of two 16..256
-# head dimension d that kernels.attention accepts: a multiple of 16 up to 256 (the Triton kernel pads
+# head dimension d that pcast.attention accepts: a multiple of 16 up to 256 (the Triton kernel pads
 # it to the next power of two; real models use 80, 96, ...)
 ATTENTION_HEAD_DIMS = tuple(range(16, 257, 16))
 BLOCK_SIZES = (16, 32, 64, 128, 256)  # block_m, block_n: powers of two (tl.arange, tl.dot >= 16)
@@ -141,7 +141,7 @@ TIDY_COLUMNS = (
     "underflow_sink_frac", "saturated",
 )
 # The conformance table: check "kernel" (the Triton kernel against the emulator, every difference explained)
-# or "engine" (kernels.attention_calls against one kernels.attention per item, bit for bit); case names the call.
+# or "engine" (pcast.attention_calls against one pcast.attention per item, bit for bit); case names the call.
 CONFORMANCE_KEY = ("check", "case", "order", "scale", "causal", "n", "d", "delta", "sink_v_scale", "seed")
 CONFORMANCE_COLUMNS = CONFORMANCE_KEY + (
     "fmt", "scale_mode", "rescale_threshold", "sink_kind", "ksink", "sink_mode", "rowsum", "qk_fmt", "v_fmt", "block_m",
@@ -154,7 +154,7 @@ TIMING_COLUMNS = ("experiment", "shard", "seeds", "runs", "backend", "wall_s", "
 # Deployed kernels' P policies under sinks (docs/interfaces.md, "The policies experiment").
 
 POLICY_EXPERIMENT = "policies"
-REALMODEL = "realmodel"  # a pretrained model's heads and embeddings (kernels.models.realmodel, kernels.models.heads)
+REALMODEL = "realmodel"  # a pretrained model's heads and embeddings (pcast.models.realmodel, pcast.models.heads)
 SINK_KINDS = ("keys", "logit")  # ksink sink keys scoring Δ + N(0, σ²), or a learned sink logit Δ (no key, no value)
 VARIANTS = ("p_only", "deployed")  # Q, K, V in float32 (the paper), or the operand casts of a deployment
 
@@ -207,8 +207,8 @@ DECODE_TIDY_COLUMNS = ("experiment", "seed", "head") + DECODE_CONFIG_COLUMNS + (
 
 # ----------------------------------------------------------------------------- one name for S
 def scale_keyword(fn):
-    """The scale S is ``scale=`` in every public function (as in :func:`kernels.attention` and
-    :class:`kernels.policies.Policy`); a function decorated with this still takes ``S=``, with a
+    """The scale S is ``scale=`` in every public function (as in :func:`pcast.attention` and
+    :class:`pcast.policies.Policy`); a function decorated with this still takes ``S=``, with a
     DeprecationWarning."""
     import functools
     import warnings

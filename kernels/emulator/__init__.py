@@ -1,10 +1,10 @@
 """The emulator: the contract in vectorized torch, bit-faithful to the kernel's P path.
 
 * :mod:`.core`: one call (steps 1-6 of docs/interfaces.md) over chunks of rows;
-* :mod:`.calls`: the multi-call engine behind :func:`kernels.attention_calls` (shared work across
+* :mod:`.calls`: the multi-call engine behind :func:`pcast.attention_calls` (shared work across
   value tensors, scales and a Δ stack);
 * :mod:`.reverse`: reverse order across a Δ stack, the blocks before the sink block computed once;
 * :mod:`.mx`: step 3 for P in microscaled FP4.
 
-May import: :mod:`kernels.contract`, :mod:`kernels.formats` and :mod:`kernels.reference`.
+May import: :mod:`pcast.contract`, :mod:`pcast.formats` and :mod:`pcast.reference`.
 """

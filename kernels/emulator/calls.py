@@ -1,8 +1,8 @@
-"""The emulator's multi-run engine: several calls on the same q, k and values (``kernels.attention_calls``).
+"""The emulator's multi-run engine: several calls on the same q, k and values (``pcast.attention_calls``).
 
-Every call is run by the emulator's own steps (:func:`kernels.emulator.core._rows`, the step markers' home);
+Every call is run by the emulator's own steps (:func:`pcast.emulator.core._rows`, the step markers' home);
 what this module adds is the bookkeeping that lets calls and items share work, all of it exact
-(docs/interfaces.md, ``kernels.attention_calls``):
+(docs/interfaces.md, ``pcast.attention_calls``):
 
 * calls whose scores have the same bits (same q/k cast, sm_scale, causal flag, padded length) take
   step 1 once per chunk of rows; calls that differ only in S share steps 1-2 (one emulator call with
@@ -13,16 +13,16 @@ what this module adds is the bookkeeping that lets calls and items share work, a
 * an item whose scores and values equal its anchor's bit for bit repeats the anchor's steps 1-5 in
   every call whose sink does not seed the max, so it reuses them (:func:`_clone_rows`);
 * in reverse order, the blocks an item visits before its leading (sink) block are its anchor's: they are
-  computed once per chunk of rows (:mod:`kernels.emulator.reverse`).
+  computed once per chunk of rows (:mod:`pcast.emulator.reverse`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from kernels.emulator import core as _em
-from kernels.emulator import reverse as _rev
-from kernels.reference import _bits
+from pcast.emulator import core as _em
+from pcast.emulator import reverse as _rev
+from pcast.reference import _bits
 
 __all__ = ["emulate_calls", "SCORE_SLICE", "SHARING"]
 
@@ -37,7 +37,7 @@ _SHARED_BYTES = 256 * 2**20
 #: ``full`` / ``sliced`` / ``copied``: chunks of rows whose scores were one full matmul, a matmul of the
 #: leading keys over shared ones, a copy of shared ones; ``reused``: chunks a further call took as they were;
 #: ``cloned``: chunks of a call whose steps 1-5 were an earlier item's (:func:`_clone_rows`); ``reverse``: chunks
-#: of a reverse-order call whose blocks past the leading ones were the anchor's (:mod:`kernels.emulator.reverse`).
+#: of a reverse-order call whose blocks past the leading ones were the anchor's (:mod:`pcast.emulator.reverse`).
 SHARING = {"full": 0, "sliced": 0, "copied": 0, "reused": 0, "cloned": 0, "reverse": 0}
 
 
@@ -170,7 +170,7 @@ def _units(calls) -> dict:
 
 
 def _groups(q, k, v: tuple, calls) -> dict:
-    """The calls laid out (:func:`kernels.emulator.core._layout`, sharing operand casts) with their outputs,
+    """The calls laid out (:func:`pcast.emulator.core._layout`, sharing operand casts) with their outputs,
     grouped by what their scores depend on: score key -> [(layout, outs, diags, {call: scale}), ...]."""
     B, H, Nq, d = q.shape
     G = B * H
@@ -187,9 +187,9 @@ def _groups(q, k, v: tuple, calls) -> dict:
 
 
 def emulate_calls(q, k, v: tuple, calls) -> list:
-    """:func:`kernels.emulator.core.emulate_attention` of the value tensors ``v`` (a tuple) under each keyword
+    """:func:`pcast.emulator.core.emulate_attention` of the value tensors ``v`` (a tuple) under each keyword
     dict of ``calls`` (its keywords), sharing what their results do not depend on (docs/interfaces.md,
-    ``kernels.attention_calls``). Returns one ``(outs, diag)`` per call, as ``emulate_attention`` with a
+    ``pcast.attention_calls``). Returns one ``(outs, diag)`` per call, as ``emulate_attention`` with a
     tuple ``v`` returns, bit for bit."""
     B, H, Nq, d = q.shape
     G = B * H
@@ -208,7 +208,7 @@ def emulate_calls(q, k, v: tuple, calls) -> list:
 
 def _reverse_leads(members: list, shared: _Shared, clones: list) -> list[dict]:
     """Per call: item -> (anchor, leading columns) for the items, anchors included, that take their anchor's
-    blocks past the leading ones (:mod:`kernels.emulator.reverse`); empty for a call that is not eligible."""
+    blocks past the leading ones (:mod:`pcast.emulator.reverse`); empty for a call that is not eligible."""
     leads = []
     for m, (c, *_) in enumerate(members):
         lead: dict = {}

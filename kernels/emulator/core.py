@@ -1,7 +1,7 @@
 """Vectorized torch emulator of the FP8 P-cast attention contract.
 
 This is the fast path large CPU sweeps run on. It follows the per-row contract of
-:func:`kernels.attention` step for step (each step is marked ``# step N: name`` in
+:func:`pcast.attention` step for step (each step is marked ``# step N: name`` in
 :func:`_rows`, as in the Triton kernel and the test oracle), but instead of walking KV
 blocks one at a time it computes every block's running maximum at once (a cumulative
 max over the per-block row maxima, in the visiting order), so the whole computation is
@@ -14,7 +14,7 @@ kernel rescales ``acc`` and ``l`` by ``alpha`` once per block, while the emulato
 weights each block by ``exp(m_block - m_final)`` directly. That changes outputs by a
 few fp32 ulps, never a diagnostic. Scores ``s`` come from a different fp32 matmul
 than the kernel's, so a ``p`` within a few ulps of an FP8 rounding boundary can round
-the other way; :mod:`kernels.conformance` checks that explanation for every mismatch.
+the other way; :mod:`pcast.conformance` checks that explanation for every mismatch.
 
 The P-policy options (docs/interfaces.md, "P policies") enter at their steps: operand casts
 (``qk_fmt``, ``v_fmt``) in :func:`_layout`; lazy rescaling and a sink logit that seeds the
@@ -23,10 +23,10 @@ max replace the cumulative max by :func:`max_in_force`, a short loop over the bl
 ``exp2(m_j·LOG2E - m_final·LOG2E)``. With every option at its default the code below runs
 exactly the paper's operations, bit for bit.
 
-Several value tensors (:func:`kernels.attention_values`) share steps 1-4; several scales S
+Several value tensors (:func:`pcast.attention_values`) share steps 1-4; several scales S
 (:func:`emulate_attention_scales`, ``scale_mode="multiply"`` only) share steps 1-2, each scale casting
 its own copy of the unrounded p (the last one casts p in place), with the operations of a call of its own.
-Several calls (:func:`kernels.emulator.calls.emulate_calls`, :func:`kernels.attention_calls`) share step 1
+Several calls (:func:`pcast.emulator.calls.emulate_calls`, :func:`pcast.attention_calls`) share step 1
 where their scores have the same bits, and the items of a Δ stack the scores of their non-sink keys.
 """
 
@@ -37,15 +37,15 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.contract import DIAGNOSTICS, LOG2E, log2_scale
-from kernels.formats import FP8Format
-from kernels.emulator.mx import cast_mx as _cast_mx, first_level as _first_level, group_positives as _group_positives
-from kernels.emulator.mx import per_row_scale as _per_row_scale
-from kernels.formats.microscaling import MXFormat
-from kernels.formats.rounding import quantize_fast
-from kernels.emulator.parts import max_in_force, operand_cast, running_max
-from kernels.emulator import tensorcore as _tc
-from kernels.reference import causal_mask, expand_kv
+from pcast.contract import DIAGNOSTICS, LOG2E, log2_scale
+from pcast.formats import FP8Format
+from pcast.emulator.mx import cast_mx as _cast_mx, first_level as _first_level, group_positives as _group_positives
+from pcast.emulator.mx import per_row_scale as _per_row_scale
+from pcast.formats.microscaling import MXFormat
+from pcast.formats.rounding import quantize_fast
+from pcast.emulator.parts import max_in_force, operand_cast, running_max
+from pcast.emulator import tensorcore as _tc
+from pcast.reference import causal_mask, expand_kv
 
 __all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_in_force", "operand_cast"]
 
@@ -78,7 +78,7 @@ class _Call:
     reverse: bool
     scales: tuple  # (_Scale, ...): one per scale S; steps 3-6 run once for each (one only for exp2)
     fmt: FP8Format | MXFormat | None
-    mx: bool  # fmt is microscaled (kernels.formats.microscaling): groups inside each block, a scale per group
+    mx: bool  # fmt is microscaled (pcast.formats.microscaling): groups inside each block, a scale per group
     per_row: bool  # scale_mode="per_row": x = p·S_r, S_r = PER_ROW_TARGET / (the block's row max of p)
     rowsum_rounded: bool
     exp2: bool  # scale_mode="exp2_offset"
@@ -87,7 +87,7 @@ class _Call:
     sink: torch.Tensor | None  # [G] float32 learned sink logits
     sink_init: bool  # the sink seeds (m, l) (sink_mode="init"), else it joins l at step 6
     cummax: bool  # eager max without a seed: the running max is a cumulative max
-    splits: tuple = (1, "contiguous", "online")  # num_splits, split_layout, p_normalize (kernels.emulator.splits)
+    splits: tuple = (1, "contiguous", "online")  # num_splits, split_layout, p_normalize (pcast.emulator.splits)
     pv: _tc.PVOperands | None = None  # step 5 on an FP8 tensor core (pv_arith), else None: float32
 
 
@@ -269,7 +269,7 @@ def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torc
 
 def _cast(c: _Call, sc: _Scale, x: torch.Tensor, pos_g, diag: dict, g: int, r0: int, r1: int) -> torch.Tensor:
     """Step 3's rounding of x in place (no rounding when fmt is None): FP8, or a microscaled format's groups
-    of keys inside each block with a scale per group (:mod:`kernels.emulator.mx`); saturation counted."""
+    of keys inside each block with a scale per group (:mod:`pcast.emulator.mx`); saturation counted."""
     if c.mx:
         return _cast_mx(c, x, pos_g, diag, g, r0, r1)
     saturate = _saturation(c, sc, x, diag["saturated"][g, r0:r1])
@@ -330,21 +330,21 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
                       rescale_threshold: float = 0.0, sink_logit: torch.Tensor | None = None,
                       sink_mode: str = "final", qk_fmt: FP8Format | None = None, qk_scale="tensor",
                       v_fmt: FP8Format | None = None, v_scale="tensor", **decode):
-    """Emulate the kernel contract. Arguments are already validated by :func:`kernels.attention`.
+    """Emulate the kernel contract. Arguments are already validated by :func:`pcast.attention`.
 
     Shapes: q [B, H, Nq, d], k and v [B, H_kv, Nk, d] (H_kv dividing H), all float32 on one device; ``sink_logit`` float32
     [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``. ``v`` may also
     be a tuple of such tensors (value sets sharing q and k): ``out`` is then a tuple, one per value
-    tensor, each bit-identical to a call with that tensor alone (:func:`kernels.attention_values`).
+    tensor, each bit-identical to a call with that tensor alone (:func:`pcast.attention_values`).
     ``decode``: ``causal_offset`` (docs/interfaces.md, "Decode-time attention"), ``pv_arith`` (step 5 on a
-    tensor core, :mod:`kernels.emulator.tensorcore`); one split with online
-    normalisation (several splits or partition normalisation: :func:`kernels.emulator.splits.emulate_splits`).
+    tensor core, :mod:`pcast.emulator.tensorcore`); one split with online
+    normalisation (several splits or partition normalisation: :func:`pcast.emulator.splits.emulate_splits`).
     The diag dict also holds ``lse``, float32 [B,H,Nq].
     """
     several = isinstance(v, tuple)
     if decode.get("num_splits", 1) > 1 or decode.get("p_normalize", "online") != "online":
         raise ValueError("emulate_attention runs one split with online normalisation; several splits or "
-                         "partition normalisation: kernels.emulator.splits.emulate_splits")
+                         "partition normalisation: pcast.emulator.splits.emulate_splits")
     ((outs, diag),) = _emulate(q, k, v if several else (v,), (scale,), reverse=reverse, fmt=fmt, causal=causal,
                                ksink=ksink, block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
                                scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,
@@ -358,7 +358,7 @@ def emulate_attention_scales(q, k, v: tuple, *, scales, **kwargs) -> list:
     once for all of them: ``scale_mode="multiply"`` only (exp2_offset folds log2 S into step 2).
 
     Returns one ``(outs, diag)`` per scale, as :func:`emulate_attention` with a tuple ``v`` and
-    ``scale=scales[i]`` returns, bit for bit (:func:`kernels.attention_scales`)."""
+    ``scale=scales[i]`` returns, bit for bit (:func:`pcast.attention_scales`)."""
     if kwargs.get("scale_mode", "multiply") != "multiply":
         raise ValueError(f"scale_mode={kwargs['scale_mode']!r}: several scales share steps 1-2 only with 'multiply'")
     return _emulate(q, k, tuple(v), tuple(scales), **kwargs)

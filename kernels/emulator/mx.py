@@ -1,6 +1,6 @@
 """The emulator's step 3 for P in microscaled FP4 (docs/interfaces.md, "P in FP4 with microscaling").
 
-Called from :func:`kernels.emulator.core._rows` at its ``# step 3: cast`` marker; ``c`` is that module's
+Called from :func:`pcast.emulator.core._rows` at its ``# step 3: cast`` marker; ``c`` is that module's
 ``_Call`` (the call laid out). Kept apart only for the module size limit.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.formats.microscaling import PER_ROW_TARGET, quantize_mx_fast
+from pcast.formats.microscaling import PER_ROW_TARGET, quantize_mx_fast
 
 __all__ = ["per_row_scale", "first_level", "group_positives", "cast_mx"]
 

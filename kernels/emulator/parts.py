@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from kernels.contract import LOG2E, float32
-from kernels.formats import FP8Format
-from kernels.formats.rounding import quantize_fast
+from pcast.contract import LOG2E, float32
+from pcast.formats import FP8Format
+from pcast.formats.rounding import quantize_fast
 
 __all__ = ["running_max", "max_in_force", "operand_cast", "operand_parts"]
 

@@ -1,13 +1,13 @@
 """Reverse order across a Δ stack: the blocks visited before the sink keys' block, computed once per chunk of rows.
 
-Used by :func:`kernels.emulator.calls.emulate_calls` (docs/interfaces.md, ``kernels.attention_calls``). The items
+Used by :func:`pcast.emulator.calls.emulate_calls` (docs/interfaces.md, ``pcast.attention_calls``). The items
 of a Δ stack differ from their anchor only in the leading keys (the sink keys; ``emulator_calls._Shared``'s
 ``cols``). In reverse order the block holding them is visited last, so every block j >= j0 (the differing
 columns and the ``ksink`` sink keys, rounded up to whole blocks) sees the anchor's scores and, the running max
 being a cumulative max from the last block down to j, the anchor's max: the same p (or exp2_offset's x), the
 same p_q at each scale, the same counts, saturations and block sums. :class:`_State` holds those for one chunk of
 rows of one call; :func:`item_rows` runs an item (the anchor too) with them, computing only its leading blocks,
-its block weights, the weighted P_q, P·V and step 6, each with the operations :func:`kernels.emulator.core._rows`
+its block weights, the weighted P_q, P·V and step 6, each with the operations :func:`pcast.emulator.core._rows`
 applies there, so the results have its bits (tests/emulator/test_attention_calls.py checks them against run-by-run calls).
 """
 
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.emulator import core as _em
-from kernels.emulator.mx import first_level
-from kernels.formats.rounding import quantize_fast
+from pcast.emulator import core as _em
+from pcast.emulator.mx import first_level
+from pcast.formats.rounding import quantize_fast
 
 __all__ = ["eligible", "lead_columns", "anchor_state", "item_rows"]
 
@@ -39,7 +39,7 @@ def lead_columns(block_n: int, nblk: int, ks: int, cols: list[int]) -> int | Non
 
 
 def _scaled(c: _em._Call, sc, u: torch.Tensor, last: bool):
-    """Step 3's x for scale ``sc`` (:func:`kernels.emulator.mx.first_level`: u itself for the last scale), and
+    """Step 3's x for scale ``sc`` (:func:`pcast.emulator.mx.first_level`: u itself for the last scale), and
     the count of x > max_finite per row where the scale may saturate (else None)."""
     x = first_level(c, u, sc.scale, None, None if last else torch.empty_like(u))
     return x, (_em.saturated_count(c, x) if sc.check_saturation else None)
@@ -47,7 +47,7 @@ def _scaled(c: _em._Call, sc, u: torch.Tensor, last: bool):
 
 def _cast(c: _em._Call, sc, x: torch.Tensor) -> torch.Tensor:
     """Step 3's rounding, in place. Clamping first when the scale may saturate gives the bits of an unclamped
-    cast wherever nothing exceeds max_finite, so this is kernels.emulator.core._cast whatever its check found."""
+    cast wherever nothing exceeds max_finite, so this is pcast.emulator.core._cast whatever its check found."""
     return x if c.fmt is None else quantize_fast(x, c.fmt, saturate=sc.check_saturation, out=x)
 
 
@@ -87,7 +87,7 @@ def anchor_state(c: _em._Call, s: torch.Tensor, c0: int) -> _State:
 
 def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _State, outs: tuple, diags: tuple,
               keep: list | None) -> None:
-    """Steps 2-6 of rows r0:r1 of item g under call ``c`` (as :func:`kernels.emulator.core._rows`), from the item's
+    """Steps 2-6 of rows r0:r1 of item g under call ``c`` (as :func:`pcast.emulator.core._rows`), from the item's
     scores ``s`` [rows, Np] (only its first ``st.c0`` columns are read) and the anchor's shared blocks ``st``."""
     nr, bn, ks = r1 - r0, c.block_n, c.ks
     j0 = st.c0 // bn

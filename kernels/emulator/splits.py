@@ -6,7 +6,7 @@ each split runs steps 1-5 over its own blocks with its own state (m_s, l_s, acc_
 (FlashAttention-3's combine, :func:`merge`). With ``p_normalize="partition"`` a split takes its exact max
 and sum first and casts ``x = (p / l_s)·S``. Step 1 is computed once for all splits (the same scores as a
 single pass), and every key is counted in the split that holds it, with the emulator's own steps
-(:mod:`kernels.emulator.core`). One split with online normalisation never comes here: it is today's
+(:mod:`pcast.emulator.core`). One split with online normalisation never comes here: it is today's
 single pass, bit for bit.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.emulator import core as _em
-from kernels.emulator.parts import max_in_force, running_max
+from pcast.emulator import core as _em
+from pcast.emulator.parts import max_in_force, running_max
 
 __all__ = ["split_blocks", "emulate_splits", "merge"]
 
@@ -48,7 +48,7 @@ def merge(lses: list, outs: list, sigma: torch.Tensor | None = None) -> tuple:
 
 def emulate_splits(q, k, v, *, scale: float, num_splits: int, split_layout: str, p_normalize: str,
                    causal_offset: int = 0, **kwargs):
-    """:func:`kernels.emulator.core.emulate_attention` with several splits or partition normalisation; the
+    """:func:`pcast.emulator.core.emulate_attention` with several splits or partition normalisation; the
     same arguments and returns (``diag`` holds ``lse`` too). ``v``: a tensor or a tuple of them."""
     several = isinstance(v, tuple)
     B, H, Nq, d = q.shape

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.contract import PV_ARITHS
-from kernels.formats import FP8Format
-from kernels.reference import expand_kv
+from pcast.contract import PV_ARITHS
+from pcast.formats import FP8Format
+from pcast.reference import expand_kv
 
 __all__ = ["TensorCore", "TENSOR_CORES", "PV_FORMATS", "fdpa", "accumulate", "pv_operands", "PVOperands",
            "mmasim_op", "MMASIM_MISSING", "check_pv_arith", "pv_arith_for"]
@@ -137,8 +137,8 @@ class PVOperands:
 def pv_operands(values: tuple, heads: int, n: int, pad: int, v_fmt: FP8Format, how, pv_arith: str,
                 p_fmt: FP8Format) -> PVOperands:
     """V as the MMA takes it: each value tensor expanded to ``heads``, ``quantize(v / s_v, v_fmt)`` with the
-    operand cast's scale (:func:`kernels.emulator.parts.operand_parts`), flattened and padded by ``pad`` keys."""
-    from kernels.emulator.parts import operand_parts
+    operand cast's scale (:func:`pcast.emulator.parts.operand_parts`), flattened and padded by ``pad`` keys."""
+    from pcast.emulator.parts import operand_parts
 
     vqs, svs = [], []
     for v in values:

@@ -3,11 +3,11 @@
 * :mod:`.fp8`: the formats as parameters (:class:`FP8Format`, :data:`FORMATS`), torch-free;
 * :mod:`.rounding`: bit-exact rounding of float32 onto an FP8 grid, in torch;
 * :mod:`.microscaling`: NVFP4 and MXFP4 (E2M1 elements, one scale per group);
-* :mod:`.quantize`: :func:`kernels.quantize`, one entry point for every format above.
+* :mod:`.quantize`: :func:`pcast.quantize`, one entry point for every format above.
 
-May import: nothing else in ``kernels``. Importing this package stays torch-free.
+May import: nothing else in ``pcast``. Importing this package stays torch-free.
 """
 
-from kernels.formats.fp8 import FORMATS, HALF_FORMATS, FP8Format, format_names, get_format, get_p_format
+from pcast.formats.fp8 import FORMATS, HALF_FORMATS, FP8Format, format_names, get_format, get_p_format
 
 __all__ = ["FP8Format", "FORMATS", "HALF_FORMATS", "get_format", "get_p_format", "format_names"]

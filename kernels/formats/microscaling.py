@@ -9,8 +9,8 @@ microscaling"):
 * ``mxfp4`` (OCP MX v1.0): groups of 32, an E8M0 scale ``2^X`` with
   ``X = clamp(floor(log2 amax) - 2, -127, 127)``, elements ``quantize(x / 2^X, E2M1)``.
 
-Every rounding is :func:`kernels.formats.rounding.quantize_fp8` (RNE, satfinite) on the format tables of
-:mod:`kernels.formats`; :func:`quantize_mx_fast` is the emulator's cheaper route to the same bits.
+Every rounding is :func:`pcast.formats.rounding.quantize_fp8` (RNE, satfinite) on the format tables of
+:mod:`pcast.formats`; :func:`quantize_mx_fast` is the emulator's cheaper route to the same bits.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.formats import FORMATS, FP8Format
-from kernels.formats.rounding import quantize_fast, quantize_fp8 as _quantize_fp8
+from pcast.formats import FORMATS, FP8Format
+from pcast.formats.rounding import quantize_fast, quantize_fp8 as _quantize_fp8
 
 __all__ = ["E2M1", "MXFormat", "MX_FORMATS", "PER_ROW_TARGET", "get_mx_format", "is_mx", "group_scale",
            "quantize_mx", "quantize_mx_fast"]
@@ -114,7 +114,7 @@ def quantize_mx(x: torch.Tensor, fmt) -> tuple[torch.Tensor, torch.Tensor, torch
 
 def quantize_mx_fast(x: torch.Tensor, fmt, sat: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`quantize_mx`'s ``(p_q, flushed)`` for x >= 0 [..., n], by the emulator's float32 addition
-    rounding (:func:`kernels.formats.rounding.quantize_fast`), in place over x. ``sat`` (int64 [...]): adds each
+    rounding (:func:`pcast.formats.rounding.quantize_fast`), in place over x. ``sat`` (int64 [...]): adds each
     row's count of keys whose ``float32(x / s) > 6`` (clipped)."""
     f = get_mx_format(fmt)
     xg = _groups(x, f)

@@ -1,12 +1,12 @@
-"""One entry point for rounding onto any of the formats: :func:`kernels.quantize`."""
+"""One entry point for rounding onto any of the formats: :func:`pcast.quantize`."""
 
 from __future__ import annotations
 
 import torch
 
-from kernels.formats.fp8 import FORMATS, HALF_FORMATS, FP8Format
-from kernels.formats.microscaling import MX_FORMATS, MXFormat, quantize_mx
-from kernels.formats.rounding import quantize_fp8
+from pcast.formats.fp8 import FORMATS, HALF_FORMATS, FP8Format
+from pcast.formats.microscaling import MX_FORMATS, MXFormat, quantize_mx
+from pcast.formats.rounding import quantize_fp8
 
 __all__ = ["quantize"]
 
@@ -16,9 +16,9 @@ def quantize(x: torch.Tensor, fmt: str | FP8Format | MXFormat = "e4m3fn") -> tor
 
     Args:
         x: float32 tensor of any shape, on any device.
-        fmt: a format name from :data:`kernels.formats.FORMATS` or an
-            :class:`~kernels.formats.FP8Format`; ``"bf16"`` or ``"fp16"`` (:data:`kernels.formats.HALF_FORMATS`); or a microscaled FP4 format
-            (``"nvfp4"``, ``"mxfp4"``, :mod:`kernels.formats.microscaling`), quantized in groups
+        fmt: a format name from :data:`pcast.formats.FORMATS` or an
+            :class:`~pcast.formats.FP8Format`; ``"bf16"`` or ``"fp16"`` (:data:`pcast.formats.HALF_FORMATS`); or a microscaled FP4 format
+            (``"nvfp4"``, ``"mxfp4"``, :mod:`pcast.formats.microscaling`), quantized in groups
             along the last axis, whose length must be a multiple of the group.
 
     Returns:

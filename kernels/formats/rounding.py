@@ -10,7 +10,7 @@
 
 The rounding is done with float32 -> int32 bit manipulation, never with a
 float8 cast, so it behaves identically on every backend. The same algorithm,
-written in Triton ops, lives in :mod:`kernels.triton.kernel` (``fp8_round``).
+written in Triton ops, lives in :mod:`pcast.triton.kernel` (``fp8_round``).
 
 Algorithm, for ``a = |x|`` (a normal float32 with unbiased exponent ``e`` and
 24-bit significand ``mant`` including the implicit bit):
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
+from pcast.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
 
 __all__ = ["quantize_fp8", "quantize_native", "quantize_fast"]
 
@@ -42,8 +42,8 @@ def quantize_fp8(x: torch.Tensor, fmt: str | FP8Format = "e4m3fn") -> torch.Tens
 
     Args:
         x: float32 tensor of any shape, on any device.
-        fmt: a format name from :data:`kernels.formats.FORMATS` or an
-            :class:`~kernels.formats.FP8Format` (microscaled FP4: :func:`kernels.quantize`).
+        fmt: a format name from :data:`pcast.formats.FORMATS` or an
+            :class:`~pcast.formats.FP8Format` (microscaled FP4: :func:`pcast.quantize`).
 
     Returns:
         float32 tensor of the same shape whose values are on the grid.

@@ -4,5 +4,5 @@
 * :mod:`.heads`: per-head analysis of real attention (sinks detected, the running-max rule);
 * :mod:`.realmodel`: all-MiniLM-L6-v2's attention through the instrument.
 
-May import: the API (:func:`kernels.attention`) and every trade below it (theory, contract, formats).
+May import: the API (:func:`pcast.attention`) and every trade below it (theory, contract, formats).
 """

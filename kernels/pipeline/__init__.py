@@ -3,7 +3,7 @@
 The rule scripts in ``workflow/scripts/`` are thin: each reads the ``snakemake`` object inside
 ``with rule_log(snakemake) as log:`` and calls one function here, so everything that matters can
 be tested without Snakemake. Callers import the module they need
-(``from kernels.pipeline import config``); this package re-exports nothing.
+(``from pcast.pipeline import config``); this package re-exports nothing.
 
 ==========================  =======================================================================
 module                      concern
@@ -58,5 +58,5 @@ module                      concern
 ==========================  =======================================================================
 
 The shared names (experiments, column lists, ``combo_label``, diagnostics, shapes) live in
-:mod:`kernels.contract`.
+:mod:`pcast.contract`.
 """

@@ -1,4 +1,4 @@
-"""The run plan's calibration (:mod:`kernels.pipeline.plan`): the parts of its CPU-time model measured on
+"""The run plan's calibration (:mod:`pcast.pipeline.plan`): the parts of its CPU-time model measured on
 this machine, on one thread, as the jobs run them. ``load_calibration`` makes it
 once per machine and keeps it; the model and the meaning of each part are in that module's docstring."""
 
@@ -21,10 +21,10 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
     About two seconds, plus importing torch."""
     import torch
 
-    from kernels import attention_calls
-    from kernels.reference import reference_stack
-    from kernels.models.sinks import make_base
-    from kernels.pipeline.runs import value_stack
+    from pcast import attention_calls
+    from pcast.reference import reference_stack
+    from pcast.models.sinks import make_base
+    from pcast.pipeline.runs import value_stack
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -37,7 +37,7 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
                 "mx6": (6, 1, [{"scale": 256.0, "fmt": "nvfp4"}])}  # a microscaled cast instead of E4M3
         best = dict.fromkeys([*runs, "ref2", "ref6", "scores"], float("inf"))
         q1, kT = stacks[2][0][0, 0], stacks[2][1][0, 0].t()
-        rows = max(1, (1 << 18) // n)  # the emulator's chunk of rows (kernels.emulator.core._CHUNK_ELEMS)
+        rows = max(1, (1 << 18) // n)  # the emulator's chunk of rows (pcast.emulator.core._CHUNK_ELEMS)
         for _ in range(repeats):
             t0 = time.perf_counter()
             for r0 in range(0, n, rows):
@@ -74,14 +74,14 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
 _FIRST_CALLS = """
 import sys, time, torch
 torch.set_num_threads(1)
-from kernels.pipeline.runs import value_stack
-from kernels.models.sinks import make_base
+from pcast.pipeline.runs import value_stack
+from pcast.models.sinks import make_base
 t = []
 for rep in range(2):
     q, k, values = value_stack(make_base(rep, n=32, d=16), 4, [4.0, 5.0], [1.0], torch.device("cpu"))
     t0 = time.perf_counter()
-    from kernels.reference import reference_stack
-    from kernels import attention_calls
+    from pcast.reference import reference_stack
+    from pcast import attention_calls
     reference_stack(q, k, values)
     attention_calls(q, k, values, [{"scale": 256.0}, {"scale": 1.0, "order": "reverse"}], order="forward",
                     ksink=4, block_n=16, backend="emulator")
@@ -118,10 +118,10 @@ def _fixed_costs(repeats: int) -> dict:
     2 and 6 items under one call, and 6 items with a second scale, a second order or a second value tensor."""
     import torch
 
-    from kernels import attention_calls
-    from kernels.reference import reference_stack
-    from kernels.models.sinks import make_base
-    from kernels.pipeline.runs import value_stack
+    from pcast import attention_calls
+    from pcast.reference import reference_stack
+    from pcast.models.sinks import make_base
+    from pcast.pipeline.runs import value_stack
 
     base = make_base(0, n=32, d=16)
     tiny = {(L, nv): value_stack(base, 4, [4.0 + i for i in range(L)], [1.0, 0.5][:nv], torch.device("cpu"))
@@ -152,7 +152,7 @@ def _fixed_costs(repeats: int) -> dict:
 
 
 def _decode_costs(repeats: int) -> dict:
-    """The decode experiment's parts (:mod:`kernels.pipeline.decode_runs`), the best of ``repeats`` in CPU seconds
+    """The decode experiment's parts (:mod:`pcast.pipeline.decode_runs`), the best of ``repeats`` in CPU seconds
     of this process (``time.process_time``, one thread: a loaded machine does not inflate them): ``c_dec``,
     seconds per (configuration, decode row, key) of one Δ stack of 4 rows at the experiment's n = 8192 (the
     emulator's cost per key of a split decode row depends on n; d = 16) with its float64 reference, through
@@ -160,10 +160,10 @@ def _decode_costs(repeats: int) -> dict:
     calls (16 rows of one 256-key partition, d = 256)."""
     import torch
 
-    from kernels.models.sinks import make_base
-    from kernels.pipeline.decode_config import calls
-    from kernels.pipeline.decode_runs import _kind_rows, _partition_rows
-    from kernels.pipeline.runs import _Tally
+    from pcast.models.sinks import make_base
+    from pcast.pipeline.decode_config import calls
+    from pcast.pipeline.decode_runs import _kind_rows, _partition_rows
+    from pcast.pipeline.runs import _Tally
 
     grid = {"num_splits": [1, 4, 16], "split_layout": ["contiguous", "interleaved"], "order": ["forward", "reverse"],
             "p_normalize": ["online", "partition"], "scale": [1, 256]}

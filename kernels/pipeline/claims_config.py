@@ -20,7 +20,7 @@
                                                       too)
   ``claims.C3.scale``, ``.compare_scale``             ``experiments.scales.scale`` (``stats.scales``)
   ``claims.audit.variant``, ``.floor_variant``        ``experiments.policies.variants``
-  ``claims.realmodel.combos``                         ``kernels.contract.COMBO_LABELS`` (what
+  ``claims.realmodel.combos``                         ``pcast.contract.COMBO_LABELS`` (what
                                                       ``realmodel`` always runs)
   ``claims.fp4.delta``                                ``experiments.fp4.delta`` (T7's and the FP4
                                                       section's MSE ratios)
@@ -41,14 +41,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernels.contract import COMBO_LABELS, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, combo_label
-from kernels.pipeline.grid import delta_values, listed
+from pcast.contract import COMBO_LABELS, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, combo_label
+from pcast.pipeline.grid import delta_values, listed
 
 __all__ = ["check_analysis"]
 
 
 class _Error(ValueError):
-    """Raised here; :mod:`kernels.pipeline.config` re-raises it as its ``ConfigError``."""
+    """Raised here; :mod:`pcast.pipeline.config` re-raises it as its ``ConfigError``."""
 
 
 def check_analysis(config: Mapping) -> None:

@@ -20,10 +20,10 @@ import math
 import os
 from collections.abc import Mapping
 
-from kernels.contract import (BLOCK_SIZES, CONFORMANCE, DECODE_EXPERIMENT, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS,
+from pcast.contract import (BLOCK_SIZES, CONFORMANCE, DECODE_EXPERIMENT, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS,
                         POLICY_EXPERIMENT, REALMODEL, TENSORCORE_EXPERIMENT, is_allowed)
-from kernels.pipeline import claims_config, conformance_cases, decode_config, fp4_config, policy_config
-from kernels.pipeline.grid import delta_values, listed
+from pcast.pipeline import claims_config, conformance_cases, decode_config, fp4_config, policy_config
+from pcast.pipeline.grid import delta_values, listed
 
 __all__ = [
     "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "schema_message", "listed", "shard_seeds",
@@ -103,7 +103,7 @@ def check_config(config: Mapping) -> None:
     """Checks that the JSON schemas cannot express (run after both schemas, on the merged config).
 
     The experiments first, then the ``statistics:`` and ``claims:`` sections against them
-    (:func:`kernels.pipeline.claims_config.check_analysis`: finite numbers, ordered bands, every
+    (:func:`pcast.pipeline.claims_config.check_analysis`: finite numbers, ordered bands, every
     combination, scale and variant named one the experiment read runs).
 
     Raises:
@@ -266,8 +266,8 @@ def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None 
     changed (so the number of shards is deliberately not part of it). ``policies`` is config.yaml's
     top-level ``policies:`` section (the user's policies), read by the policies experiment only,
     whose spec holds every listed policy's resolved keywords
-    (:func:`kernels.pipeline.policy_config.policy_shard_spec`). ``experiments`` is read by the conformance
-    check's engine part (:func:`kernels.pipeline.conformance_cases.engine_spec`).
+    (:func:`pcast.pipeline.policy_config.policy_shard_spec`). ``experiments`` is read by the conformance
+    check's engine part (:func:`pcast.pipeline.conformance_cases.engine_spec`).
     """
     seeds = _shard_group(name, exp, shard)
     if name == POLICY_EXPERIMENT:

@@ -3,9 +3,9 @@ kernel runs (torch-free).
 
 :func:`experiment_cases` lists the distinct calls of the sweeps (``collapse``, ``scales``, ``threshold``:
 their orders x scales with their format, row sum and blocks), of the policies experiment (every listed
-policy x variant x sink kind, and each variant's V-cast floor, :func:`kernels.pipeline.policy_config.floor_kwargs`)
+policy x variant x sink kind, and each variant's V-cast floor, :func:`pcast.pipeline.policy_config.floor_kwargs`)
 and of the fp4 experiment (every P cast x order), each with the ``group`` of calls the experiment passes to one
-:func:`kernels.attention_calls` (the sweeps' calls, the fp4 casts, the policies' calls of one sink kind and one
+:func:`pcast.attention_calls` (the sweeps' calls, the fp4 casts, the policies' calls of one sink kind and one
 Q·K cast). The engine rows run every case at the sweeps' shape; :func:`covering_subset` picks the cases the
 Triton kernel runs on at a small shape (its interpreter costs about a second a call there, about 100 s at
 N = 1,024): greedily, the case that brings the most (option, value) pairs not yet met, first in list order
@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from kernels.contract import FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, SWEEP_EXPERIMENTS, combo_label, is_allowed
-from kernels.pipeline import fp4_config, policy_config
+from pcast.contract import FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, SWEEP_EXPERIMENTS, combo_label, is_allowed
+from pcast.pipeline import fp4_config, policy_config
 
 __all__ = ["OPTIONS", "experiment_cases", "option_values", "covering_subset", "case_columns", "engine_spec",
            "engine_row_count", "check_engine"]
@@ -84,9 +84,9 @@ def _fp4_cases(exp: Mapping, ksink: int) -> list[dict]:
 
 def experiment_cases(experiments: Mapping, user_policies: Mapping | None, *, ksink: int) -> list[dict]:
     """Every distinct call of the sweeps, the policies and the fp4 experiment, in that order: dicts with
-    ``label`` (unique), ``group`` (the calls one :func:`kernels.attention_calls` takes together), ``kind``
+    ``label`` (unique), ``group`` (the calls one :func:`pcast.attention_calls` takes together), ``kind``
     (``keys``: ``ksink`` sink keys at Δ; ``logit``: a learned sink logit Δ, no sink key) and ``call`` (the
-    keywords of :func:`kernels.attention`, blocks included, no backend). A call two experiments (or two
+    keywords of :func:`pcast.attention`, blocks included, no backend). A call two experiments (or two
     policies) make alike is listed once, under its first label."""
     cases = _sweep_cases(experiments, ksink)
     cases += _policy_cases(experiments[POLICY_EXPERIMENT], user_policies, ksink)

@@ -3,15 +3,15 @@ single calls, on one shard's stored inputs.
 
 Three kinds of rows (``check``, docs/interfaces.md "Pipeline data"):
 
-* ``kernel``, the grid: :func:`kernels.conformance.compare` (the Triton kernel, interpreted on a CPU, against
+* ``kernel``, the grid: :func:`pcast.conformance.compare` (the Triton kernel, interpreted on a CPU, against
   the emulator, every difference explained) on every shape, causal flag and (order, scale) of the
   conformance section, at its one Δ and sink value norm;
 * ``kernel``, the covering cases: the same comparison for the cases of
-  :func:`kernels.pipeline.conformance_cases.covering_subset` (every option value the experiments use meets
+  :func:`pcast.pipeline.conformance_cases.covering_subset` (every option value the experiments use meets
   the kernel once), at the small ``cover`` shape with each call's own blocks, the engine's Δ and sink value
   norms taken in turn;
-* ``engine``: every case of :func:`kernels.pipeline.conformance_cases.experiment_cases` at the ``engine``
-  shape (the sweeps' N), its group of calls in one :func:`kernels.attention_calls` on a Δ stack (every
+* ``engine``: every case of :func:`pcast.pipeline.conformance_cases.experiment_cases` at the ``engine``
+  shape (the sweeps' N), its group of calls in one :func:`pcast.attention_calls` on a Δ stack (every
   Δ x sink value norm of ``engine``, as the shards stack them), each result against a single call on that
   item alone (:func:`engine_rows`), on the emulator; equal means bit for bit (the outputs, every diagnostic
   and the log-sum-exp), as the contract states.
@@ -28,11 +28,11 @@ import os
 import time
 from collections.abc import Mapping
 
-from kernels.contract import CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, combo_label
-from kernels.pipeline.conformance_cases import case_columns
-from kernels.pipeline.inputs import base_tensors, load_inputs
-from kernels.pipeline.logs import progress
-from kernels.pipeline.runs import _of, _Tally, _write_shard, value_stack
+from pcast.contract import CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, combo_label
+from pcast.pipeline.conformance_cases import case_columns
+from pcast.pipeline.inputs import base_tensors, load_inputs
+from pcast.pipeline.logs import progress
+from pcast.pipeline.runs import _of, _Tally, _write_shard, value_stack
 
 __all__ = ["run_conformance_shard", "engine_rows"]
 
@@ -58,8 +58,8 @@ def _log_row(row: Mapping, why: str) -> None:
 
 def _grid_rows(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
     """The kernel grid of one seed: every shape, causal flag and (order, scale) at the section's Δ."""
-    from kernels.conformance import compare
-    from kernels.models.sinks import apply_sink
+    from pcast.conformance import compare
+    from pcast.models.sinks import apply_sink
 
     for shape in spec["shapes"]:
         base = base_tensors(tensors, seed, shape["n"], shape["d"], spec["sigma"])
@@ -81,7 +81,7 @@ def _stack(base, case_kind: str, ksink: int, deltas, svs_list):
     """q, k, the value tensors and the learned sink logits (or None) of one Δ stack of a sink kind."""
     import torch
 
-    from kernels.models.sinks import learned_sink
+    from pcast.models.sinks import learned_sink
 
     if case_kind == "keys":
         q, k, values = value_stack(base, ksink, deltas, svs_list, torch.device("cpu"))
@@ -94,7 +94,7 @@ def _stack(base, case_kind: str, ksink: int, deltas, svs_list):
 
 def _cover_rows(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
     """The covering cases on the Triton kernel at the small cover shape, Δ and sink value norm in turn."""
-    from kernels.conformance import compare
+    from pcast.conformance import compare
 
     eng, shape = spec["engine"], spec["cover"]["shape"]
     base = base_tensors(tensors, seed, shape["n"], shape["d"], spec["sigma"])
@@ -148,11 +148,11 @@ def _item(res, sl):
 
 
 def engine_rows(q, k, values, svs_list, sink, deltas, cases: list[Mapping], fields: Mapping) -> list[dict]:
-    """One :func:`kernels.attention_calls` of ``cases``' calls on the stack, on the emulator, and every result
-    (call, value tensor, item) against a single call on that item alone (:func:`kernels.attention_values`:
+    """One :func:`pcast.attention_calls` of ``cases``' calls on the stack, on the emulator, and every result
+    (call, value tensor, item) against a single call on that item alone (:func:`pcast.attention_values`:
     the core emulator's one pass, steps 1-4 once for the item's value tensors, each result the bits of
-    :func:`kernels.attention` on that value tensor); one row each."""
-    from kernels import attention_calls, attention_values
+    :func:`pcast.attention` on that value tensor); one row each."""
+    from pcast import attention_calls, attention_values
 
     calls = [dict(c["call"]) for c in cases]
     per_call = attention_calls(q, k, values, calls, sink_logit=sink, backend="emulator")

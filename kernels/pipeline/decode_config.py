@@ -10,7 +10,7 @@ cast, so its result does not depend on the order: it runs in forward order only.
 learned sink logit Δ with ``sink_mode: init`` (it seeds split 0's max and sum; ``final`` joins the merged
 denominator after every cast and cannot change the P cast, so it is not run).
 
-``policies`` adds the decode presets of :mod:`kernels.policies` (``DECODE_PRESETS``) as configurations of
+``policies`` adds the decode presets of :mod:`pcast.policies` (``DECODE_PRESETS``) as configurations of
 their own, each with all its keywords (block size, P format, scale mode, sink mode): the policies audit's
 decode rows.
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kernels.contract import BLOCK_SIZES, DECODE_EXPERIMENT, HEAD_DIMS, is_allowed
-from kernels.pipeline.grid import delta_values
+from pcast.contract import BLOCK_SIZES, DECODE_EXPERIMENT, HEAD_DIMS, is_allowed
+from pcast.pipeline.grid import delta_values
 
 __all__ = ["calls", "policy_calls", "check_decode", "decode_shard_spec", "decode_expected_rows", "partition_cases"]
 
@@ -32,7 +32,7 @@ KEY = f"experiments.{DECODE_EXPERIMENT}"
 
 
 class _Error(ValueError):
-    """Raised here; :mod:`kernels.pipeline.config` re-raises it as its ``ConfigError``."""
+    """Raised here; :mod:`pcast.pipeline.config` re-raises it as its ``ConfigError``."""
 
 
 def calls(exp: Mapping) -> list[dict]:
@@ -53,7 +53,7 @@ def calls(exp: Mapping) -> list[dict]:
 
 def policy_calls(exp: Mapping) -> list[dict]:
     """The decode presets' keyword sets (``{"policy": name, "kwargs": {...}}``), in config order."""
-    from kernels.policies import POLICIES
+    from pcast.policies import POLICIES
 
     return [{"policy": name, "kwargs": dict(POLICIES[name].attention_kwargs())} for name in exp.get("policies", [])]
 
@@ -81,13 +81,13 @@ def check_decode(exp: Mapping) -> None:
         values = list(exp[field])
         if len(set(map(str, values))) != len(values):
             raise _Error(f"config key '{KEY}.{field}': values {values!r} repeat; allowed: distinct values")
-    from kernels.policies import DECODE_PRESETS
+    from pcast.policies import DECODE_PRESETS
 
     names = list(exp.get("policies", []))
     bad = [x for x in names if x not in DECODE_PRESETS]
     if bad or len(set(names)) != len(names):
         raise _Error(f"config key '{KEY}.policies': {names!r} is not allowed; allowed: distinct decode presets of "
-                     f"kernels.policies, {', '.join(DECODE_PRESETS)}")
+                     f"pcast.policies, {', '.join(DECODE_PRESETS)}")
     for case in partition_cases(exp):
         if case["n"] > 4096:
             raise _Error(f"config key '{KEY}.partition.keys': {case['n']} is not allowed; allowed: 16 to 4096 "

@@ -2,10 +2,10 @@
 
 For every seed the shard takes the last query row of each of the stored base's ``heads`` heads (Nq = 1)
 against all ``n`` keys, stacks the Δ values along the batch dimension and, for each sink kind, runs every
-configuration of :func:`kernels.pipeline.decode_config.calls` on the same tensors in one
-:func:`kernels.attention_calls`:
+configuration of :func:`pcast.pipeline.decode_config.calls` on the same tensors in one
+:func:`pcast.attention_calls`:
 
-* ``keys``: ``ksink`` sink keys at Δ (:func:`kernels.pipeline.runs.value_stack`);
+* ``keys``: ``ksink`` sink keys at Δ (:func:`pcast.pipeline.runs.value_stack`);
 * ``logit``: no sink key; a learned sink logit Δ per row with ``sink_mode="init"``.
 
 The decode presets of ``policies`` run in the same call, each with its own keywords (a preset's sink mode
@@ -21,7 +21,7 @@ k's first coordinate, q one-hot, ``sm_scale = 1``; value tensors that map each k
 the cast P of the partition-normalised call and the same call with ``fmt=None`` gives the uncast P. One row
 per (seed, n, S), with ``ksink = 0`` and ``delta = 0`` (no sink): ``p_err2 = Σ (P_q − P)²·S²``, ``p_x2 = Σ (P·S)²`` and ``p_rel_rms = sqrt(p_err2 / p_x2)``.
 
-Rows are ``kernels.contract.DECODE_TIDY_COLUMNS``, sorted by ``DECODE_CONFIG_COLUMNS``, seed and head.
+Rows are ``pcast.contract.DECODE_TIDY_COLUMNS``, sorted by ``DECODE_CONFIG_COLUMNS``, seed and head.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import os
 import time
 from collections.abc import Mapping
 
-from kernels.contract import DECODE_CONFIG_COLUMNS, DECODE_TIDY_COLUMNS
-from kernels.pipeline.inputs import base_tensors
-from kernels.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from pcast.contract import DECODE_CONFIG_COLUMNS, DECODE_TIDY_COLUMNS
+from pcast.pipeline.inputs import base_tensors
+from pcast.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
 
 __all__ = ["run_decode_shard"]
 
@@ -44,7 +44,7 @@ def _stack(kind: str, base, spec: Mapping, deltas: list, device):
     """q, k, v of one Δ stack of one sink kind, the reference, and the keywords the kind adds."""
     import torch
 
-    from kernels.reference import reference_attention
+    from pcast.reference import reference_attention
 
     q1, k0, v0 = base
     q1 = q1[..., -1:, :].contiguous()
@@ -75,7 +75,7 @@ def _policy_fields(p: Mapping, kind: str) -> dict:
 
 def _kind_rows(tally: _Tally, spec: Mapping, kind: str, base, deltas: list, meta: Mapping, device) -> None:
     """Every configuration on one Δ stack of one sink kind; one row per (configuration, Δ, head)."""
-    from kernels import attention_calls
+    from pcast import attention_calls
 
     t0 = time.perf_counter()
     q, k, v, ref, extra = _stack(kind, base, spec, deltas, device)
@@ -133,7 +133,7 @@ def _partition_rows(tally: _Tally, spec: Mapping, seed: int, meta: Mapping, devi
     """The P-cast error rows of one seed (module docstring)."""
     import torch
 
-    from kernels import attention_calls
+    from pcast import attention_calls
 
     part, sigma = spec["partition"], float(spec["sigma"][0])
     for n in sorted({c["n"] for c in part["cases"]}):

@@ -10,7 +10,7 @@ strength Δ with ``ksink`` sink keys, both KV orders, and these casts of P (:fun
   or null for none.
 
 :func:`check_fp4` checks what the schema cannot say; :func:`fp4_shard_spec` lists every cast's keywords of
-:func:`kernels.attention`, so a shard's ``params`` change exactly when its work does.
+:func:`pcast.attention`, so a shard's ``params`` change exactly when its work does.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from kernels.contract import BLOCK_SIZES, FP4_EXPERIMENT, HEAD_DIMS, is_allowed
+from pcast.contract import BLOCK_SIZES, FP4_EXPERIMENT, HEAD_DIMS, is_allowed
 
 __all__ = ["GROUPS", "cast_label", "casts", "check_fp4", "fp4_shard_spec", "fp4_expected_rows", "groups_per_row"]
 
 KEY = f"experiments.{FP4_EXPERIMENT}"
-#: Keys per scale group of each microscaled format (kernels.formats.microscaling.MX_FORMATS; 0: not microscaled).
+#: Keys per scale group of each microscaled format (pcast.formats.microscaling.MX_FORMATS; 0: not microscaled).
 GROUPS = {"nvfp4": 16, "mxfp4": 32}
 
 
 class _Error(ValueError):
-    """Raised here; :mod:`kernels.pipeline.config` re-raises it as its ``ConfigError``."""
+    """Raised here; :mod:`pcast.pipeline.config` re-raises it as its ``ConfigError``."""
 
 
 def cast_label(fmt: str, scale: float, scale_mode: str) -> str:

@@ -2,17 +2,17 @@
 stored sink inputs of a shard.
 
 For every seed, shape, sigma and causal flag, the shard stacks the Δ values along the batch dimension
-(:func:`kernels.pipeline.runs.value_stack`: ``ksink`` sink keys at each Δ, one value tensor per
+(:func:`pcast.pipeline.runs.value_stack`: ``ksink`` sink keys at each Δ, one value tensor per
 sink_v_scale sharing q and k), computes the float64 reference once per stack and value tensor
-(:func:`kernels.reference.reference_stack`) and runs every (cast, order) on the same tensors through
-:func:`kernels.attention_calls`, so every comparison is paired by seed.
+(:func:`pcast.reference.reference_stack`) and runs every (cast, order) on the same tensors through
+:func:`pcast.attention_calls`, so every comparison is paired by seed.
 
-Every call of a stack goes to one :func:`kernels.attention_calls` (the static first-level scales of one
+Every call of a stack goes to one :func:`pcast.attention_calls` (the static first-level scales of one
 format share steps 1-2 there).
 
-Rows are ``kernels.contract.FP4_TIDY_COLUMNS``, sorted by ``FP4_CONFIG_COLUMNS`` then seed:
+Rows are ``pcast.contract.FP4_TIDY_COLUMNS``, sorted by ``FP4_CONFIG_COLUMNS`` then seed:
 ``underflow_elem = underflow − underflow_scale`` (lost on the element grid, their group's scale > 0),
-``groups = rows · groups_per_row`` (:func:`kernels.pipeline.fp4_config.groups_per_row`, 0 for FP8) and
+``groups = rows · groups_per_row`` (:func:`pcast.pipeline.fp4_config.groups_per_row`, 0 for FP8) and
 the fractions ``x_frac = x / terms`` (``groups_flushed_frac = groups_flushed / groups``,
 ``saturated_frac = saturated / (terms + terms_sink)``; a fraction of nothing is 0). Same spec and
 inputs give the same bytes.
@@ -26,10 +26,10 @@ import os
 import time
 from collections.abc import Mapping
 
-from kernels.contract import DIAGNOSTICS, FP4_CONFIG_COLUMNS, FP4_TIDY_COLUMNS
-from kernels.pipeline.fp4_config import groups_per_row
-from kernels.pipeline.inputs import base_tensors
-from kernels.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from pcast.contract import DIAGNOSTICS, FP4_CONFIG_COLUMNS, FP4_TIDY_COLUMNS
+from pcast.pipeline.fp4_config import groups_per_row
+from pcast.pipeline.inputs import base_tensors
+from pcast.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
 
 __all__ = ["run_fp4_shard"]
 
@@ -43,7 +43,7 @@ def _measure(tally: _Tally, q, k, values, refs, calls: list[dict], common: dict)
     error mean, max abs error and summed diagnostics."""
     import torch
 
-    from kernels import attention_calls
+    from pcast import attention_calls
 
     L = q.shape[0] // common["batch"]
     out: list = [None] * len(calls)
@@ -81,7 +81,7 @@ def _row(m: Mapping, i: int, r2: float, groups: int, fields: Mapping) -> dict:
 
 def _stack_rows(tally: _Tally, spec: Mapping, base, meta: dict, deltas: list, device) -> None:
     """One Δ stack of one stored base: the reference, every (cast, order), the rows."""
-    from kernels.reference import reference_stack
+    from pcast.reference import reference_stack
 
     shape_n, block_n = meta["n"], meta["block_n"]
     svs_list = list(spec["sink_v_scale"])
@@ -124,7 +124,7 @@ def _sort_key(row: Mapping):
 def run_fp4_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str | os.PathLike,
                   timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
     """Run one shard of the fp4 experiment and write its tidy rows and timing (``spec``: the shard's
-    :func:`kernels.pipeline.config.shard_spec`); returns the timing row."""
+    :func:`pcast.pipeline.config.shard_spec`); returns the timing row."""
     tally, t_start = _run_seeds(spec, inputs_path, threads, _fp4_seed)
     return finish_shard(spec, tally, t_start, FP4_TIDY_COLUMNS, _sort_key, out_csv, timing_csv, n_shards,
                         f"{tally.runs} runs ({len(spec['casts'])} P casts x {len(spec['order'])} orders)")

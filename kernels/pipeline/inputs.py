@@ -1,9 +1,9 @@
 """The stored inputs: the Δ-free base tensors of every seed, shape and sigma of one shard.
 
-:func:`kernels.models.sinks.make_base` draws each (q, k, v); :func:`write_inputs` stores them in one
+:func:`pcast.models.sinks.make_base` draws each (q, k, v); :func:`write_inputs` stores them in one
 safetensors file per (experiment, shard), tensor names ``seed=S/n=N/d=D/sigma=X/{q,k,v}``,
 float32 ``[batch, heads, n, d]``, with the inputs spec as metadata. Δ, ksink and
-``sink_v_scale`` are applied at run time (:func:`kernels.models.sinks.apply_sink`), so changing them
+``sink_v_scale`` are applied at run time (:func:`pcast.models.sinks.apply_sink`), so changing them
 never rewrites inputs. :func:`load_inputs` checks the metadata against the shard it serves.
 """
 
@@ -14,8 +14,8 @@ import logging
 import os
 from collections.abc import Mapping
 
-from kernels.pipeline.config import spec_json
-from kernels.pipeline.files import atomic_path
+from pcast.pipeline.config import spec_json
+from pcast.pipeline.files import atomic_path
 
 __all__ = ["write_inputs", "load_inputs", "base_tensors"]
 
@@ -29,12 +29,12 @@ def _base_key(seed: int, n: int, d: int, sigma: float) -> str:
 def write_inputs(spec: Mapping, path: str | os.PathLike) -> dict:
     """Draw the Δ-free base (q, k, v) of every (seed, n, d, sigma) of a shard and store them.
 
-    ``spec`` is the shard's :func:`kernels.pipeline.config.inputs_spec`. Returns a small summary.
+    ``spec`` is the shard's :func:`pcast.pipeline.config.inputs_spec`. Returns a small summary.
     """
     import torch  # noqa: F401  (make_base needs it; imported here to keep config code torch-free)
     from safetensors.torch import save_file
 
-    from kernels.models.sinks import make_base
+    from pcast.models.sinks import make_base
 
     tensors = {}
     for seed in spec["seeds"]:

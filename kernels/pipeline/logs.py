@@ -2,7 +2,7 @@
 
 A rule script is three lines around its work::
 
-    from kernels.pipeline.logs import rule_log
+    from pcast.pipeline.logs import rule_log
 
     with rule_log(snakemake) as log:   # logging and warnings -> snakemake.log[0]
         ...                            # an exception is written to the log, then fails the job

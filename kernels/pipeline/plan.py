@@ -9,10 +9,10 @@ conformance), with ``W = batch·heads·n·d·4`` bytes (one float32 tensor of a 
 ``U = batch·heads·n²`` (the scores of one item):
 
 * the shard's stored inputs, all loaded at once: ``seeds_per_shard · Σ_(shape, sigma) 3·W``;
-* the largest stack of Δ items (:func:`kernels.pipeline.runs.delta_chunks`: ``L`` Δ values, each
+* the largest stack of Δ items (:func:`pcast.pipeline.runs.delta_chunks`: ``L`` Δ values, each
   with one value tensor per ``sink_v_scale``, ``nv`` of them): q and k stacked (2), per value
   tensor the sink-applied parts (3), the stacked v (1) and the float64 reference (2), the float64
-  error of one output (4), and the outputs of every call of one :func:`kernels.attention_calls`
+  error of one output (4), and the outputs of every call of one :func:`pcast.attention_calls`
   at once (``nc`` calls: orders × scales of a sweep; a policies job's largest batch of calls with
   one q/k cast, its policies and the V-cast floor; an fp4 job's largest batch of casts with one
   first-level scale, times its orders): ``L·W·(6 + 6·nv + nv·nc)``;
@@ -20,7 +20,7 @@ conformance), with ``W = batch·heads·n·d·4`` bytes (one float32 tensor of a 
   scores, exponentials and probabilities of one item (``3·8·U``): ``28·U``;
 * the interpreter and its libraries: :data:`BASE_BYTES` (a shard at n = 128 peaked at 263 MB);
 * the conformance check's engine part: the same model for its Δ stack at its shape (every Δ x sink value
-  norm of ``engine``), with ``nc`` the largest group of calls one :func:`kernels.attention_calls` takes;
+  norm of ``engine``), with ``nc`` the largest group of calls one :func:`pcast.attention_calls` takes;
   the job's peak is the larger of that and its kernel grid.
 
 Against the ``benchmark:`` max RSS of shard 0 of each experiment in a default run (see the README's
@@ -31,7 +31,7 @@ jobs are bounded by the schema (at most 512 tokens, 6 layers) and not modelled.
 
 CPU time of the emulator and the reference per score (``U`` above), in parts that :func:`calibrate`
 measures on this machine on one thread, as jobs run, on a Δ stack at the default shape (n = 1024,
-d = 64), as the jobs build them (:func:`kernels.attention_calls`, :func:`kernels.reference.reference_stack`):
+d = 64), as the jobs build them (:func:`pcast.attention_calls`, :func:`pcast.reference.reference_stack`):
 
 * ``c_q``: step 1 in full (q·kᵀ), once per stack for every call with the same q/k cast (an item
   that shares its non-sink scores pays its 64-key slice inside ``c_p``), and once per item for a
@@ -45,7 +45,7 @@ d = 64), as the jobs build them (:func:`kernels.attention_calls`, :func:`kernels
 
 Plus fixed costs in seconds, not per score, which tiny shapes are made of, each counted where the
 per-score part of the same work is (:func:`calibrate` measures them on stacks at n = 32, d = 16):
-``o_call`` per :func:`kernels.attention_calls` (argument checks, layouts; where ``c_q`` is), ``o_p`` per
+``o_call`` per :func:`pcast.attention_calls` (argument checks, layouts; where ``c_q`` is), ``o_p`` per
 item and order or call (steps 1-2, with the item's own bookkeeping; where ``c_p`` is), ``o_s`` per item,
 order and scale (steps 3-6; where ``c_s`` is), ``o_v`` per further value tensor of a run (where ``c_v``
 is), ``o_refa`` per reference stack and ``o_ref`` per item and value tensor of the reference; and
@@ -76,10 +76,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from kernels.contract import CONFORMANCE, DECODE_EXPERIMENT, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT, TENSORCORE_EXPERIMENT
-from kernels.pipeline.calibration import calibrate, calibration_path, load_calibration
-from kernels.pipeline.conformance_cases import engine_spec
-from kernels.pipeline.config import ConfigError, delta_values, expected_rows, listed, n_shards
+from pcast.contract import CONFORMANCE, DECODE_EXPERIMENT, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT, TENSORCORE_EXPERIMENT
+from pcast.pipeline.calibration import calibrate, calibration_path, load_calibration
+from pcast.pipeline.conformance_cases import engine_spec
+from pcast.pipeline.config import ConfigError, delta_values, expected_rows, listed, n_shards
 
 __all__ = ["BASE_BYTES", "TENSORCORE_S_PER_PRODUCT", "tensorcore_row", "decode_as_sweep", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
            "calibration_path", "load_calibration"]
@@ -96,14 +96,14 @@ def _calls(name: str, exp: Mapping) -> int:
     """Calls of one attention_calls of the experiment's jobs (the outputs held at once)."""
     if name == POLICY_EXPERIMENT:
         return len(exp["policies"]) + 1  # one q/k cast's policies and their V-cast floor
-    if name == FP4_EXPERIMENT:  # every cast of a stack in one attention_calls (kernels.pipeline.fp4_runs)
+    if name == FP4_EXPERIMENT:  # every cast of a stack in one attention_calls (pcast.pipeline.fp4_runs)
         return len(listed(exp["order"])) * len(_fp4_casts(exp))
     return len(listed(exp.get("order", ["forward"]))) * len(listed(exp["scale"]))
 
 
 def _fp4_casts(exp: Mapping) -> list[dict]:
-    """The fp4 experiment's P casts (kernels.pipeline.fp4_config)."""
-    from kernels.pipeline.fp4_config import casts
+    """The fp4 experiment's P casts (pcast.pipeline.fp4_config)."""
+    from pcast.pipeline.fp4_config import casts
 
     return casts(exp)
 
@@ -117,7 +117,7 @@ def _decode_memory(exp: Mapping) -> tuple[int, str]:
     """A decode job: its stored inputs, one Δ stack's k and v copies (2 per sink kind's stack), and the
     P-cast error calls' k and values (rows x n x min(n, 256) float32 each, 1 + n/256 of them); a default
     run's shards peaked at 306 MB against this model's 406 MB."""
-    from kernels.pipeline.decode_config import partition_cases
+    from pcast.pipeline.decode_config import partition_cases
 
     stored = inputs_memory(decode_as_sweep(exp)) - BASE_BYTES
     L = min(len(delta_values(exp["delta"])), int(exp.get("max_batch_items", 64)))
@@ -133,7 +133,7 @@ def _decode_cpu(exp: Mapping, cal: Mapping) -> float:
     (``o_call``) and its rows x keys (``c_dec``, reference included); the P-cast error calls (``c_dec_p`` per
     call, row, key and d); each shard's first calls (``o_proc``). A calibration without the decode parts
     (``c_dec``) takes the sweep's per-score parts for one order and scale."""
-    from kernels.pipeline.decode_config import calls, partition_cases
+    from pcast.pipeline.decode_config import calls, partition_cases
 
     nc, seeds, kinds = len(calls(exp)) + len(exp.get("policies", [])), int(exp["seeds"]), len(exp["sink_kinds"])
     n_deltas = len(delta_values(exp["delta"]))
@@ -149,7 +149,7 @@ def _decode_cpu(exp: Mapping, cal: Mapping) -> float:
 def job_memory(name: str, exp: Mapping, engine: Mapping | None = None) -> tuple[int, str]:
     """Peak bytes of the experiment's largest job (module docstring's model), and the config key of
     the shape that drives it (``experiments.<name>.shapes[i]``). ``engine``: the conformance check's
-    engine part (:func:`kernels.pipeline.conformance_cases.engine_spec`), modelled as a stack of its own."""
+    engine part (:func:`pcast.pipeline.conformance_cases.engine_spec`), modelled as a stack of its own."""
     if name == DECODE_EXPERIMENT:
         return _decode_memory(exp)
     if engine:
@@ -193,7 +193,7 @@ def _units(exp: Mapping) -> list[int]:
 
 
 def _stacks(exp: Mapping, nv: int) -> float:
-    """Stacks per item: Δ chunks (:func:`kernels.pipeline.runs.delta_chunks`) over Δ values."""
+    """Stacks per item: Δ chunks (:func:`pcast.pipeline.runs.delta_chunks`) over Δ values."""
     n_deltas = len(delta_values(exp["delta"]))
     per = max(1, int(exp.get("max_batch_items", 64)) // max(1, nv))
     return -(-n_deltas // per) / n_deltas
@@ -201,7 +201,7 @@ def _stacks(exp: Mapping, nv: int) -> float:
 
 def _resolved(exp: Mapping, user: Mapping | None) -> dict:
     """The policies experiment's policies, resolved to their keywords (config checks made them valid)."""
-    from kernels.pipeline.policy_config import resolve_policies
+    from pcast.pipeline.policy_config import resolve_policies
 
     return resolve_policies(exp, user)
 
@@ -315,7 +315,7 @@ def _dur(s: float) -> str:
 
 def format_plan(rows: list[dict], preset: str, mem_total: int, cal: Mapping | None) -> str:
     """The plan as printed before the first job."""
-    lines = [f"pcast-fp8 plan, preset {preset!r} (before any job; kernels.pipeline.plan):"]
+    lines = [f"pcast-fp8 plan, preset {preset!r} (before any job; pcast.pipeline.plan):"]
     for r in rows:
         cpu = "not estimated" if r["cpu_s"] is None else f"~{_dur(r['cpu_s'])} CPU"
         lines.append(f"  {r['experiment']:<12} {r['runs']:>10,} runs in {r['shards']:>4} shards, {cpu:>18}; "
@@ -338,4 +338,4 @@ def check_memory(rows: list[dict], mem_total: int) -> None:
                 f"config key '{r['key']}': the largest {r['experiment']} job would need about "
                 f"{r['peak_bytes'] / 2**30:,.1f} GiB, more than this machine's {mem_total / 2**30:.1f} GiB; allowed: "
                 f"a smaller n or d there, or fewer of experiments.{r['experiment']}.seeds_per_shard or "
-                "max_batch_items (the memory model: kernels.pipeline.plan)")
+                "max_batch_items (the memory model: pcast.pipeline.plan)")

@@ -1,19 +1,19 @@
 """The policies experiment's configuration: checks, shard specs and row counts (torch-free).
 
 ``experiments.policies`` in config.yaml (docs/interfaces.md, "The policies experiment") names
-policies (presets of :data:`kernels.policies.POLICIES` or the user's, from the top-level
+policies (presets of :data:`pcast.policies.POLICIES` or the user's, from the top-level
 ``policies:`` section) and operand-cast ``variants``; each policy brings its own order, S,
 scale mode, rescale threshold, sink mode, format, row sum and block sizes. :func:`check_policies`
 checks what the schema cannot say; :func:`policy_shard_spec` resolves every listed policy to the
-keywords of :func:`kernels.attention` it runs with, so a shard's ``params`` change exactly when
-its work does. :mod:`kernels.pipeline.config` dispatches here for the policies experiment.
+keywords of :func:`pcast.attention` it runs with, so a shard's ``params`` change exactly when
+its work does. :mod:`pcast.pipeline.config` dispatches here for the policies experiment.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kernels.contract import HEAD_DIMS, POLICY_EXPERIMENT, SINK_KINDS, VARIANTS, is_allowed
+from pcast.contract import HEAD_DIMS, POLICY_EXPERIMENT, SINK_KINDS, VARIANTS, is_allowed
 
 __all__ = ["OPERAND_KEYS", "resolve_variants", "resolve_policies", "check_policies", "policy_shard_spec",
            "policy_inputs_spec", "policy_expected_rows", "call_kwargs", "floor_kwargs", "FLOOR_PATH"]
@@ -26,7 +26,7 @@ _NO_CASTS = {"qk_fmt": None, "qk_scale": "tensor", "v_fmt": None, "v_scale": "te
 
 
 def call_kwargs(policy: Mapping, casts: Mapping, *, kind: str, ksink: int, causal: bool, backend: str) -> dict:
-    """The keywords of :func:`kernels.attention` for one policy, variant and sink kind (no tensors)."""
+    """The keywords of :func:`pcast.attention` for one policy, variant and sink kind (no tensors)."""
     return {**policy, **casts, "causal": bool(causal), "ksink": int(ksink) if kind == "keys" else 0,
             "backend": backend}
 
@@ -43,7 +43,7 @@ def floor_kwargs(kwargs: Mapping) -> dict:
 
 
 class _Error(ValueError):
-    """Raised here; :mod:`kernels.pipeline.config` re-raises it as its ``ConfigError``."""
+    """Raised here; :mod:`pcast.pipeline.config` re-raises it as its ``ConfigError``."""
 
 
 def resolve_variants(exp: Mapping) -> dict[str, dict]:
@@ -81,7 +81,7 @@ def resolve_variants(exp: Mapping) -> dict[str, dict]:
 
 
 def _check_operands(key: str, casts: Mapping) -> None:
-    from kernels.policies import Policy
+    from pcast.policies import Policy
 
     try:
         Policy(name="variant", **casts)  # the same field rules as a policy's operand fields
@@ -90,14 +90,14 @@ def _check_operands(key: str, casts: Mapping) -> None:
 
 
 def resolve_policies(exp: Mapping, user_policies: Mapping | None = None, *, key: str = KEY) -> dict[str, dict]:
-    """Policy name -> its :func:`kernels.attention` keywords, for every name the experiment lists.
+    """Policy name -> its :func:`pcast.attention` keywords, for every name the experiment lists.
 
     User policies (top-level ``policies:``) are built by
-    :func:`kernels.policies.policies_from_config`. Raises ValueError naming the key: a bad user
+    :func:`pcast.policies.policies_from_config`. Raises ValueError naming the key: a bad user
     policy (``policies.<name>.<field>``), an unknown name (``experiments.policies.policies[i]``), or
     a policy that sets operand casts itself (the variants decide those).
     """
-    from kernels.policies import POLICIES, policies_from_config
+    from pcast.policies import POLICIES, policies_from_config
 
     try:
         user = policies_from_config(user_policies)
@@ -147,7 +147,7 @@ def check_policies(exp: Mapping, user_policies: Mapping | None = None) -> None:
 
 
 def policy_shard_spec(exp: Mapping, user_policies: Mapping | None, base: dict) -> dict:
-    """The policies shard's spec: ``base`` (seeds, shapes, grids of :func:`kernels.pipeline.config.shard_spec`) plus
+    """The policies shard's spec: ``base`` (seeds, shapes, grids of :func:`pcast.pipeline.config.shard_spec`) plus
     the sink kinds, ksink, every listed policy's resolved keywords and every variant's casts."""
     return {**base, "sink_kinds": list(exp["sink_kinds"]), "ksink": int(exp["ksink"]),
             "policies": resolve_policies(exp, user_policies), "variants": resolve_variants(exp)}

@@ -2,16 +2,16 @@
 
 For every seed, shape, sigma, causal flag and sink kind, the shard stacks the kind's Δ values along
 the batch dimension (``keys``: ``ksink`` sink keys at Δ, one value tensor per sink_v_scale sharing
-q and k; ``logit``: every Δ as a learned sink logit, :func:`kernels.models.sinks.learned_sink`, with no
+q and k; ``logit``: every Δ as a learned sink logit, :func:`pcast.models.sinks.learned_sink`, with no
 sink key) and then:
 
-* computes the float64 reference once per stack and value tensor (:func:`kernels.reference.reference_stack`,
+* computes the float64 reference once per stack and value tensor (:func:`pcast.reference.reference_stack`,
   the learned sink logit included; the non-sink keys' partial sums once for the stack). Operand casts do not enter it: it is the truth of the
   unquantized inputs, so a deployed variant's error includes what its FP8 operands cost;
 * runs every DISTINCT attention call once (:func:`call_key`): policies whose keywords agree, or
   differ only where the contract makes them irrelevant, share one call and get one row each; a
   call runs over the stack's value tensors (P once for all), and all calls of a stack run in one
-  :func:`kernels.attention_calls`, which takes the scores once for the calls that share them (and
+  :func:`pcast.attention_calls`, which takes the scores once for the calls that share them (and
   the non-sink keys' scores once for the stack);
 * runs the V-cast floor once per stack and variant (:func:`floor_kwargs`): P unrounded
   (``fmt=None``) with the variant's operand casts. Without a P cast every policy computes the
@@ -20,7 +20,7 @@ sink key) and then:
   policy's own ``fmt=None`` call is within 2e-6 relative of it for FP8 operands; for float32
   operands the floor is fp32 rounding alone, about 1e-12 of the output's mean square).
 
-Rows are ``kernels.contract.POLICY_TIDY_COLUMNS``, sorted by ``POLICY_CONFIG_COLUMNS`` then seed;
+Rows are ``pcast.contract.POLICY_TIDY_COLUMNS``, sorted by ``POLICY_CONFIG_COLUMNS`` then seed;
 formats that are None are written ``none``. Same spec and inputs give the same bytes.
 """
 
@@ -34,10 +34,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kernels.contract import DIAGNOSTICS, POLICY_CONFIG_COLUMNS, POLICY_TIDY_COLUMNS
-from kernels.pipeline.inputs import base_tensors
-from kernels.pipeline.policy_config import FLOOR_PATH, call_kwargs, floor_kwargs
-from kernels.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from pcast.contract import DIAGNOSTICS, POLICY_CONFIG_COLUMNS, POLICY_TIDY_COLUMNS
+from pcast.pipeline.inputs import base_tensors
+from pcast.pipeline.policy_config import FLOOR_PATH, call_kwargs, floor_kwargs
+from pcast.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
 
 __all__ = ["run_policies_shard", "call_kwargs", "call_key", "floor_kwargs", "FLOOR_PATH"]
 
@@ -94,10 +94,10 @@ class _Stack:
 
 def _stack(tensors, spec: Mapping, seed: int, shape: Mapping, sigma: float, kind: str, svs_list, deltas, device):
     """q, k (and the learned sink logits) of ``deltas`` of one stored base, stacked along batch, and
-    one stacked v per sink_v_scale (:func:`kernels.pipeline.runs.value_stack`)."""
+    one stacked v per sink_v_scale (:func:`pcast.pipeline.runs.value_stack`)."""
     import torch
 
-    from kernels.models.sinks import learned_sink
+    from pcast.models.sinks import learned_sink
 
     base = base_tensors(tensors, seed, shape["n"], shape["d"], sigma)
     ksink = spec["ksink"] if kind == "keys" else 0
@@ -109,11 +109,11 @@ def _stack(tensors, spec: Mapping, seed: int, shape: Mapping, sigma: float, kind
 
 
 def _measure(tally: _Tally, st: _Stack, calls: list) -> list[list[dict]]:
-    """One :func:`kernels.attention_calls` of every call on the stack (each a dict of keywords): per call and
+    """One :func:`pcast.attention_calls` of every call on the stack (each a dict of keywords): per call and
     value tensor, the per-item error against its reference and the summed diagnostics."""
     import torch
 
-    from kernels import attention_calls
+    from pcast import attention_calls
 
     t0 = time.perf_counter()
     per_call = attention_calls(st.q, st.k, st.values, calls, sink_logit=st.sink_logit)
@@ -167,7 +167,7 @@ def _cast_key(kwargs: Mapping) -> tuple:
 
 def _run_stack(tally: _Tally, spec: Mapping, st: _Stack, kind: str, counts: dict) -> None:
     """Every policy and variant on one stack: each distinct call (floors included) once, all of them in
-    one :func:`kernels.attention_calls` (which shares the scores between them)."""
+    one :func:`pcast.attention_calls` (which shares the scores between them)."""
     logit = st.sink_logit is not None
     keys: dict[tuple, int] = {}  # call key -> index into calls
     calls: list[dict] = []
@@ -201,7 +201,7 @@ def _run_stack(tally: _Tally, spec: Mapping, st: _Stack, kind: str, counts: dict
 def _policies_seed(tally: _Tally, spec: Mapping, tensors, seed: int, device, counts: dict) -> None:
     """Every shape, sigma, causal flag, sink kind and stack of Δ of one seed (the keys kind's
     sink_v_scale values share each stack's q and k; the logit kind has one value tensor, v = 0)."""
-    from kernels.reference import reference_stack
+    from pcast.reference import reference_stack
 
     for shape, sigma, causal, kind in itertools.product(spec["shapes"], spec["sigma"], spec["causal"],
                                                         spec["sink_kinds"]):
@@ -228,7 +228,7 @@ def run_policies_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: s
                        timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
     """Run one shard of the policies experiment and write its tidy rows and timing.
 
-    ``spec`` is the shard's :func:`kernels.pipeline.config.shard_spec` (policies resolved to their
+    ``spec`` is the shard's :func:`pcast.pipeline.config.shard_spec` (policies resolved to their
     keywords, variants to their operand casts); returns the timing row.
     """
     counts = {"calls": 0}

@@ -1,17 +1,17 @@
 """The realmodel experiment's jobs: capture a pretrained model's Q, K, V; measure every head; embed.
 
 * :func:`run_capture`: the model's files and the passages' source texts checked against their expected
-  sha256 (:func:`kernels.models.realmodel.check_model_files`, :func:`kernels.models.realmodel.source_text`),
-  then the passages (:func:`kernels.models.realmodel.passages`), their token ids, Q, K, V of
+  sha256 (:func:`pcast.models.realmodel.check_model_files`, :func:`pcast.models.realmodel.source_text`),
+  then the passages (:func:`pcast.models.realmodel.passages`), their token ids, Q, K, V of
   every layer (``layer{L}/q|k|v``, float32 [P, H, N, d]) and the exact embeddings, as safetensors
   with the model, its revision and the passages' sources and hashes in the metadata.
 * :func:`run_layer`: one layer's heads under every run: the four combinations, the named policies,
   and the four combinations again on key-shuffled inputs (the positional-structure control). One
   row per (passage, head, run) with the kernel's counts, the mass-weighted underflow (from the
-  running-max rule, :func:`kernels.models.heads.underflow_mask`, whose count must equal the kernel's:
+  running-max rule, :func:`pcast.models.heads.underflow_mask`, whose count must equal the kernel's:
   a mismatch stops the job), the head's detected sinks, Δ, σ and [CLS] mass (the theory's prediction is
-  made per head from these by :func:`kernels.analysis.realmodel.head_summary`).
-* :func:`run_outputs`: the whole model with every layer's attention run by kernels.attention, per
+  made per head from these by :func:`pcast.analysis.realmodel.head_summary`).
+* :func:`run_outputs`: the whole model with every layer's attention run by pcast.attention, per
   run; the embedding cosine to the exact one per passage, and per passage pair the exact and FP8
   similarity and whether the pair's rank among all pairs moved.
 
@@ -29,11 +29,11 @@ from collections.abc import Mapping
 
 import torch
 
-from kernels.models import heads as H
-from kernels.contract import COMBOS, combo_label
-from kernels.pipeline.files import atomic_path, atomic_write_text
-from kernels.pipeline.logs import progress
-from kernels.pipeline.tables import csv_text
+from pcast.models import heads as H
+from pcast.contract import COMBOS, combo_label
+from pcast.pipeline.files import atomic_path, atomic_write_text
+from pcast.pipeline.logs import progress
+from pcast.pipeline.tables import csv_text
 
 __all__ = ["HEAD_COLUMNS", "OUTPUT_COLUMNS", "PAIR_COLUMNS", "run_capture", "run_layer", "run_outputs",
            "combo_kwargs", "run_names", "load_captured", "layer_names", "SHUFFLED", "OUTPUT_INPUTS"]
@@ -51,13 +51,13 @@ SHUFFLED = "shuffled "  # prefix of the key-shuffled control runs
 
 
 def combo_kwargs(order: str, scale: float, cfg: Mapping) -> dict:
-    """kernels.attention keywords of one of the four combinations in this experiment."""
+    """pcast.attention keywords of one of the four combinations in this experiment."""
     return {"order": order, "scale": float(scale), "fmt": "e4m3fn", "block_m": int(cfg["block_m"]),
             "block_n": int(cfg["block_n"])}
 
 
 def run_names(cfg: Mapping, policies: Mapping) -> list[tuple[str, str, dict]]:
-    """(run, kind, kernels.attention keywords): the combinations, then the named policies in config order."""
+    """(run, kind, pcast.attention keywords): the combinations, then the named policies in config order."""
     runs = [(combo_label(o, s), "combo", combo_kwargs(o, s, cfg)) for o, s in COMBOS]
     runs += [(name, "policy", dict(policies[name])) for name in cfg["policies"]]
     return runs
@@ -67,7 +67,7 @@ def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
     """Passages -> token ids -> Q, K, V per layer and exact embeddings, written atomically."""
     from safetensors.torch import save_file
 
-    from kernels.models import realmodel as rm
+    from pcast.models import realmodel as rm
     if cfg.get("tensors"):
         return _user_tensors(cfg, tensors_out=tensors_out, meta_out=meta_out)
     t0 = time.perf_counter()
@@ -177,8 +177,8 @@ def _head_info(q, k, ks, perm, sm: float) -> dict:
 def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policies: Mapping, *,
               backend: str) -> list[dict]:
     """Every head of one layer under every run; rows of :data:`HEAD_COLUMNS`."""
-    from kernels.api_multi import attention_calls
-    from kernels.reference import reference_attention
+    from pcast.api_multi import attention_calls
+    from pcast.reference import reference_attention
 
     q, k, v = (tensors[f"layer{layer}/{t}"] for t in "qkv")
     sm, ksink = float(meta["sm_scale"]), int(cfg["ksink"])
@@ -233,7 +233,7 @@ def run_outputs(tensors: Mapping, meta: Mapping, cfg: Mapping, policies: Mapping
     """The whole model per run; (output rows, pair rows)."""
     from scipy.stats import rankdata
 
-    from kernels.models import realmodel as rm
+    from pcast.models import realmodel as rm
     if "input_ids" not in tensors:  # a user's tensors: no model to run
         progress("realmodel outputs: the tensors are a user's own (experiments.realmodel.tensors); no model to run")
         return [], []

@@ -1,13 +1,13 @@
 """What each job asks a cluster for (the SLURM profile, workflow/profiles/slurm): memory and time from
-the run plan's models (:mod:`kernels.pipeline.plan`), with the safety factors and floors below, and
+the run plan's models (:mod:`pcast.pipeline.plan`), with the safety factors and floors below, and
 one thread per job. Torch-free; the rule files call :func:`rule_resources` for every rule.
 
 * ``mem_mb`` (MB of 10^6 bytes, as SLURM's ``--mem``) = max(:data:`MEM_FLOOR_MB`, :data:`MEM_FACTOR` ×
   the plan's peak of the experiment's largest job). The memory model lies within 0.6-1.5× of the
   measured peaks (tests/pipeline/test_plan.py), and a job past its ``--mem`` is killed, hence 1.5×;
   the floor is the interpreter with torch, numpy and Snakemake's script wrapper, with room to spare.
-  ``sweep_shard`` and ``conformance_shard`` use :func:`kernels.pipeline.plan.job_memory`,
-  ``inputs`` :func:`kernels.pipeline.plan.inputs_memory`.
+  ``sweep_shard`` and ``conformance_shard`` use :func:`pcast.pipeline.plan.job_memory`,
+  ``inputs`` :func:`pcast.pipeline.plan.inputs_memory`.
 * ``runtime`` (minutes, as ``sbatch -t``) = max(:data:`RUNTIME_FLOOR_MIN`, :data:`RUNTIME_FACTOR` × the
   plan's CPU seconds of the experiment's largest shard / 60), rounded up. The plan's CPU estimate is
   for one thread on the machine that calibrated it (the one that schedules); a cluster's node may be
@@ -32,9 +32,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from kernels.contract import CONFORMANCE, DECODE_EXPERIMENT
-from kernels.pipeline.config import shard_seeds
-from kernels.pipeline.plan import decode_as_sweep, inputs_memory, plan_rows
+from pcast.contract import CONFORMANCE, DECODE_EXPERIMENT
+from pcast.pipeline.config import shard_seeds
+from pcast.pipeline.plan import decode_as_sweep, inputs_memory, plan_rows
 
 __all__ = ["MEM_FACTOR", "MEM_FLOOR_MB", "RUNTIME_FACTOR", "RUNTIME_FLOOR_MIN", "UNMODELLED", "THREADS", "mem_mb", "runtime_min",
            "KERNEL_RULES", "LOCAL_RULES", "is_local", "shard_resources", "inputs_resources", "rule_resources", "resource_table",
@@ -147,7 +147,7 @@ def _override(overrides: Mapping, rule: str) -> int | None:
 
 
 def cluster_jobs(rows: list[dict], environ: Mapping[str, str], overrides: Mapping) -> list[dict]:
-    """Each kind of job of :func:`resource_table` as :func:`kernels.pipeline.slurm.refusal` reads it:
+    """Each kind of job of :func:`resource_table` as :func:`pcast.pipeline.slurm.refusal` reads it:
     {job, where, mem_mb, partition, why}, the partitions as the profile sets them from the environment
     ("" for the cluster's default) and ``--set-resources`` overrides (``overrides``: rule -> {name: value})."""
     part = environ.get("PCAST_SLURM_PARTITION", "")
@@ -159,7 +159,7 @@ def cluster_jobs(rows: list[dict], environ: Mapping[str, str], overrides: Mappin
         if r["experiment"]:
             job, where = f"largest {r['experiment']} {rule}", f"config key '{r['key']}'"
         else:
-            job, where = f"{r['rule']}", f"rule {r['rule']} (kernels.pipeline.resources.UNMODELLED)"
+            job, where = f"{r['rule']}", f"rule {r['rule']} (pcast.pipeline.resources.UNMODELLED)"
         if given is not None:
             why = f"--set-resources {rule}:mem_mb"
         elif r["peak_bytes"] is not None and r["mem_mb"] > MEM_FLOOR_MB:
@@ -173,7 +173,7 @@ def cluster_jobs(rows: list[dict], environ: Mapping[str, str], overrides: Mappin
 
 def format_requests(rows: list[dict]) -> str:
     """The resources each kind of job asks for, as printed before the first job under SLURM."""
-    lines = ["SLURM requests per job (kernels.pipeline.resources; --set-resources/--set-threads override; "
+    lines = ["SLURM requests per job (pcast.pipeline.resources; --set-resources/--set-threads override; "
              f"{', '.join(p + '*' if p.endswith('_') else p for p in LOCAL_RULES)} run here, not on SLURM):"]
     for r in rows:
         what = f"{r['rule']} {r['experiment'] or ''}".strip()

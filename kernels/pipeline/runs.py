@@ -1,11 +1,11 @@
-"""The sweeps' shard job, and what the other shard jobs share (:mod:`kernels.pipeline.policy_runs`,
-:mod:`kernels.pipeline.fp4_runs`, :mod:`kernels.pipeline.conformance_runs`).
+"""The sweeps' shard job, and what the other shard jobs share (:mod:`pcast.pipeline.policy_runs`,
+:mod:`pcast.pipeline.fp4_runs`, :mod:`pcast.pipeline.conformance_runs`).
 
 * :func:`run_sweep_shard` stacks the Δ variants of one stored base along the batch dimension, one
   value tensor per sink_v_scale (:func:`value_stack`), computes the float64 reference once per
-  stack and value tensor (:func:`kernels.reference.reference_stack`: the non-sink keys' float64
+  stack and value tensor (:func:`pcast.reference.reference_stack`: the non-sink keys' float64
   partial sums once for the stack) and runs every (order, scale) combination on the same tensors: one
-  :func:`kernels.attention_calls` call a stack, so the scores are taken once for every order (their
+  :func:`pcast.attention_calls` call a stack, so the scores are taken once for every order (their
   non-sink keys once for the stack), P once for all value tensors and exp(s - m) once for all scales;
   one tidy row per (seed x configuration).
 
@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.contract import CONFIG_COLUMNS, DIAGNOSTICS, TIDY_COLUMNS, TIMING_COLUMNS, combo_label
-from kernels.pipeline.files import atomic_write_text
-from kernels.pipeline.inputs import base_tensors, load_inputs
-from kernels.pipeline.logs import progress
-from kernels.pipeline.tables import csv_text
+from pcast.contract import CONFIG_COLUMNS, DIAGNOSTICS, TIDY_COLUMNS, TIMING_COLUMNS, combo_label
+from pcast.pipeline.files import atomic_write_text
+from pcast.pipeline.inputs import base_tensors, load_inputs
+from pcast.pipeline.logs import progress
+from pcast.pipeline.tables import csv_text
 
 __all__ = ["run_sweep_shard", "delta_chunks", "value_stack", "backend_note",
            "finish_shard"]
@@ -103,11 +103,11 @@ def delta_chunks(deltas, n_values: int, max_items: int) -> list[list]:
 
 def value_stack(base, ksink: int, deltas, svs_list, device):
     """q and k of ``deltas`` (sink keys at each Δ) stacked along batch, and one stacked v per
-    sink_v_scale of ``svs_list``: :func:`kernels.models.sinks.apply_sink` changes k with Δ and v with
-    sink_v_scale only, so every sink_v_scale shares q and k (:func:`kernels.attention_values`)."""
+    sink_v_scale of ``svs_list``: :func:`pcast.models.sinks.apply_sink` changes k with Δ and v with
+    sink_v_scale only, so every sink_v_scale shares q and k (:func:`pcast.attention_values`)."""
     import torch
 
-    from kernels.models.sinks import apply_sink
+    from pcast.models.sinks import apply_sink
 
     parts = {(svs, dl): apply_sink(*base, ksink=ksink, delta=dl, sink_v_scale=svs) for svs in svs_list
              for dl in deltas}
@@ -120,13 +120,13 @@ def value_stack(base, ksink: int, deltas, svs_list, device):
 def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, meta: Mapping, *, causal: bool,
                  ksink: int, block_m: int, block_n: int) -> None:
     """The reference once per value tensor, then every (order, scale) on the same stacked tensors in one
-    :func:`kernels.attention_calls` (the emulator takes the scores once for every order and the non-sink
+    :func:`pcast.attention_calls` (the emulator takes the scores once for every order and the non-sink
     scores once for the stack, p = exp(s - m) once per order); rows into ``tally``, order by order,
     scale by scale, value tensor by value tensor."""
     import torch
 
-    from kernels import attention_calls
-    from kernels.reference import reference_stack
+    from pcast import attention_calls
+    from pcast.reference import reference_stack
 
     t0 = time.perf_counter()
     refs = reference_stack(q, k, values, causal=causal)
@@ -218,10 +218,10 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
     stacked along the batch dimension, with one value tensor per sink_v_scale (at most
     ``max_batch_items`` (sink_v_scale, Δ) items a stack, :func:`delta_chunks`); the float64
     reference is computed once per stack and value tensor, and every (order, scale) combination
-    runs on the same tensors (one :func:`kernels.attention_scales` call per order, all scales and
+    runs on the same tensors (one :func:`pcast.attention_scales` call per order, all scales and
     value tensors), so the combinations are paired by seed. The timing's ``runs`` counts one run per
     (order, scale, Δ, value tensor) and ``kernel_s`` the attention calls. ``spec`` is the shard's
-    :func:`kernels.pipeline.config.shard_spec`; returns the timing row.
+    :func:`pcast.pipeline.config.shard_spec`; returns the timing row.
     """
     tally, t_start = _run_seeds(spec, inputs_path, threads, _sweep_seed)
     return finish_shard(spec, tally, t_start, TIDY_COLUMNS, _tidy_sort_key, out_csv, timing_csv, n_shards,

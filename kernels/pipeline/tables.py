@@ -1,9 +1,9 @@
 """The pipeline's tables: fixed text form, shard tables merged into one sorted tidy table, timing.
 
-Column lists come from :mod:`kernels.contract` (``TIDY_COLUMNS``, ``CONFORMANCE_COLUMNS``,
+Column lists come from :mod:`pcast.contract` (``TIDY_COLUMNS``, ``CONFORMANCE_COLUMNS``,
 ``POLICY_TIDY_COLUMNS``, ``FP4_TIDY_COLUMNS``, ``DECODE_TIDY_COLUMNS``, ``TIMING_COLUMNS``). Values are formatted once, by the shard that computed them
 (:func:`format_value`: floats ``%.10g``); merging copies them as text, so a tidy table is
-byte-deterministic. Writes are atomic (:mod:`kernels.pipeline.files`).
+byte-deterministic. Writes are atomic (:mod:`pcast.pipeline.files`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kernels.contract import (
+from pcast.contract import (
     CONFIG_COLUMNS, CONFORMANCE, CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, FP4_CONFIG_COLUMNS,
     FP4_EXPERIMENT, FP4_TIDY_COLUMNS, DECODE_CONFIG_COLUMNS, DECODE_EXPERIMENT, DECODE_TIDY_COLUMNS, POLICY_CONFIG_COLUMNS, POLICY_EXPERIMENT, POLICY_TIDY_COLUMNS, TIDY_COLUMNS,
     TIMING_COLUMNS,
 )
-from kernels.pipeline.files import atomic_write_text
+from pcast.pipeline.files import atomic_write_text
 
 __all__ = [
     "format_value", "csv_text", "parse_value", "read_csv", "tidy_layout", "merge_tidy", "merge_timing",

@@ -1,8 +1,8 @@
 """The tensorcore experiment (docs/interfaces.md, "The tensorcore experiment"): how much an FP8 tensor core's
 P·V accumulation (``pv_arith``) adds to the cast error, by S and KV order, over Δ.
 
-Per seed and Δ, synthetic sink inputs (:func:`kernels.models.sinks.make_inputs`) run through one
-:func:`kernels.attention_calls` on the emulator with P and V in FP8 (``v_fmt``), once per order, scale and
+Per seed and Δ, synthetic sink inputs (:func:`pcast.models.sinks.make_inputs`) run through one
+:func:`pcast.attention_calls` on the emulator with P and V in FP8 (``v_fmt``), once per order, scale and
 step-5 arithmetic (``"fp32"`` and each listed tensor core), and once more per order and scale with V in float32
 (the paper's P-cast error alone). Before any run, the emulator's arithmetic is checked against mmasim called
 directly on random FP8 tiles (:func:`mmasim_check`); without mmasim the experiment is skipped and says so.
@@ -15,12 +15,12 @@ from collections.abc import Mapping
 import pandas as pd
 import torch
 
-from kernels.api_multi import attention_calls
-from kernels.contract import TENSORCORE_EXPERIMENT, combo_label
-from kernels.emulator import tensorcore as tc
-from kernels.models.sinks import make_inputs
-from kernels.pipeline.config import delta_values
-from kernels.reference import reference_attention
+from pcast.api_multi import attention_calls
+from pcast.contract import TENSORCORE_EXPERIMENT, combo_label
+from pcast.emulator import tensorcore as tc
+from pcast.models.sinks import make_inputs
+from pcast.pipeline.config import delta_values
+from pcast.reference import reference_attention
 
 __all__ = ["TENSORCORE_COLUMNS", "run_tensorcore", "mmasim_check", "tensorcore_rows"]
 
@@ -31,7 +31,7 @@ _TILE = 64
 
 
 def mmasim_check(exp: Mapping, seed: int = 0) -> dict:
-    """The emulator's :func:`kernels.emulator.tensorcore.fdpa` against mmasim's instruction on
+    """The emulator's :func:`pcast.emulator.tensorcore.fdpa` against mmasim's instruction on
     ``exp["mmasim_tiles"]`` random E4M3 tiles per listed ``pv_arith`` (A 64 x 32 with values over 2^-12..2^8, B
     32 x 64, C float32): per arithmetic the tiles, elements, mismatching elements and the elements where the
     tensor core's result differs from float32's ``A·B + C`` (sums that hit the truncation). Raises ImportError

@@ -2,7 +2,7 @@
 
 :func:`load_config` is what ``workflow/rules/common.smk`` runs before any job, and what the tests
 run on hundreds of bad configs without starting Snakemake. Every refusal is one
-:class:`~kernels.pipeline.config.ConfigError` whose message starts ``Invalid configuration`` and
+:class:`~pcast.pipeline.config.ConfigError` whose message starts ``Invalid configuration`` and
 names the config key and what is allowed.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from kernels.pipeline.config import ConfigError, check_config, resolve_preset, schema_message
+from pcast.pipeline.config import ConfigError, check_config, resolve_preset, schema_message
 
 __all__ = ["SCHEMA_DIR", "CONFIG_SCHEMA", "CLAIMS_SCHEMA", "validate_config", "load_config"]
 
@@ -43,7 +43,7 @@ def load_config(cfg: dict, overrides: Mapping | None = None, schema_dir: Path = 
     """Validate ``cfg`` (config.yaml with the command line's ``--configfile`` and ``--config``
     merged in, as Snakemake hands it over), merge its preset under ``overrides`` (the ``--config``
     values, which beat the preset), validate the result against both schemas, then
-    :func:`~kernels.pipeline.config.check_config`. Returns the merged config; ``cfg`` gains the
+    :func:`~pcast.pipeline.config.check_config`. Returns the merged config; ``cfg`` gains the
     schemas' defaults, as under Snakemake.
 
     Raises:

@@ -1,6 +1,6 @@
 """Named P policies of deployed FP8 attention kernels (docs/interfaces.md, "Named policies").
 
-A :class:`Policy` is a set of :func:`kernels.attention` keywords with a name, the public source it
+A :class:`Policy` is a set of :func:`pcast.attention` keywords with a name, the public source it
 was read from (``owner/repo@commit path``: the commit of the version read) and the month it was read.
 :data:`POLICIES` holds the presets: what FlashAttention-3,
 FlashAttention-4, SageAttention2, FlashInfer, hpc-ops, vLLM and the Triton tutorial do with P, and
@@ -19,16 +19,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kernels.contract import (BLOCK_SIZES, MX_FORMAT_NAMES, ORDERS, OPERAND_SCALES, P_NORMALIZE, ROWSUMS, SCALE_MODES,
+from pcast.contract import (BLOCK_SIZES, MX_FORMAT_NAMES, ORDERS, OPERAND_SCALES, P_NORMALIZE, ROWSUMS, SCALE_MODES,
                               SINK_MODES, SPLIT_LAYOUTS, is_allowed)
-from kernels.formats import FORMATS, HALF_FORMATS
+from pcast.formats import FORMATS, HALF_FORMATS
 
 __all__ = ["Policy", "POLICIES", "POLICY_KEYS", "DECODE_PRESETS", "allowed_values", "get_policy", "policy_from_config",
            "policies_from_config"]
 
 READ = "2026-11"  # the month the public sources below were read
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # a policy name: one token, safe in CSV cells and paths
-_META = ("name", "source", "read")  # Policy fields that are not keywords of kernels.attention
+_META = ("name", "source", "read")  # Policy fields that are not keywords of pcast.attention
 _DECODE = {"num_splits": 1, "split_layout": "contiguous", "p_normalize": "online"}  # the single pass's values
 
 
@@ -41,7 +41,7 @@ def _fmt_or_none(value) -> bool:
 
 
 def _p_fmt(value) -> bool:
-    """P's format: None, an FP8 format, a microscaled one, bf16 or fp16 (as kernels.attention's fmt)."""
+    """P's format: None, an FP8 format, a microscaled one, bf16 or fp16 (as pcast.attention's fmt)."""
     return _fmt_or_none(value) or (isinstance(value, str) and value in (*MX_FORMAT_NAMES, *HALF_FORMATS))
 
 
@@ -88,7 +88,7 @@ def _problem(field: str, value) -> str | None:
 
 @dataclass(frozen=True)
 class Policy:
-    """One P policy: the keywords of :func:`kernels.attention` it sets, its name and its source.
+    """One P policy: the keywords of :func:`pcast.attention` it sets, its name and its source.
 
     Every field is checked on construction (ValueError naming the field and what is allowed);
     ``scale`` and ``rescale_threshold`` are stored as floats, and a float ``qk_scale`` or
@@ -128,7 +128,7 @@ class Policy:
                 object.__setattr__(self, name, float(value))
 
     def attention_kwargs(self) -> dict:
-        """The keywords of :func:`kernels.attention` this policy sets (every field but name, source, read; the
+        """The keywords of :func:`pcast.attention` this policy sets (every field but name, source, read; the
         decode fields only where they differ from the single pass, so a single-pass policy's keywords, and the
         pipeline specs built from them, do not change)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -146,7 +146,7 @@ POLICY_KEYS = tuple(f.name for f in dataclasses.fields(Policy) if f.name != "nam
 # Block sizes, FA4's threshold and its FP8 offset were looked up in the public sources named beside
 # each preset (read only, nothing copied). Each source is pinned as owner/repo@commit path: the
 # commit of the version read, so a later change upstream cannot silently change what it cites.
-# Block sizes here must be powers of two in 16..256 (kernels.contract.BLOCK_SIZES); where a kernel
+# Block sizes here must be powers of two in 16..256 (pcast.contract.BLOCK_SIZES); where a kernel
 # uses another tile, the nearest power of two is taken and said so. block_m has no effect on the
 # numbers (query rows are independent); block_n decides where the running max can move.
 
@@ -247,9 +247,9 @@ _PRESETS = (
            source="vllm-project/vllm@1c98a4967619bdc682aaf2f15eec6c3302d64368 vllm/attention/ops/triton_unified_attention.py", read=READ),
 )
 
-# The paper's four combinations (kernels.contract.COMBOS): the contract of kernels.attention with
+# The paper's four combinations (pcast.contract.COMBOS): the contract of pcast.attention with
 # only order and S set, at the paper's default tiles (64 x 64).
-_PAPER_SOURCE = "this repository: kernels/api.py kernels.attention (the paper's contract)"
+_PAPER_SOURCE = "this repository: kernels/api.py pcast.attention (the paper's contract)"
 _PAPER = tuple(
     Policy(f"{order}-s{int(scale)}", order=order, scale=float(scale), source=_PAPER_SOURCE, read=READ)
     for order in ORDERS for scale in (1, 256)
@@ -264,7 +264,7 @@ DECODE_PRESETS = tuple(n for n, p in POLICIES.items() if p.num_splits > 1)
 
 def get_policy(name_or_policy, extra: Mapping | None = None) -> Policy:
     """A :class:`Policy` from a preset name, a name in ``extra`` (name -> Policy, or name -> a
-    config mapping as in :func:`~kernels.policies.policy_from_config`), or the Policy itself.
+    config mapping as in :func:`~pcast.policies.policy_from_config`), or the Policy itself.
 
     Raises:
         ValueError: naming ``policy`` and the allowed names.
@@ -308,7 +308,7 @@ def policies_from_config(mapping) -> dict[str, Policy]:
     """The ``policies:`` section of config.yaml (name -> keys) as name -> :class:`Policy`.
 
     Raises:
-        ValueError: for a name that is a preset's, or as :func:`~kernels.policies.policy_from_config`.
+        ValueError: for a name that is a preset's, or as :func:`~pcast.policies.policy_from_config`.
     """
     if mapping is None:
         return {}

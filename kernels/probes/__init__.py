@@ -1,26 +1,26 @@
 """A kernel engineer's test kit: probe inputs, what a P policy must output on them, and which policy a
 black-box kernel implements (docs/probes.md).
 
-- :mod:`kernels.probes.inputs`: named, deterministic probes (mass, one-hot, two-hot, uniform over N keys,
+- :mod:`pcast.probes.inputs`: named, deterministic probes (mass, one-hot, two-hot, uniform over N keys,
   sink plus tail, lagging max, tile-boundary lengths, learned sink, and decode rows: a sink in a later
   split, N(0, σ²) rows over several partitions, 64-key tiles lifted with a period), each with its purpose
   and observable; :func:`default_probes` and, for slow black boxes, :func:`small_probes`.
-- :mod:`kernels.probes.expect`: a policy's expected output and diagnostics on a probe (the emulator), the
+- :mod:`pcast.probes.expect`: a policy's expected output and diagnostics on a probe (the emulator), the
   exact output (the reference), and a black box run on a probe with its output checked.
 - :func:`fingerprint`: the preset (or the group no probe tells apart) a callable matches, its distance to
   each candidate, and its options one by one, each with a confidence.
 - :func:`assert_policy`: a pytest helper that fails naming the probe, the expected and the actual value.
-- :mod:`kernels.probes.cases`: the public 2026 reports of FP8-P failures, rebuilt and checked (table T9);
-  its public name is :mod:`kernels.cases`.
+- :mod:`pcast.probes.cases`: the public 2026 reports of FP8-P failures, rebuilt and checked (table T9);
+  its public name is :mod:`pcast.cases`.
 
 Sits above the API and the policies, below the analysis and the command line.
 """
 
 from __future__ import annotations
 
-from kernels.probes.expect import ALLOW, ProbeError, exact, expected, row_mismatches, run_box
-from kernels.probes.fingerprint import PARAM_GRID, TOLERANCE_NOTE, Fingerprint, Param, fingerprint
-from kernels.probes.inputs import PROBES, Probe, default_probes, make_probe, small_probes
+from pcast.probes.expect import ALLOW, ProbeError, exact, expected, row_mismatches, run_box
+from pcast.probes.fingerprint import PARAM_GRID, TOLERANCE_NOTE, Fingerprint, Param, fingerprint
+from pcast.probes.inputs import PROBES, Probe, default_probes, make_probe, small_probes
 
 __all__ = ["Probe", "PROBES", "make_probe", "default_probes", "small_probes", "expected", "exact", "run_box", "ProbeError",
            "fingerprint", "Fingerprint", "Param", "PARAM_GRID", "TOLERANCE_NOTE", "ALLOW", "row_mismatches",
@@ -32,15 +32,15 @@ def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0) 
 
     Args:
         fn: ``fn(q, k, v, *, sink_logit=None) -> out [B, H, Nq, d]``, as :func:`fingerprint`.
-        policy: a preset name, a :class:`kernels.policies.Policy` or a dict of Policy fields.
+        policy: a preset name, a :class:`pcast.policies.Policy` or a dict of Policy fields.
         probes: the probe set (default :func:`default_probes`). device: where the tensors go.
         allow: fraction of a probe's rows that may lie outside the tolerance (0: none; a compiled GPU
-            kernel may need :data:`~kernels.probes.expect.ALLOW` for an exp error that tips one FP8 rounding).
+            kernel may need :data:`~pcast.probes.expect.ALLOW` for an exp error that tips one FP8 rounding).
 
     The message names the probe, the row and column, the expected value, the actual value and the
     tolerance. Raises ProbeError when fn raises or returns the wrong shape, dtype or device.
     """
-    from kernels.probes.expect import ATOL, RTOL, as_policy
+    from pcast.probes.expect import ATOL, RTOL, as_policy
 
     pol = as_policy(policy)
     for probe in default_probes() if probes is None else probes:

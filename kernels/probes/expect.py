@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.policies import Policy, get_policy
+from pcast.policies import Policy, get_policy
 
 __all__ = ["RTOL", "ATOL", "ALLOW", "ProbeError", "expected", "exact", "run_box", "row_mismatches", "as_policy",
            "Observed"]
@@ -55,8 +55,8 @@ def as_policy(candidate, name: str | None = None) -> Policy:
 
 
 def expected(probe, policy, backend: str = "emulator"):
-    """The :class:`kernels.AttentionResult` ``policy`` must give on ``probe`` (emulator by default)."""
-    from kernels.api import attention
+    """The :class:`pcast.AttentionResult` ``policy`` must give on ``probe`` (emulator by default)."""
+    from pcast.api import attention
 
     q, k, v, sink = probe.tensors()
     return attention(q, k, v, policy=as_policy(policy), sink_logit=sink, backend=backend)
@@ -64,7 +64,7 @@ def expected(probe, policy, backend: str = "emulator"):
 
 def exact(probe) -> torch.Tensor:
     """The float64 reference output on ``probe`` (no rounding anywhere), [Nq, d]."""
-    from kernels.api import attention
+    from pcast.api import attention
 
     q, k, v, sink = probe.tensors()
     return attention(q, k, v, sink_logit=sink, backend="reference").out[0, 0]

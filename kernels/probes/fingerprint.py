@@ -1,10 +1,10 @@
 """Which P policy a black-box attention callable implements, read from its outputs on the probes.
 
-:func:`fingerprint` runs the callable once per probe of :func:`kernels.probes.inputs.default_probes`,
+:func:`fingerprint` runs the callable once per probe of :func:`pcast.probes.inputs.default_probes`,
 then compares its outputs with what each candidate policy must give (the emulator). The distance to a
 candidate is the fraction of probe rows whose output lies outside the tolerance of
-:mod:`kernels.probes.expect` (float32 summation order, ``ex2.approx``'s 2 ulp); a candidate matches when
-the distance is at most :data:`~kernels.probes.expect.ALLOW`. The options are then identified one at a
+:mod:`pcast.probes.expect` (float32 summation order, ``ex2.approx``'s 2 ulp); a candidate matches when
+the distance is at most :data:`~pcast.probes.expect.ALLOW`. The options are then identified one at a
 time (:data:`PARAM_GRID`, the splits, their layout and P's normalisation included): starting from the
 nearest candidate, each option in turn takes the value of its grid that is nearest (fewest rows outside,
 then the smallest mean log error), until nothing moves; when that ends on no match, the search starts
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernels.policies import POLICIES, Policy
-from kernels.probes.expect import ALLOW, ATOL, RTOL, as_policy, expected, row_mismatches, run_box
-from kernels.probes.inputs import default_probes
+from pcast.policies import POLICIES, Policy
+from pcast.probes.expect import ALLOW, ATOL, RTOL, as_policy, expected, row_mismatches, run_box
+from pcast.probes.inputs import default_probes
 
 __all__ = ["fingerprint", "Fingerprint", "Param", "PARAM_GRID", "distance", "TOLERANCE_NOTE", "candidate_set"]
 
@@ -204,9 +204,9 @@ def fingerprint(fn, *, candidates=None, probes=None, device="cpu", params: bool 
     Args:
         fn: any attention callable (a GPU kernel on CUDA tensors, anything on the CPU); it gets float32 q,
             k, v on ``device`` with B = H = 1 and must use the default score scale 1/sqrt(d).
-        candidates: None (every preset of :data:`kernels.policies.POLICIES`), or names, Policies, option
+        candidates: None (every preset of :data:`pcast.policies.POLICIES`), or names, Policies, option
             dicts (Policy fields), or a mapping name -> any of those.
-        probes: the probe set (default :func:`~kernels.probes.inputs.default_probes`).
+        probes: the probe set (default :func:`~pcast.probes.inputs.default_probes`).
         device: where the probe tensors go. params: also identify the options one by one.
 
     Returns a :class:`Fingerprint`. Raises ProbeError naming the probe when fn raises or returns the

@@ -236,7 +236,7 @@ def make_probe(name: str, *args, **kwargs) -> Probe:
 
 
 def default_probes() -> tuple[Probe, ...]:
-    """The probe set :func:`kernels.probes.fingerprint` runs (small sizes; every row distinct)."""
+    """The probe set :func:`pcast.probes.fingerprint` runs (small sizes; every row distinct)."""
     return (mass(), two_hot(), lagging_max(), sink_tail(), one_hot(), boundary(65), boundary(129),
             learned_sink(), uniform(1024), decode_sink(), decode_random(), decode_tiles())
 

@@ -19,7 +19,7 @@ def expand_kv(t: torch.Tensor, heads: int) -> torch.Tensor:
 def causal_mask(nq: int, nk: int, device=None, *, offset: int = 0) -> torch.Tensor:
     """Boolean [nq, nk] mask of visible keys: key ``j`` is visible to query ``i`` iff ``j <= i + offset``.
     ``offset=0`` is top-left aligned like torch SDPA's ``is_causal``; ``Nk - Nq`` is bottom-right
-    (:func:`kernels.contract.causal_offset`)."""
+    (:func:`pcast.contract.causal_offset`)."""
     i = torch.arange(nq, device=device)[:, None]
     j = torch.arange(nk, device=device)[None, :]
     return j <= i + offset

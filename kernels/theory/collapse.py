@@ -1,6 +1,6 @@
 """Closed-form and numerically exact predictions for the P cast in FP8 attention.
 
-Model (one query row, the contract of :func:`kernels.attention`): scores of the ``n - k``
+Model (one query row, the contract of :func:`pcast.attention`): scores of the ``n - k``
 non-sink keys are iid ``N(0, sigma^2)``; the ``k`` sink keys sit at positions ``0 .. k-1`` (all in
 KV block 0, which needs ``k <= block_n``) with scores ``delta + N(0, sigma^2)``. Keys are visited
 in blocks of ``block_n``; for each block the running max ``m`` is first raised to the block's max,
@@ -22,8 +22,8 @@ import numpy as np
 from scipy import integrate, optimize, special
 from scipy.stats import norm
 
-from kernels.contract import ORDERS, scale_keyword
-from kernels.formats import FP8Format, get_format
+from pcast.contract import ORDERS, scale_keyword
+from pcast.formats import FP8Format, get_format
 
 __all__ = ["delta_k", "log_threshold", "critical_delta", "underflow_fraction", "dp", "coverage",
            "bit_exact", "optimal_scale", "ORDERS", "METHODS"]

@@ -1,6 +1,6 @@
 """Theory of P in microscaled FP4 (NVFP4, MXFP4) under sink keys (docs/interfaces.md, "P in FP4").
 
-Model (:mod:`kernels.theory`'s, exactly what :func:`kernels.models.sinks.make_inputs` draws): per query row the
+Model (:mod:`pcast.theory`'s, exactly what :func:`pcast.models.sinks.make_inputs` draws): per query row the
 ``n - k`` non-sink scores are iid ``N(0, sigma^2)`` and the ``k`` sink keys (positions ``0 .. k-1``)
 score ``Δ + N(0, sigma^2)``. Blocks of ``block_n`` keys are visited forward or in reverse; a block's
 running max ``m`` is raised to its own max first; ``x = S1·exp(s - m)`` (``scale_mode="multiply"``, static
@@ -47,19 +47,19 @@ import numpy as np
 from scipy import optimize, special
 from scipy.stats import norm
 
-from kernels.contract import ORDERS
-from kernels.formats import FORMATS
-from kernels.theory.collapse import _int_arg, _pos_real, _real_array, bit_exact, delta_k
+from pcast.contract import ORDERS
+from pcast.formats import FORMATS
+from pcast.theory.collapse import _int_arg, _pos_real, _real_array, bit_exact, delta_k
 
 __all__ = ["flush_threshold", "group_flush_fraction", "critical_delta_flush", "element_underflow_fraction",
            "first_level_criteria", "optimal_first_level_scale", "per_row_flush_threshold", "FP4_FORMATS",
            "METHODS"]
 
 _E4M3 = FORMATS["e4m3fn"]
-_E2M1_MAX = 6.0  # E2M1's largest element (kernels.formats.microscaling.E2M1.max_finite); torch-free here
+_E2M1_MAX = 6.0  # E2M1's largest element (pcast.formats.microscaling.E2M1.max_finite); torch-free here
 _E2M1_TOP_STEP = 2.0  # spacing of E2M1's top binade (4 -> 6)
-_PER_ROW_TARGET = _E4M3.max_finite * _E2M1_MAX  # 2688 = kernels.formats.microscaling.PER_ROW_TARGET
-FP4_FORMATS = {"nvfp4": 16, "mxfp4": 32}  # keys per group (kernels.formats.microscaling.MX_FORMATS)
+_PER_ROW_TARGET = _E4M3.max_finite * _E2M1_MAX  # 2688 = pcast.formats.microscaling.PER_ROW_TARGET
+FP4_FORMATS = {"nvfp4": 16, "mxfp4": 32}  # keys per group (pcast.formats.microscaling.MX_FORMATS)
 METHODS = ("exact", "leading")
 _H, _PAD = 0.005, 10.0  # grid step and margin, in units of sigma
 
@@ -347,7 +347,7 @@ def _e4m3_round(y: float) -> float:
 def first_level_criteria(S1: float) -> dict:
     """The paper's three criteria for the static first-level scale S1 of NVFP4 P.
 
-    * ``bit_exact`` (:func:`kernels.theory.bit_exact`): S1 a power of two, so ``x = p·S1`` is exact.
+    * ``bit_exact`` (:func:`pcast.theory.bit_exact`): S1 a power of two, so ``x = p·S1`` is exact.
     * worst-case step: the cast's relative step near a group max is ``2q/amax = (1/3)·ρ`` (E2M1's top step
       4 -> 6 is 1/3 of the max 6, times the scale's rounding ratio ``ρ = q/(amax/6)``). ``step_top``: the
       group holding p = 1 (``amax = S1``), and when ``saturates`` (``S1/6 > 448``: q clips at 448, the top

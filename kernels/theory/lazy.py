@@ -1,6 +1,6 @@
 """Saturation of ``x = S·exp(s - m)`` under lazy rescaling (``rescale_threshold`` τ > 0).
 
-Re-exported by :mod:`kernels.theory.policy`; the model is :mod:`kernels.theory`'s (scores iid
+Re-exported by :mod:`pcast.theory.policy`; the model is :mod:`pcast.theory`'s (scores iid
 ``N(0, sigma^2)``, keys visited in blocks of ``block_n``). The lazy rule of step 2: a block of
 max ``B`` moves the running max, ``m = B``, iff ``m == -inf`` or ``B - m > T`` with
 ``T = τ·ln 2`` (the kernel compares ``(B - m)·LOG2E > τ`` in float32); otherwise ``m`` stays
@@ -37,7 +37,7 @@ even, and in half the cases ``a - (a - c) = c + 2^-20``: x = 448.0003 > 448, sat
 448 by the cast: a 7e-7 relative error); small and negative maxima overshoot at other rates
 (:func:`offset_overshoot` gives them all, bit for bit). Each move of
 the max to t therefore adds ``rate(t)`` saturated keys, ``rate`` the local mean of the overshoot
-over consecutive float32 values of m (:func:`~kernels.theory.lazy.overshoot_rate`), integrated against the density of
+over consecutive float32 values of m (:func:`~pcast.theory.lazy.overshoot_rate`), integrated against the density of
 the moves in the same walk.
 """
 
@@ -51,9 +51,9 @@ from scipy.integrate import cumulative_trapezoid, trapezoid
 
 from functools import lru_cache
 
-from kernels.contract import LOG2E, ORDERS, SCALE_MODES, SINK_KINDS, float32, log2_scale, scale_keyword
-from kernels.formats import FP8Format
-from kernels.theory.collapse import _fmt, _int_arg, _pos_real, _real_array
+from pcast.contract import LOG2E, ORDERS, SCALE_MODES, SINK_KINDS, float32, log2_scale, scale_keyword
+from pcast.formats import FP8Format
+from pcast.theory.collapse import _fmt, _int_arg, _pos_real, _real_array
 
 __all__ = ["saturation_fraction", "offset_overshoot", "overshoot_rate", "exp2_offset_scale"]
 
@@ -225,9 +225,9 @@ def saturation_fraction(tau: float, scale: float, fmt: str | FP8Format = "e4m3fn
     * ``sink_kind="logit"``: a learned logit Δ seeds the max (``sink_mode="init"``): the walk
       starts at ``m = Δ`` instead of ``-inf``, in either order.
 
-    With ``S·2^τ <= max_finite`` the answer is 0 (see :func:`kernels.theory.policy.best_lazy_scale`),
+    With ``S·2^τ <= max_finite`` the answer is 0 (see :func:`pcast.theory.policy.best_lazy_scale`),
     and with τ = 0 (eager) unless ``S > max_finite``, except for exp2_offset with a non-integer
-    ``log2 S``: the key at each new max may overshoot in float32 (:func:`~kernels.theory.lazy.overshoot_rate`, the module
+    ``log2 S``: the key at each new max may overshoot in float32 (:func:`~pcast.theory.lazy.overshoot_rate`, the module
     docstring); for S = 448 maxima between about 1 and 17.19 never overshoot, maxima from 17.19
     to 22.18 do half the time.
 
@@ -272,7 +272,7 @@ def exp2_offset_scale(scale) -> float:
 
     exp2_offset computes ``x = exp2(s·LOG2E - (m·LOG2E - log2_scale(S)))``, so at ``s = m`` the
     factor is ``2^log2_scale(S)``, where ``log2_scale(S)`` is float64 ``log2 S`` rounded once to
-    float32 (:func:`kernels.contract.log2_scale`). For a power of two ``log2 S`` is an integer,
+    float32 (:func:`pcast.contract.log2_scale`). For a power of two ``log2 S`` is an integer,
     exact in float32, and the result is exactly S. Otherwise it differs by the float32 rounding
     of the exponent, at most ``2^-24·|log2 S|·ln 2`` relative: for S = 448,
     ``log2_scale(448) = 8.807354927062988`` (float64 log2: 8.807354922057604) and the applied S is

@@ -1,19 +1,19 @@
-"""Theory of the P-policy options of :func:`kernels.attention` (docs/interfaces.md, "P policies of deployed kernels").
+"""Theory of the P-policy options of :func:`pcast.attention` (docs/interfaces.md, "P policies of deployed kernels").
 
-Beside :mod:`kernels.theory` (sink keys, eager max, S multiplied after exp), and in its model:
+Beside :mod:`pcast.theory` (sink keys, eager max, S multiplied after exp), and in its model:
 the scores of one query row are iid ``N(0, sigma^2)``; keys are visited in blocks of ``block_n``,
 first to last (``order="forward"``) or last to first (``"reverse"``); a key's ``x = S·exp(s - m)``
 rounds to zero iff ``s <= m - c`` with ``c = log_threshold(fmt) + ln S``
-(:func:`kernels.theory.log_threshold`) and saturates iff ``x > max_finite``.
+(:func:`pcast.theory.log_threshold`) and saturates iff ``x > max_finite``.
 
 * :func:`underflow_fraction_init`: a learned sink logit Δ seeds the running max
   (``sink_mode="init"``, no sink keys).
-* :func:`saturation_fraction`: lazy rescaling with threshold τ (in :mod:`kernels.theory.lazy`).
+* :func:`saturation_fraction`: lazy rescaling with threshold τ (in :mod:`pcast.theory.lazy`).
 * :func:`best_lazy_scale`, :func:`max_safe_tau`: the scales that lazy rescaling cannot saturate.
 * :func:`exp2_offset_scale`: the S that ``scale_mode="exp2_offset"`` really applies.
-* :func:`v_cast_floor`: the relative MSE that an FP8 V costs (in :mod:`kernels.theory.vcast`).
+* :func:`v_cast_floor`: the relative MSE that an FP8 V costs (in :mod:`pcast.theory.vcast`).
 
-Argument checks reuse :mod:`kernels.theory`'s helpers; every bad argument raises a ValueError
+Argument checks reuse :mod:`pcast.theory`'s helpers; every bad argument raises a ValueError
 naming it and what is allowed.
 """
 
@@ -26,11 +26,11 @@ import numpy as np
 from scipy import integrate, optimize
 from scipy.stats import norm
 
-from kernels.contract import ORDERS, scale_keyword
-from kernels.formats import FP8Format
-from kernels.theory.lazy import _tau, exp2_offset_scale, saturation_fraction
-from kernels.theory.collapse import _ZLIM, METHODS, _fmt, _int_arg, _log_phi, _log_Phi, _pos_real, _real_array
-from kernels.theory.vcast import v_cast_floor, v_rounding_mse
+from pcast.contract import ORDERS, scale_keyword
+from pcast.formats import FP8Format
+from pcast.theory.lazy import _tau, exp2_offset_scale, saturation_fraction
+from pcast.theory.collapse import _ZLIM, METHODS, _fmt, _int_arg, _log_phi, _log_Phi, _pos_real, _real_array
+from pcast.theory.vcast import v_cast_floor, v_rounding_mse
 
 __all__ = ["underflow_fraction_init", "saturation_fraction", "best_lazy_scale", "max_safe_tau",
            "exp2_offset_scale", "v_cast_floor", "v_rounding_mse"]
@@ -147,9 +147,9 @@ def best_lazy_scale(tau: float, fmt: str | FP8Format = "e4m3fn") -> float:
     ``log2 S <= log2(max_finite) - τ``, and the largest power of two is
     ``2^floor(log2(max_finite) - τ)``; a τ within 1e-12 of the boundary ``log2(max_finite/S)``
     (:func:`max_safe_tau`) keeps that S, whatever the float rounding of the logarithms. A power
-    of two keeps ``p·S`` exact (:func:`kernels.theory.bit_exact`).
+    of two keeps ``p·S`` exact (:func:`pcast.theory.bit_exact`).
 
-    e4m3fn (max 448 = 1.75·2^8): τ = 0 gives 256 (:func:`kernels.theory.optimal_scale`), τ = 8
+    e4m3fn (max 448 = 1.75·2^8): τ = 0 gives 256 (:func:`pcast.theory.optimal_scale`), τ = 8
     (FA4) gives 1 (256·2^8 = 65536 > 448, 1·2^8 = 256 <= 448), τ = 9 gives 0.5.
 
     Raises:

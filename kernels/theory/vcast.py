@@ -1,6 +1,6 @@
 """The V-cast floor: what an FP8 V costs the attention output (``v_fmt``), with P unrounded.
 
-Re-exported by :mod:`kernels.theory.policy`. The operand cast of docs/interfaces.md:
+Re-exported by :mod:`pcast.theory.policy`. The operand cast of docs/interfaces.md:
 ``v' = quantize(v / s_v, v_fmt)·s_v`` with ``s_v = amax|v| / max_finite`` over one (batch, head)
 (``v_scale="tensor"``) or a given ``s_v``. Model: the ``N = n·d`` entries of V are iid
 ``N(0, 1)``, independent of the softmax weights ``w_ij`` (which come from q and k only).
@@ -31,9 +31,9 @@ from scipy import optimize, special
 from scipy.integrate import trapezoid
 from scipy.stats import norm
 
-from kernels.contract import OPERAND_SCALES
-from kernels.formats import FP8Format, get_format
-from kernels.theory.collapse import _int_arg, _real_array
+from pcast.contract import OPERAND_SCALES
+from pcast.formats import FP8Format, get_format
+from pcast.theory.collapse import _int_arg, _real_array
 
 __all__ = ["v_rounding_mse", "v_cast_floor"]
 
@@ -104,7 +104,7 @@ def v_cast_floor(weights_sq_sum=1.0, v_fmt: str | FP8Format = "e4m3fn", *, n: in
     ``weights_sq_sum`` is ``sum_j w_ij^2`` of each query row (the attention weights' squared sum; a
     scalar or an array over rows). The pipeline's ``mse`` is the mean over rows and coordinates of
     the squared error, and its ``rel_mse`` is ``mse / mean(reference_out^2)``
-    (:mod:`kernels.pipeline.runs`). Under the model (module docstring):
+    (:mod:`pcast.pipeline.runs`). Under the model (module docstring):
 
     * ``relative=False``: the expected ``mse``, ``E[e^2]·mean(weights_sq_sum)``;
     * ``relative=True`` (default): the expected ``mse`` over the expected ``mean(reference_out^2)``,

@@ -10,6 +10,6 @@
 * :mod:`.aot`: compiling a launch for sm_89 / sm_90 / sm_100 without a GPU, and reading its instructions;
 * :mod:`.aot_checks`: the instruction checks on a compiled kernel (docs/compiled.md).
 
-May import: :mod:`kernels.contract`, :mod:`kernels.formats` and :mod:`kernels.reference`.
+May import: :mod:`pcast.contract`, :mod:`pcast.formats` and :mod:`pcast.reference`.
 (Inside this package ``import triton`` is the Triton compiler: imports are absolute.)
 """

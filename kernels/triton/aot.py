@@ -9,7 +9,7 @@ Triton wheel. Triton caches each compile by the kernel source's hash, the option
 compiled kernel (instruction counts, ptxas's resource usage, SASS counts) beside it in
 ``$PCAST_AOT_CACHE`` (default ``~/.cache/pcast-fp8/aot``), under the same hash.
 
-:func:`kernel_facts` reads a compiled kernel; :mod:`kernels.triton.aot_checks` judges the facts.
+:func:`kernel_facts` reads a compiled kernel; :mod:`pcast.triton.aot_checks` judges the facts.
 """
 
 from __future__ import annotations

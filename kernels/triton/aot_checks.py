@@ -1,4 +1,4 @@
-"""The instruction checks of a compiled kernel (docs/compiled.md), each on :func:`kernels.triton.aot.kernel_facts`.
+"""The instruction checks of a compiled kernel (docs/compiled.md), each on :func:`pcast.triton.aot.kernel_facts`.
 
 Every check returns ``(ok, detail)``; ``detail`` says what was counted. They read the PTX that Triton
 hands to ptxas (instructions with their rounding modifiers) and ptxas's resource usage:

@@ -1,6 +1,6 @@
 """The deploy-mode FP8 attention kernel (``backend="triton-fp8"``): the shape of a deployed FP8 kernel.
 
-Unlike the faithful kernel (:mod:`kernels.triton.kernel`: software rounding, float32 P·V), this one
+Unlike the faithful kernel (:mod:`pcast.triton.kernel`: software rounding, float32 P·V), this one
 
 * applies S inside exp2, as FlashAttention-3 does: ``x = exp2(s·LOG2E - (m·LOG2E - log2 S))``, with
   ``log2 S`` a compile-time constant (``LOG2S``), so that S = 1 compiles the offset away;
@@ -13,7 +13,7 @@ Unlike the faithful kernel (:mod:`kernels.triton.kernel`: software rounding, flo
 Scores are the faithful kernel's (float32 ieee dot), the max is eager, the order forward or reverse. It
 only runs compiled (``mma``/``wgmma``/``tcgen05`` have no interpreter): without a CUDA GPU of capability
 8.9 or more :func:`triton_fp8_attention` raises; ``pcast-gpu-check --compile-only`` and
-:func:`kernels.aot.compile_attention` compile it on a CPU. Diagnostics: none (they would cost work).
+:func:`pcast.aot.compile_attention` compile it on a CPU. Diagnostics: none (they would cost work).
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.contract import LOG2E, log2_scale
-from kernels.formats import get_format
-from kernels.triton.kernel import LAUNCH_OPTIONS, attention_num_warps, launch_operands, triton_cdiv
+from pcast.contract import LOG2E, log2_scale
+from pcast.formats import get_format
+from pcast.triton.kernel import LAUNCH_OPTIONS, attention_num_warps, launch_operands, triton_cdiv
 
 __all__ = ["deploy_launch", "deploy_num_warps", "triton_fp8_attention", "NO_GPU_MESSAGE"]
 
 _LOG2E = tl.constexpr(LOG2E)
 NO_GPU_MESSAGE = ("backend='triton-fp8' runs only compiled, on a CUDA GPU with capability >= 8.9, and none is "
                   "present; compile it without one with `pcast-gpu-check --compile-only` or "
-                  "kernels.aot.compile_attention(target, backend='triton-fp8')")
+                  "pcast.aot.compile_attention(target, backend='triton-fp8')")
 
 
 @triton.jit

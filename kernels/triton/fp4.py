@@ -1,6 +1,6 @@
 """Microscaled FP4 P in the Triton kernel (docs/interfaces.md, "P in FP4 with microscaling").
 
-``@triton.jit`` helpers that :mod:`kernels.triton.kernel` calls at its step-3 and step-5 markers (the
+``@triton.jit`` helpers that :mod:`pcast.triton.kernel` calls at its step-3 and step-5 markers (the
 markers stay in ``_attn_fwd_inner``). With ``MX == 0`` (an FP8 format, or no cast) ``cast_p`` emits
 exactly the operations of the FP8 path, so FP8 calls stay bit-identical.
 
@@ -11,7 +11,7 @@ exactly the operations of the FP8 path, so FP8 calls stay bit-identical.
 * ``per_row_div``: step 5's division of the block's ``p_q·V`` by ``S_r`` (``scale_mode="per_row"``).
 
 Every division is ``tl.div_rn`` (IEEE, round to nearest): compiled, a float32 ``/`` is ``div.full.f32``.
-The E2M1 and E4M3 roundings are the kernel's own bit-exact ``fp8_round`` (:mod:`kernels.triton.rounding`).
+The E2M1 and E4M3 roundings are the kernel's own bit-exact ``fp8_round`` (:mod:`pcast.triton.rounding`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.formats.microscaling import E2M1, PER_ROW_TARGET
-from kernels.triton.rounding import fp8_round
-from kernels.formats import FORMATS
+from pcast.formats.microscaling import E2M1, PER_ROW_TARGET
+from pcast.triton.rounding import fp8_round
+from pcast.formats import FORMATS
 
 __all__ = ["cast_p", "group_scale", "per_row_div", "MX_CODE"]
 
@@ -83,7 +83,7 @@ def cast_p(p, p_scale, offs_n, KSINK, n_saturated, n_underflow_scale, n_groups_f
            QUANT: tl.constexpr,  # round x to the FP8 format below (MX == 0 only)
            MAN_BITS: tl.constexpr, EMIN: tl.constexpr, MAX_FINITE: tl.constexpr,  # that FP8 format
            EXP2_OFFSET: tl.constexpr,  # p is already x (exp2_offset; never with MX)
-           MX: tl.constexpr,  # 0: FP8 or no cast; 1: nvfp4; 2: mxfp4 (kernels.formats.microscaling)
+           MX: tl.constexpr,  # 0: FP8 or no cast; 1: nvfp4; 2: mxfp4 (pcast.formats.microscaling)
            GROUP: tl.constexpr,  # MX: keys per group
            PER_ROW: tl.constexpr,  # scale_mode="per_row" (nvfp4): x = p·S_r, S_r = float32(2688 / rowmax(p))
            ):

@@ -2,7 +2,7 @@
 
 :func:`interpreting` runs every ``@triton.jit`` launch and device call inside it through the
 interpreter (whatever ``TRITON_INTERPRET`` says) and puts ``triton.language`` back as it was on the
-way out, so that a compilation later in the same process (``kernels.aot``) sees Triton's own
+way out, so that a compilation later in the same process (``pcast.aot``) sees Triton's own
 functions. :func:`interpreted` wraps one kernel for an interpreted launch.
 """
 

@@ -6,16 +6,16 @@ attention kernel with the P-cast contract (:func:`_attn_fwd`, whose KV loop is
 :func:`_attn_fwd_inner`; each contract step is marked ``# step N: name``, as in the
 emulator and the test oracle; the P-policy options of docs/interfaces.md, "P policies of
 deployed kernels", enter at those markers as constexprs and runtime arguments, their helpers in
-:mod:`kernels.triton.policy`; microscaled FP4 P, nvfp4 / mxfp4 and ``scale_mode="per_row"``,
-enters at steps 3-5 through :mod:`kernels.triton.fp4`). Then the launchers (:func:`triton_attention`,
+:mod:`pcast.triton.policy`; microscaled FP4 P, nvfp4 / mxfp4 and ``scale_mode="per_row"``,
+enters at steps 3-5 through :mod:`pcast.triton.fp4`). Then the launchers (:func:`triton_attention`,
 :func:`triton_quantize`, :func:`triton_builtin_cast`): CUDA tensors launch the kernels
-compiled; CPU tensors launch them through Triton's interpreter (see :func:`kernels.triton.interpret.interpreting`),
+compiled; CPU tensors launch them through Triton's interpreter (see :func:`pcast.triton.interpret.interpreting`),
 so no one has to set ``TRITON_INTERPRET`` by hand.
 
 Why a hand-written rounding: Triton's interpreter converts float32 to
 ``tl.float8e4nv`` wrongly (it truncates subnormals, drops mantissa carries and
 turns overflow into garbage), so the kernel rounds with integer/float ops that
-behave the same interpreted and compiled. See :mod:`kernels.formats.rounding` for the
+behave the same interpreted and compiled. See :mod:`pcast.formats.rounding` for the
 algorithm; the two are tested bit-identical.
 """
 
@@ -27,14 +27,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.contract import DIAGNOSTICS, log2_scale
-from kernels.formats import FP8Format, get_format
-from kernels.reference import expand_kv
-from kernels.formats.microscaling import MXFormat
-from kernels.triton.interpret import interpreted, interpreting
-from kernels.triton.rounding import fp8_round
-from kernels.triton.fp4 import MX_CODE, cast_p, per_row_div
-from kernels.triton.policy import (SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, partition_p,
+from pcast.contract import DIAGNOSTICS, log2_scale
+from pcast.formats import FP8Format, get_format
+from pcast.reference import expand_kv
+from pcast.formats.microscaling import MXFormat
+from pcast.triton.interpret import interpreted, interpreting
+from pcast.triton.rounding import fp8_round
+from pcast.triton.fp4 import MX_CODE, cast_p, per_row_div
+from pcast.triton.policy import (SINK_MODE_CODE, exp_block, init_state, new_max, operand_scales, partition_p,
                                    sink_final, split_range)
 
 __all__ = ["triton_attention", "attention_launch", "launch_operands", "triton_quantize", "triton_builtin_cast", "fp8_round",
@@ -123,7 +123,7 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
                     V_MAX_FINITE: tl.constexpr, MX: tl.constexpr, GROUP: tl.constexpr,  # MX: 0, nvfp4 1, mxfp4 2
                     PER_ROW: tl.constexpr,  # scale_mode="per_row": x = p·S_r per row and block (nvfp4)
                     split, causal_off,  # this program's split; causal: key j visible to row i iff j <= i + off
-                    SPLITS: tl.constexpr, INTERLEAVED: tl.constexpr, PARTITION: tl.constexpr,  # kernels.triton.splits
+                    SPLITS: tl.constexpr, INTERLEAVED: tl.constexpr, PARTITION: tl.constexpr,  # pcast.triton.splits
                     ):
     """Steps 1-5 and the diagnostics over one split's KV blocks (SPLITS = 1: all) for BLOCK_M rows; returns the
     state in argument order. PARTITION: m_i, l_i come in as the split's exact max and sum."""
@@ -166,7 +166,7 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
 def _store_diagnostics(Diag, pid_bh, N_Q, offs_m, row_ok,
                        n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, n_underflow_scale,
                        n_groups_flushed):
-    """One plane per name of kernels.contract.DIAGNOSTICS, in that order (not a contract step)."""
+    """One plane per name of pcast.contract.DIAGNOSTICS, in that order (not a contract step)."""
     plane = tl.num_programs(1) * N_Q
     dbase = Diag + pid_bh * N_Q + offs_m
     tl.store(dbase, n_underflow, mask=row_ok)
@@ -191,7 +191,7 @@ def _attn_fwd(Q, K, V, Out, Diag,
               p_scale,  # S: P is multiplied by S before the FP8 cast
               KSINK,  # keys at positions < KSINK count as sinks in the diagnostics
               tau,  # rescale_threshold (log2 units; LAZY only)
-              log2s,  # kernels.contract.log2_scale(S): the exp2 offset (EXP2_OFFSET only)
+              log2s,  # pcast.contract.log2_scale(S): the exp2 offset (EXP2_OFFSET only)
               HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
               BLOCK_M: tl.constexpr,  # query rows per program
               BLOCK_N: tl.constexpr,  # keys per KV block
@@ -317,7 +317,7 @@ def attention_launch(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | M
     """Everything :func:`triton_attention` launches, without launching: ``(grid, args, kwargs, out, diag)``.
 
     ``args`` and ``kwargs`` are ``_attn_fwd``'s arguments (constexprs and :data:`LAUNCH_OPTIONS` in kwargs);
-    ``out`` and ``diag`` are the buffers the kernel writes. :mod:`kernels.triton.aot` compiles exactly this call.
+    ``out`` and ``diag`` are the buffers the kernel writes. :mod:`pcast.triton.aot` compiles exactly this call.
     """
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
@@ -349,13 +349,13 @@ def attention_launch(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | M
 
 
 def triton_attention(q, k, v, **kw):
-    """Launch the attention kernel. Arguments are validated by :func:`kernels.attention`.
+    """Launch the attention kernel. Arguments are validated by :func:`pcast.attention`.
 
     q [B,H,Nq,d], k and v [B,H_kv,Nk,d] (H_kv dividing H; expanded here): float32, one device; d a
     multiple of 16, zero-padded here to the next power of two and cut back on return. ``sink_logit``:
     None or float32 [B, H] on that device. The keywords are :func:`attention_launch`'s: the policy options
     of docs/interfaces.md ("P policies of deployed kernels"); the operand scales are computed there, in
-    float32. ``fmt`` may be an :class:`~kernels.formats.microscaling.MXFormat` (docs/interfaces.md, "P in
+    float32. ``fmt`` may be an :class:`~pcast.formats.microscaling.MXFormat` (docs/interfaces.md, "P in
     FP4 with microscaling"). Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq])``.
     """
     B, H, Nq, d = q.shape

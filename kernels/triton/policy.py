@@ -1,6 +1,6 @@
 """The P-policy options of the Triton kernel (docs/interfaces.md, "P policies of deployed kernels").
 
-``@triton.jit`` helpers that :mod:`kernels.triton.kernel` calls at its step markers (the
+``@triton.jit`` helpers that :mod:`pcast.triton.kernel` calls at its step markers (the
 markers themselves stay in ``_attn_fwd_inner`` / ``_attn_fwd``), and the host-side operand
 scales. Each helper takes its option as a constexpr; with the option off it emits none of the
 option's operations, so a default call runs the plain contract.
@@ -20,14 +20,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.contract import LOG2E, SINK_MODES
-from kernels.formats import FP8Format
+from pcast.contract import LOG2E, SINK_MODES
+from pcast.formats import FP8Format
 
 __all__ = ["new_max", "exp_block", "init_state", "sink_final", "operand_scales", "SINK_MODE_CODE", "split_range",
            "partition_p"]
 
-_LOG2E = tl.constexpr(LOG2E)  # kernels.contract.LOG2E, as a compile-time float32 constant
-# The kernel's SINK_MODE constexpr: 0 = no sink logit, then 1 + the index in kernels.contract.SINK_MODES.
+_LOG2E = tl.constexpr(LOG2E)  # pcast.contract.LOG2E, as a compile-time float32 constant
+# The kernel's SINK_MODE constexpr: 0 = no sink logit, then 1 + the index in pcast.contract.SINK_MODES.
 SINK_MODE_CODE = {None: 0, **{mode: i + 1 for i, mode in enumerate(SINK_MODES)}}
 assert SINK_MODE_CODE["init"] == 1 and SINK_MODE_CODE["final"] == 2  # the kernel tests these numbers
 
@@ -133,7 +133,7 @@ def partition_p(p, l_i,
 def _scale_of(t: torch.Tensor, fmt: FP8Format, scale) -> torch.Tensor:
     """float32 [B, H]: amax|t| per (batch, head) / max_finite in float32 (1 where amax is 0), or the float."""
     B, H = t.shape[:2]
-    if isinstance(scale, str):  # "tensor", checked by kernels.attention
+    if isinstance(scale, str):  # "tensor", checked by pcast.attention
         amax = t.abs().amax(dim=(-2, -1))
         s = amax / torch.tensor(fmt.max_finite, dtype=torch.float32, device=t.device)
         return torch.where(amax == 0, torch.ones_like(s), s)

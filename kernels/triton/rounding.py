@@ -2,7 +2,7 @@
 
 Triton's interpreter converts float32 to ``tl.float8e4nv`` wrongly (subnormals, carries, overflow),
 so wherever a program may run interpreted the cast is this integer-arithmetic rounding: nearest-even,
-satfinite, NaN kept, the same bits as :func:`kernels.formats.rounding.quantize_fp8`.
+satfinite, NaN kept, the same bits as :func:`pcast.formats.rounding.quantize_fp8`.
 """
 
 import triton

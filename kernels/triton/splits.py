@@ -1,11 +1,11 @@
 """Split-KV decode in Triton (docs/interfaces.md, "Decode-time attention"): one program per (row block,
-batch-head, split) runs the kernel's own steps 1-5 (:func:`kernels.triton.kernel._attn_fwd_inner`, over the
+batch-head, split) runs the kernel's own steps 1-5 (:func:`pcast.triton.kernel._attn_fwd_inner`, over the
 split's blocks: ``SPLITS``, ``INTERLEAVED``, ``PARTITION``) and writes its O_s and lse_s; a second kernel
 merges them by their log-sum-exp in float32 (FlashAttention-3's combine). Partition normalisation first
 takes each split's exact max and sum (:func:`_partition_stats`). One online split (only a bottom-right causal
 mask comes here with it) normalises as the single pass does and skips the merge.
 
-The single pass (:func:`kernels.triton.kernel._attn_fwd`) is untouched: its specialisations compile as
+The single pass (:func:`pcast.triton.kernel._attn_fwd`) is untouched: its specialisations compile as
 they did, with ``SPLITS=1`` inside.
 """
 
@@ -17,12 +17,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.contract import DIAGNOSTICS, log2_scale
-from kernels.formats import get_format
-from kernels.formats.microscaling import is_mx
-from kernels.triton.kernel import (_attn_fwd_inner, _launch, _load_operand, _store_diagnostics, launch_operands,
+from pcast.contract import DIAGNOSTICS, log2_scale
+from pcast.formats import get_format
+from pcast.formats.microscaling import is_mx
+from pcast.triton.kernel import (_attn_fwd_inner, _launch, _load_operand, _store_diagnostics, launch_operands,
                                    triton_cdiv)
-from kernels.triton.policy import SINK_MODE_CODE, init_state, operand_scales, sink_final, split_range
+from pcast.triton.policy import SINK_MODE_CODE, init_state, operand_scales, sink_final, split_range
 
 __all__ = ["triton_split_attention"]
 
@@ -151,7 +151,7 @@ def triton_split_attention(q, k, v, *, reverse, scale, fmt, causal, ksink, block
                            rowsum_rounded, scale_mode="multiply", rescale_threshold=0.0, sink_logit=None,
                            sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor",
                            num_splits=1, split_layout="contiguous", p_normalize="online", causal_offset=0):
-    """:func:`kernels.triton.kernel.triton_attention` with splits, partition P or a causal offset (FP8, bf16,
+    """:func:`pcast.triton.kernel.triton_attention` with splits, partition P or a causal offset (FP8, bf16,
     fp16 or no P cast). Returns ``(out [B,H,Nq,d], diag dict of int64 [B,H,Nq] plus float32 lse)``.
 
     Microscaled FP4 P (nvfp4, mxfp4) and ``scale_mode="per_row"`` are refused before any work: their groups

@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernels.analysis import registry, stats, tables as T, verdicts as C
-from kernels.analysis.paired import paired_tests
-from kernels.analysis.summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
-from kernels.analysis.verdicts.common import Subcase
-from kernels.analysis.verdicts.paper import printed_precision
-from kernels.analysis.verdicts.underflow import leading_order_tolerance
+from pcast.analysis import registry, stats, tables as T, verdicts as C
+from pcast.analysis.paired import paired_tests
+from pcast.analysis.summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
+from pcast.analysis.verdicts.common import Subcase
+from pcast.analysis.verdicts.paper import printed_precision
+from pcast.analysis.verdicts.underflow import leading_order_tolerance
 from synthetic_tables import (
     BLOCK, K, N, SCALES, config_sections, make_collapse, make_conformance, make_scales, make_threshold,
 )
@@ -152,7 +152,7 @@ def test_criteria_come_from_config(agreeing, cfgs):
 
 
 def test_statistics_builders_read_the_config(agreeing, cfgs):
-    """Each builder of kernels.analysis.stats is its summary with the config's settings."""
+    """Each builder of pcast.analysis.stats is its summary with the config's settings."""
     stats_cfg, _ = cfgs
     boot = {"n_resamples": 200, "confidence_level": float(stats_cfg["confidence_level"]),
             "boot_method": stats_cfg["bootstrap_method"], "seed": int(stats_cfg["seed"])}

@@ -16,16 +16,16 @@ import pandas as pd
 import pytest
 
 import synthetic_tables as data
-from kernels.analysis import plots as P
-from kernels.analysis import registry
-from kernels.analysis.paired import paired_tests
-from kernels.analysis.decode import decode_curves, decode_partition
-from kernels.analysis.fp4 import fp4_summary
-from kernels.analysis.policies import policy_summary
-from kernels.analysis.realmodel import head_summary
-from kernels.analysis.tensorcore import tensorcore_summary
-from kernels.analysis.registry import FIGURES, TABLES
-from kernels.analysis.summaries import (
+from pcast.analysis import plots as P
+from pcast.analysis import registry
+from pcast.analysis.paired import paired_tests
+from pcast.analysis.decode import decode_curves, decode_partition
+from pcast.analysis.fp4 import fp4_summary
+from pcast.analysis.policies import policy_summary
+from pcast.analysis.realmodel import head_summary
+from pcast.analysis.tensorcore import tensorcore_summary
+from pcast.analysis.registry import FIGURES, TABLES
+from pcast.analysis.summaries import (
     collapse_summary, knee_summary, scales_summary, threshold_summary, write_csv,
 )
 
@@ -70,7 +70,7 @@ RENDER = textwrap.dedent("""
     import sys
     from pathlib import Path
     import pandas as pd
-    from kernels.analysis import plots as P
+    from pcast.analysis import plots as P
     src, dst = Path(sys.argv[1]), Path(sys.argv[2])
     t = {p.stem: pd.read_csv(p) for p in src.glob("*.csv")}
     figs = {

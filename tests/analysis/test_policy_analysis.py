@@ -12,11 +12,11 @@ import pytest
 from scipy.optimize import brentq
 
 import synthetic_tables as data
-from kernels import theory
-from kernels.theory import policy as policy_theory
-from kernels.analysis import plots as P, registry, stats, tables as T, verdicts as C
-from kernels.analysis.policies import policy_peaks, policy_summary, seed_mean_ci
-from kernels.analysis.verdicts.audit import claim_audit
+from pcast import theory
+from pcast.theory import policy as policy_theory
+from pcast.analysis import plots as P, registry, stats, tables as T, verdicts as C
+from pcast.analysis.policies import policy_peaks, policy_summary, seed_mean_ci
+from pcast.analysis.verdicts.audit import claim_audit
 from repo_copy import copy_repo
 
 DELTAS = tuple(np.arange(0.0, 16.01, 0.5))

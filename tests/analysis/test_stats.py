@@ -1,4 +1,4 @@
-"""kernels.analysis.paired and kernels.analysis.summaries on constructed data with known answers."""
+"""pcast.analysis.paired and pcast.analysis.summaries on constructed data with known answers."""
 
 import math
 
@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernels.analysis import paired as S
-from kernels.analysis.summaries import crossing, crossing_ci, knee_ratio, seed_interval
+from pcast.analysis import paired as S
+from pcast.analysis.summaries import crossing, crossing_ci, knee_ratio, seed_interval
 
 MARGIN = math.log(1.1)
 

@@ -2,7 +2,7 @@
 the emulator, and the slow loop in tests/support/loop_contract.py. Plus physics that can fail,
 and argument checking.
 
-Differences are accepted only where :func:`kernels.conformance.explain` shows that a
+Differences are accepted only where :func:`pcast.conformance.explain` shows that a
 p·S value lies within the fp32 score error of an FP8 rounding boundary.
 """
 
@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
-import kernels
-from kernels.conformance import explain
-from kernels.contract import COMBOS, DIAGNOSTICS, ORDERS, PAPER_SCALES
+import pcast
+from pcast.conformance import explain
+from pcast.contract import COMBOS, DIAGNOSTICS, ORDERS, PAPER_SCALES
 
 from three_way import check_three, covering, sink_inputs
 
@@ -86,13 +86,13 @@ def test_saturation_is_counted_beyond_max():
 def test_explain_rejects_a_real_difference():
     """The conformance check can fail: a one-step change on a non-boundary element is caught."""
     q, k, v = sink_inputs(11, 64, 64, 16)
-    a = kernels.attention(q, k, v, order="forward", scale=1.0, ksink=4, backend="emulator")
-    b = kernels.attention(q, k, v, order="forward", scale=1.0, ksink=4, backend="emulator")
+    a = pcast.attention(q, k, v, order="forward", scale=1.0, ksink=4, backend="emulator")
+    b = pcast.attention(q, k, v, order="forward", scale=1.0, ksink=4, backend="emulator")
     b.out = b.out.clone()
     b.out[0, 0, 3, 0] += 1e-3
     rep = explain(a, b, q, k, v, order="forward", scale=1.0, ksink=4)
     assert not rep["explained"]
-    b2 = kernels.attention(q, k, v, order="forward", scale=1.0, ksink=4, backend="emulator")
+    b2 = pcast.attention(q, k, v, order="forward", scale=1.0, ksink=4, backend="emulator")
     b2.terms = b2.terms.clone()
     b2.terms[0, 0, 0] += 1
     assert not explain(a, b2, q, k, v, order="forward", scale=1.0, ksink=4)["explained"]
@@ -116,7 +116,7 @@ def physics_inputs(delta, n=1024, d=64, seed=0):
 @pytest.mark.parametrize("backend", ["emulator", "triton"])
 def test_forward_s1_collapses(backend):
     q, k, v = physics_inputs(10.0)
-    r = kernels.attention(q, k, v, order="forward", scale=1.0, ksink=1, backend=backend)
+    r = pcast.attention(q, k, v, order="forward", scale=1.0, ksink=1, backend=backend)
     frac = r.underflow.sum().item() / r.terms.sum().item()
     # Phi(10 - 6.93) ~ 0.999: nearly every non-sink P rounds to zero.
     assert frac > 0.5
@@ -133,7 +133,7 @@ def test_reverse_s256_has_no_underflow_outside_the_sink_block(backend):
     paper's guarantee excludes. ksink=block_n books that whole block under the "sink" counts.
     """
     q, k, v = physics_inputs(10.0)
-    r = kernels.attention(q, k, v, order="reverse", scale=256.0, ksink=64, block_n=64, backend=backend)
+    r = pcast.attention(q, k, v, order="reverse", scale=256.0, ksink=64, block_n=64, backend=backend)
     assert int(r.underflow.sum()) == 0
     assert int(r.terms.sum()) == 1024 * (1024 - 64)
     resid = r.underflow_sink.sum().item() / (1024 * 63)
@@ -144,18 +144,18 @@ def test_reverse_s256_has_no_underflow_outside_the_sink_block(backend):
 @pytest.mark.parametrize("scale", PAPER_SCALES)
 def test_unrounded_matches_reference(order, scale):
     q, k, v = physics_inputs(10.0)
-    ref = kernels.attention(q, k, v, backend="reference").out
+    ref = pcast.attention(q, k, v, backend="reference").out
     for backend in ("emulator", "triton"):
-        out = kernels.attention(q, k, v, order=order, scale=scale, fmt=None, ksink=1, backend=backend).out
+        out = pcast.attention(q, k, v, order=order, scale=scale, fmt=None, ksink=1, backend=backend).out
         assert float((out.double() - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
 
 
 def test_rounding_costs_precision_that_reverse_s256_recovers():
     q, k, v = physics_inputs(8.0)
-    ref = kernels.attention(q, k, v, backend="reference").out
+    ref = pcast.attention(q, k, v, backend="reference").out
 
     def mse(order, scale):
-        o = kernels.attention(q, k, v, order=order, scale=scale, ksink=1, backend="emulator").out
+        o = pcast.attention(q, k, v, order=order, scale=scale, ksink=1, backend="emulator").out
         return float(((o.double() - ref) ** 2).mean())
 
     assert mse("forward", 1.0) > 3 * mse("reverse", 256.0)
@@ -184,41 +184,41 @@ def _qkv(n=8, d=16):
 ])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        kernels.attention(*_qkv(), **kwargs)
+        pcast.attention(*_qkv(), **kwargs)
 
 
 def test_bad_tensors():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="head dimension d=24"):
-        kernels.attention(*_qkv(d=24))
+        pcast.attention(*_qkv(d=24))
     with pytest.raises(ValueError, match="head dimension d=8"):
-        kernels.attention(*_qkv(d=8))
+        pcast.attention(*_qkv(d=8))
     with pytest.raises(ValueError, match="q must be float32"):
-        kernels.attention(q.double(), k, v)
+        pcast.attention(q.double(), k, v)
     with pytest.raises(ValueError, match="k shape"):
-        kernels.attention(q, k[..., :8], v)
+        pcast.attention(q, k[..., :8], v)
     with pytest.raises(ValueError, match="v shape"):
-        kernels.attention(q, k, v[:, :, :4])
+        pcast.attention(q, k, v[:, :, :4])
     with pytest.raises(ValueError, match=r"q must have shape \[B, H, N, d\]"):
-        kernels.attention(q[0], k, v)
+        pcast.attention(q[0], k, v)
     with pytest.raises(ValueError, match="k contains NaN or inf"):
-        kernels.attention(q, k.clone().fill_(float("nan")), v)
+        pcast.attention(q, k.clone().fill_(float("nan")), v)
     with pytest.raises(ValueError, match="v contains NaN or inf"):
-        kernels.attention(q, k, v.clone().fill_(float("inf")))
+        pcast.attention(q, k, v.clone().fill_(float("inf")))
     with pytest.raises(ValueError, match="torch.Tensor"):
-        kernels.attention(q.numpy(), k, v)
+        pcast.attention(q.numpy(), k, v)
 
 
 def test_auto_backend_without_gpu_is_the_emulator():
-    if kernels.api.fp8_gpu_available():
+    if pcast.api.fp8_gpu_available():
         pytest.skip("a CUDA GPU with FP8 support is present")
-    assert kernels.attention(*_qkv(), backend="auto").backend == "emulator"
+    assert pcast.attention(*_qkv(), backend="auto").backend == "emulator"
 
 
 def test_query_and_key_lengths_may_differ_and_outputs_have_the_documented_shapes():
     q = torch.randn(2, 3, 5, 32)
     k = torch.randn(2, 3, 70, 32)
-    r = kernels.attention(q, k, torch.randn(2, 3, 70, 32), ksink=2, backend="emulator")
+    r = pcast.attention(q, k, torch.randn(2, 3, 70, 32), ksink=2, backend="emulator")
     assert r.out.shape == (2, 3, 5, 32) and r.out.dtype == torch.float32
     for n in DIAGNOSTICS:
         t = getattr(r, n)

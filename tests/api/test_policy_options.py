@@ -1,8 +1,8 @@
-"""The P-policy options of kernels.attention (docs/interfaces.md, "P policies of deployed kernels").
+"""The P-policy options of pcast.attention (docs/interfaces.md, "P policies of deployed kernels").
 
 * The emulator against the plain loop oracle (tests/support/loop_contract.py) on every option and on
   combinations, with odd shapes: diagnostics identical and outputs within 1e-5 of max|out|, or
-  every difference explained by :func:`kernels.conformance.explain`.
+  every difference explained by :func:`pcast.conformance.explain`.
 * Every option at its default is today's contract, bit for bit; a policy's fields and explicit
   keywords combine as documented.
 * Semantics that can fail: lazy rescaling lets x pass S and saturate; a sink logit that seeds the
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
-from kernels.contract import DIAGNOSTICS, LOG2E, log2_scale
-from kernels.emulator.core import max_in_force, running_max
-from kernels.formats import get_format
+import pcast
+from pcast.contract import DIAGNOSTICS, LOG2E, log2_scale
+from pcast.emulator.core import max_in_force, running_max
+from pcast.formats import get_format
 
 from loop_contract import cast_operand, loop_attention
 
@@ -41,10 +41,10 @@ def sink_inputs(seed, nq, nk, d=32, *, b=2, h=2, delta=6.0):
 
 def agree(q, k, v, **kw):
     """Emulator and loop oracle on one call: diagnostics identical and outputs within 1e-5 of max|out|,
-    or (where a diagnostic differs) every difference explained by kernels.conformance.explain."""
+    or (where a diagnostic differs) every difference explained by pcast.conformance.explain."""
     if kw.get("causal") and q.shape[2] < k.shape[2]:  # Nq < Nk: the top-left mask these tests check, named
         kw = {**kw, "causal_align": "top_left"}
-    emu = kernels.attention(q, k, v, backend="emulator", **kw)
+    emu = pcast.attention(q, k, v, backend="emulator", **kw)
     out, diag = loop_attention(q, k, v, **{n: x for n, x in kw.items() if n != "block_m"})
     loop = SimpleNamespace(out=out, **diag)
     if all(torch.equal(getattr(emu, n), diag[n]) for n in DIAGNOSTICS):
@@ -53,7 +53,7 @@ def agree(q, k, v, **kw):
         rel = float((emu.out - out).abs().max()) / max(float(out.abs().max()), 1e-30)
         assert rel <= 1e-5, f"outputs differ by {rel:.3g} of max|out| with equal diagnostics"
     else:
-        from kernels.conformance import explain
+        from pcast.conformance import explain
 
         rep = explain(emu, loop, q, k, v, **{n: x for n, x in kw.items() if n not in ("block_m", "rowsum")})
         assert rep["explained"], rep["why"]
@@ -142,13 +142,13 @@ def test_every_option_at_its_default_is_todays_contract(backend):
     q, k, v = sink_inputs(70, 40, 70, d=16, b=1)
     for kw in (dict(order="forward", scale=1.0), dict(order="reverse", scale=256.0, causal=True, causal_align="top_left",
                                                          block_n=16)):
-        base = kernels.attention(q, k, v, ksink=1, backend=backend, **kw)
-        same = [kernels.attention(q, k, v, ksink=1, backend=backend, policy=None, **OPTION_DEFAULTS, **kw)]
-        same += [kernels.attention(q, k, v, ksink=1, backend=backend, **{n: x}, **kw)
+        base = pcast.attention(q, k, v, ksink=1, backend=backend, **kw)
+        same = [pcast.attention(q, k, v, ksink=1, backend=backend, policy=None, **OPTION_DEFAULTS, **kw)]
+        same += [pcast.attention(q, k, v, ksink=1, backend=backend, **{n: x}, **kw)
                  for n, x in OPTION_DEFAULTS.items()]
         # options that cannot act: a scale without its format, a "final" sink of weight exp(-1e30 - m) = 0
-        same.append(kernels.attention(q, k, v, ksink=1, backend=backend, qk_scale=0.5, v_scale=3.0, **kw))
-        same.append(kernels.attention(q, k, v, ksink=1, backend=backend, sink_logit=torch.full((2,), -1e30), **kw))
+        same.append(pcast.attention(q, k, v, ksink=1, backend=backend, qk_scale=0.5, v_scale=3.0, **kw))
+        same.append(pcast.attention(q, k, v, ksink=1, backend=backend, sink_logit=torch.full((2,), -1e30), **kw))
         for r in same:
             assert torch.equal(r.out, base.out)
             assert all(torch.equal(getattr(r, n), getattr(base, n)) for n in DIAGNOSTICS)
@@ -159,18 +159,18 @@ def _equal(a, b):
 
 
 def test_policy_fields_and_explicit_keywords():
-    from kernels.policies import POLICIES
+    from pcast.policies import POLICIES
 
     q, k, v = sink_inputs(71, 48, 300, b=1)
     run = dict(ksink=1, backend="emulator")
-    assert _equal(kernels.attention(q, k, v, policy="reverse-s256", **run),
-                  kernels.attention(q, k, v, order="reverse", scale=256.0, **run))
+    assert _equal(pcast.attention(q, k, v, policy="reverse-s256", **run),
+                  pcast.attention(q, k, v, order="reverse", scale=256.0, **run))
     fa3 = POLICIES["fa3"].attention_kwargs()
     assert fa3["order"] == "reverse"
-    as_policy = kernels.attention(q, k, v, policy="fa3", **run)
-    assert _equal(as_policy, kernels.attention(q, k, v, **fa3, **run))
-    overridden = kernels.attention(q, k, v, policy=POLICIES["fa3"], order="forward", **run)
-    assert _equal(overridden, kernels.attention(q, k, v, **{**fa3, "order": "forward"}, **run))
+    as_policy = pcast.attention(q, k, v, policy="fa3", **run)
+    assert _equal(as_policy, pcast.attention(q, k, v, **fa3, **run))
+    overridden = pcast.attention(q, k, v, policy=POLICIES["fa3"], order="forward", **run)
+    assert _equal(overridden, pcast.attention(q, k, v, **{**fa3, "order": "forward"}, **run))
     assert not torch.equal(overridden.out, as_policy.out)  # the override took effect
 
 
@@ -181,11 +181,11 @@ def test_a_policy_like_object_and_a_bad_field():
                   block_m=16, block_n=32)
     sink = torch.tensor([5.0, 1.0])
     pol = SimpleNamespace(attention_kwargs=lambda: dict(fields))
-    a = kernels.attention(q, k, v, policy=pol, sink_logit=sink, scale=1.0, backend="emulator")
-    assert _equal(a, kernels.attention(q, k, v, sink_logit=sink, backend="emulator", **{**fields, "scale": 1.0}))
+    a = pcast.attention(q, k, v, policy=pol, sink_logit=sink, scale=1.0, backend="emulator")
+    assert _equal(a, pcast.attention(q, k, v, sink_logit=sink, backend="emulator", **{**fields, "scale": 1.0}))
     bad = SimpleNamespace(attention_kwargs=lambda: {**fields, "scale_mode": "exp"})
     with pytest.raises(ValueError, match="scale_mode='exp'"):
-        kernels.attention(q, k, v, policy=bad)
+        pcast.attention(q, k, v, policy=bad)
 
 
 # ------------------------------------------------------------------------- semantics
@@ -225,16 +225,16 @@ def test_lazy_rescaling_lets_x_pass_s_and_saturate(scale_mode):
     s = lazy_scores()
     q, k, v = exact_scores(s)
     kw = dict(order="forward", scale=256.0, block_n=16, sm_scale=1.0, scale_mode=scale_mode, backend="emulator")
-    lazy = kernels.attention(q, k, v, rescale_threshold=8.0, **kw)
+    lazy = pcast.attention(q, k, v, rescale_threshold=8.0, **kw)
     expected = (s[:, 16:32] > math.log(448 / 256)).sum(-1)  # x = 256·exp(s - 0) > 448, block 1 only
     assert int(expected.sum()) > 0
     assert torch.equal(lazy.saturated.view(-1), expected)
-    assert int(kernels.attention(q, k, v, rescale_threshold=0.0, **kw).saturated.sum()) == 0
+    assert int(pcast.attention(q, k, v, rescale_threshold=0.0, **kw).saturated.sum()) == 0
     # Reverse: block 3's max m3 (> 0.46 on every head, so block 2's 6 grows it by < 8 / log2 e) stays in
     # force for blocks 2, 1, 0: every key there with s - m3 > ln(448/256) saturates.
     m3 = s[:, 48:].amax(-1, keepdim=True)
     assert bool(((6.0 - m3) * math.log2(math.e) < 8.0).all())
-    rev = kernels.attention(q, k, v, rescale_threshold=8.0, **{**kw, "order": "reverse"})
+    rev = pcast.attention(q, k, v, rescale_threshold=8.0, **{**kw, "order": "reverse"})
     assert torch.equal(rev.saturated.view(-1), (s[:, :48] - m3 > math.log(448 / 256)).sum(-1))
 
 
@@ -245,9 +245,9 @@ def test_unrounded_options_match_the_reference(scale_mode, sink_mode):
     the output is the float64 reference's (with the sink in the denominator) up to fp32 rounding."""
     q, k, v = sink_inputs(73, 40, 150, b=2)
     sink = torch.tensor([[3.0, -2.0], [8.0, 0.5]])
-    ref = kernels.attention(q, k, v, sink_logit=sink, causal=True, causal_align="top_left", backend="reference").out
+    ref = pcast.attention(q, k, v, sink_logit=sink, causal=True, causal_align="top_left", backend="reference").out
     for tau in (0.0, 8.0):
-        out = kernels.attention(q, k, v, fmt=None, causal=True, causal_align="top_left", scale=256.0, block_n=16,
+        out = pcast.attention(q, k, v, fmt=None, causal=True, causal_align="top_left", scale=256.0, block_n=16,
                                 sink_logit=sink,
                                 sink_mode=sink_mode, scale_mode=scale_mode, rescale_threshold=tau,
                                 backend="emulator").out
@@ -269,10 +269,10 @@ def test_a_seeded_sink_collapses_both_orders_and_a_final_sink_does_not():
     max comes from the keys (about 2.5-4), so only s < -3.9 or so underflows: well under 1%."""
     q, k, v = physics_inputs()
     sink = torch.tensor([10.0])
-    ref = kernels.attention(q, k, v, sink_logit=sink, backend="reference").out
+    ref = pcast.attention(q, k, v, sink_logit=sink, backend="reference").out
     for order in ("forward", "reverse"):
         for mode, lo, hi in (("init", 0.99, 1.0), ("final", 0.0, 0.01)):
-            r = kernels.attention(q, k, v, order=order, scale=1.0, sink_logit=sink, sink_mode=mode, backend="emulator")
+            r = pcast.attention(q, k, v, order=order, scale=1.0, sink_logit=sink, sink_mode=mode, backend="emulator")
             frac = r.underflow.sum().item() / r.terms.sum().item()
             assert lo <= frac <= hi, (order, mode, frac)
             rel_mse = float(((r.out.double() - ref) ** 2).mean() / (ref ** 2).mean())
@@ -283,7 +283,7 @@ def test_a_seeded_sink_collapses_both_orders_and_a_final_sink_does_not():
 def test_reference_with_a_sink_logit_is_the_explicit_float64_softmax():
     q, k, v = sink_inputs(74, 9, 23, d=16)
     for sink in (torch.tensor([2.0, -30.0]), torch.tensor([[1.5, 40.0], [0.0, -3.0]])):
-        got = kernels.attention(q, k, v, sink_logit=sink, causal=True, causal_align="top_left", sm_scale=0.3,
+        got = pcast.attention(q, k, v, sink_logit=sink, causal=True, causal_align="top_left", sm_scale=0.3,
                                 backend="reference").out
         s = np.einsum("bhid,bhjd->bhij", q.double().numpy(), k.double().numpy()) * 0.3
         s[..., np.triu(np.ones((9, 23), dtype=bool), 1)] = -np.inf
@@ -304,10 +304,10 @@ def test_operand_casts_are_the_documented_per_head_rounding():
         amax = lambda t: t.abs().amax(dim=(-2, -1), keepdim=True)  # noqa: E731
         st = {n: amax(t) / f.max_finite if how == "tensor" else torch.full_like(amax(t), how)
               for n, t in (("q", q), ("k", k), ("v", v))}
-        cast = {n: kernels.quantize(t / st[n], f) * st[n] for n, t in (("q", q), ("k", k), ("v", v))}
+        cast = {n: pcast.quantize(t / st[n], f) * st[n] for n, t in (("q", q), ("k", k), ("v", v))}
         assert torch.equal(cast["q"], cast_operand(q, fmt, how))  # the loop oracle's cast, head by head
-        a = kernels.attention(q, k, v, qk_fmt=fmt, qk_scale=how, v_fmt=fmt, v_scale=how, backend="emulator")
-        b = kernels.attention(cast["q"], cast["k"], cast["v"], backend="emulator")
+        a = pcast.attention(q, k, v, qk_fmt=fmt, qk_scale=how, v_fmt=fmt, v_scale=how, backend="emulator")
+        b = pcast.attention(cast["q"], cast["k"], cast["v"], backend="emulator")
         assert _equal(a, b) and not torch.equal(cast["v"], v)
 
 
@@ -330,13 +330,13 @@ def test_exp2_offset_against_multiply():
     q, k, v = exact_scores(s.float().double())
     kw = dict(block_n=16, sm_scale=1.0, ksink=0, backend="emulator")
     for fmt in (None, "e4m3fn"):
-        a = kernels.attention(q, k, v, scale=256.0, fmt=fmt, scale_mode="exp2_offset", **kw)
-        b = kernels.attention(q, k, v, scale=256.0, fmt=fmt, scale_mode="multiply", **kw)
+        a = pcast.attention(q, k, v, scale=256.0, fmt=fmt, scale_mode="exp2_offset", **kw)
+        b = pcast.attention(q, k, v, scale=256.0, fmt=fmt, scale_mode="multiply", **kw)
         assert all(torch.equal(getattr(a, n), getattr(b, n)) for n in DIAGNOSTICS)
         if fmt is None:
             assert float((a.out - b.out).abs().max()) <= 1e-5 * float(b.out.abs().max())
-    e448 = kernels.attention(q, k, v, scale=448.0, scale_mode="exp2_offset", **kw)
-    m448 = kernels.attention(q, k, v, scale=448.0, scale_mode="multiply", **kw)
+    e448 = pcast.attention(q, k, v, scale=448.0, scale_mode="exp2_offset", **kw)
+    m448 = pcast.attention(q, k, v, scale=448.0, scale_mode="multiply", **kw)
     above = np.array([_offset_x_max(m, 448.0) > np.float32(log2_scale(448.0)) for m in s[:, 0].float().numpy()])
     assert 0 < above.sum() < 64
     assert e448.saturated.view(-1).tolist() == above.astype(int).tolist()
@@ -379,4 +379,4 @@ def _qkv():
 ])
 def test_bad_policy_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        kernels.attention(*_qkv(), **kwargs)
+        pcast.attention(*_qkv(), **kwargs)

@@ -13,8 +13,8 @@ import math
 import pytest
 import torch
 
-import kernels
-from kernels.reference import reference_attention
+import pcast
+from pcast.reference import reference_attention
 
 from three_way import check_three
 
@@ -58,7 +58,7 @@ def test_unrounded_matches_the_float64_reference(d, hkv):
     idx = torch.arange(4) // (4 // hkv)
     assert torch.equal(ref, reference_attention(q, k[:, idx], v[:, idx], causal=True))
     for backend in ("emulator", "triton"):
-        out = kernels.attention(q, k, v, fmt=None, causal=True, causal_align="top_left", backend=backend).out.double()
+        out = pcast.attention(q, k, v, fmt=None, causal=True, causal_align="top_left", backend=backend).out.double()
         assert float((out - ref).abs().max()) <= 1e-5 * float(ref.abs().max()), backend
 
 
@@ -68,8 +68,8 @@ def test_gqa_is_multi_head_attention_on_repeated_heads():
     q, k, v = gqa_inputs(5, h=4, hkv=2, d=64)
     idx = torch.arange(4) // 2
     for backend in ("emulator", "triton"):
-        a = kernels.attention(q, k, v, policy="sage2", v_fmt="e4m3fn", qk_fmt="e4m3fn", ksink=1, backend=backend)
-        b = kernels.attention(q, k[:, idx].contiguous(), v[:, idx].contiguous(), policy="sage2", v_fmt="e4m3fn",
+        a = pcast.attention(q, k, v, policy="sage2", v_fmt="e4m3fn", qk_fmt="e4m3fn", ksink=1, backend=backend)
+        b = pcast.attention(q, k[:, idx].contiguous(), v[:, idx].contiguous(), policy="sage2", v_fmt="e4m3fn",
                               qk_fmt="e4m3fn", ksink=1, backend=backend)
         assert torch.equal(a.out, b.out) and torch.equal(a.underflow, b.underflow), backend
 
@@ -82,19 +82,19 @@ def test_gqa_is_multi_head_attention_on_repeated_heads():
 ])
 def test_bad_shapes_name_the_problem(qshape, kshape, match):
     with pytest.raises(ValueError, match=match):
-        kernels.attention(torch.zeros(qshape), torch.zeros(kshape), torch.zeros(kshape), backend="emulator")
+        pcast.attention(torch.zeros(qshape), torch.zeros(kshape), torch.zeros(kshape), backend="emulator")
 
 
 def test_the_wrong_head_mapping_is_a_real_difference():
     """Teeth: K, V tiled (query head h reading key/value head h mod H_kv) instead of grouped
-    (h // (H / H_kv)) is caught by kernels.conformance.explain against the right call."""
-    from kernels.conformance import explain
-    from kernels.conformance.model import fragile_elements
+    (h // (H / H_kv)) is caught by pcast.conformance.explain against the right call."""
+    from pcast.conformance import explain
+    from pcast.conformance.model import fragile_elements
 
     q, k, v = gqa_inputs(9, h=4, hkv=2, d=80)
     kw = dict(order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=1, block_n=64)
-    right = kernels.attention(q, k, v, backend="emulator", **kw)
-    tiled = kernels.attention(q, k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1), backend="emulator", **kw)
+    right = pcast.attention(q, k, v, backend="emulator", **kw)
+    tiled = pcast.attention(q, k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1), backend="emulator", **kw)
     fr = fragile_elements(q, k, **{c: kw[c] for c in ("order", "scale", "fmt", "causal", "block_n")})
     assert explain(right, right, q, k, v, fragile=fr, **kw)["explained"]
     assert not explain(tiled, right, q, k, v, fragile=fr, **kw)["explained"]

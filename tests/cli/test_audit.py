@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from kernels.cli.audit import audit, main
-from kernels.models.sinks import make_inputs
+from pcast.cli.audit import audit, main
+from pcast.models.sinks import make_inputs
 
 
 @pytest.fixture()
@@ -112,8 +112,8 @@ def test_policies_file_runs_the_users_policies_with_the_v_cast_floor(sink_file, 
 def test_config_yaml_is_a_policies_file():
     import yaml
 
-    from kernels.cli.audit import load_policies
-    from kernels.policies import policies_from_config
+    from pcast.cli.audit import load_policies
+    from pcast.policies import policies_from_config
 
     path = Path(__file__).resolve().parents[2] / "config.yaml"
     cfg = yaml.safe_load(path.read_text())
@@ -164,9 +164,9 @@ def test_learned_sink_logit_collapses_only_the_policy_that_seeds_the_max(tmp_pat
 @pytest.fixture()
 def no_work(monkeypatch):
     """Any attention call (the work) fails the test: the errors below must come first."""
-    import kernels.api
+    import pcast.api
 
-    monkeypatch.setattr(kernels.api, "attention", lambda *a, **kw: pytest.fail("the audit started work"))
+    monkeypatch.setattr(pcast.api, "attention", lambda *a, **kw: pytest.fail("the audit started work"))
 
 
 @pytest.mark.parametrize("argv,msg", [
@@ -277,7 +277,7 @@ def _csv(path):
 
 
 def test_columns_carry_the_layer_and_the_head():
-    from kernels.cli.audit import COLUMNS, PER_HEAD_COLUMNS
+    from pcast.cli.audit import COLUMNS, PER_HEAD_COLUMNS
 
     assert COLUMNS[-1] == "layer" and COLUMNS[:7] == ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend")
     assert PER_HEAD_COLUMNS == COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow", "delta", "sigma",
@@ -349,7 +349,7 @@ def test_ksink_auto_detects_the_sinks(tmp_path, capsys):
 
 
 def test_leading_ksink():
-    from kernels.cli.audit import leading_ksink
+    from pcast.cli.audit import leading_ksink
 
     assert [leading_ksink(s) for s in ([0, 1, 2, 7], [5], [], [0], [1, 2])] == [3, 0, 0, 1, 0]
 
@@ -408,13 +408,13 @@ def test_per_head_rows_add_up_to_the_table(tmp_path, capsys):
 
 def test_per_head_mass_check_catches_a_rule_that_disagrees(tmp_path, monkeypatch):
     """mass_underflow's mask is checked against the kernel's own count: a wrong rule is an error."""
-    import kernels.models.heads
+    import pcast.models.heads
 
     p = tmp_path / "x.safetensors"
     save_file(dict(zip("qkv", _heads(dict(seed=41, ksink=1, delta=9.0)))), str(p))
     assert main([str(p), "--per-head", "--backend", "emulator"]) == 0
-    real = kernels.models.heads.underflow_mask
-    monkeypatch.setattr(kernels.models.heads, "underflow_mask", lambda s, **kw: ~real(s, **kw))
+    real = pcast.models.heads.underflow_mask
+    monkeypatch.setattr(pcast.models.heads, "underflow_mask", lambda s, **kw: ~real(s, **kw))
     with pytest.raises(RuntimeError, match="underflow_mask"):
         main([str(p), "--per-head", "--backend", "emulator"])
 

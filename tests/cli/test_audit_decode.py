@@ -1,5 +1,5 @@
 """pcast-audit with decode-time attention: the flags of the split options, the causal alignment of a decode
-row, and the decode presets of kernels.policies."""
+row, and the decode presets of pcast.policies."""
 
 import csv
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-import kernels
-from kernels.policies import DECODE_PRESETS
+import pcast
+from pcast.policies import DECODE_PRESETS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -30,8 +30,8 @@ def _rows(path):
 
 
 def test_split_flags_reach_the_contract(tmp_path):
-    """--num-splits, --split-layout and --p-normalize give the MSE of kernels.attention with those options."""
-    from kernels.cli.audit import main
+    """--num-splits, --split-layout and --p-normalize give the MSE of pcast.attention with those options."""
+    from pcast.cli.audit import main
 
     path, (q, k, v) = _decode_file(tmp_path)
     out = tmp_path / "a.csv"
@@ -41,17 +41,17 @@ def test_split_flags_reach_the_contract(tmp_path):
     assert main(argv) == 0
     row = _rows(out)["yours"]
     assert (row["num_splits"], row["split_layout"], row["p_normalize"]) == ("4", "interleaved", "partition")
-    ref = kernels.attention(q, k, v, backend="reference").out.double()
+    ref = pcast.attention(q, k, v, backend="reference").out.double()
     kw = dict(order="forward", scale=1.0, block_n=64, ksink=1, backend="emulator")
-    split = kernels.attention(q, k, v, num_splits=4, split_layout="interleaved", p_normalize="partition", **kw)
-    single = kernels.attention(q, k, v, **kw)
+    split = pcast.attention(q, k, v, num_splits=4, split_layout="interleaved", p_normalize="partition", **kw)
+    single = pcast.attention(q, k, v, **kw)
     mse = float(((split.out.double() - ref) ** 2).mean())
     assert float(row["mse"]) == pytest.approx(mse, rel=1e-12)
     assert mse != pytest.approx(float(((single.out.double() - ref) ** 2).mean()), rel=1e-3)
 
 
 def test_bad_split_flag_names_the_flag(tmp_path, capsys):
-    from kernels.cli.audit import main
+    from pcast.cli.audit import main
 
     path, _ = _decode_file(tmp_path, nk=128)
     assert main([str(path), "--num-splits", "0"]) == 2
@@ -64,7 +64,7 @@ def test_bad_split_flag_names_the_flag(tmp_path, capsys):
 def test_decode_causal_needs_an_alignment_and_bottom_right_sees_every_key(tmp_path, capsys):
     """Nq = 1 < Nk: --causal alone is refused naming --causal-align; top-left shows the row key 0 only (one
     visible key, the sink: no non-sink term), bottom-right every key (the non-causal row)."""
-    from kernels.cli.audit import main
+    from pcast.cli.audit import main
 
     path, _ = _decode_file(tmp_path, nk=256)
     base = [str(path), "--only", "yours", "--backend", "emulator", "--order", "forward", "--scale", "1"]
@@ -84,8 +84,8 @@ def test_decode_causal_needs_an_alignment_and_bottom_right_sees_every_key(tmp_pa
 
 def test_every_decode_preset_runs(tmp_path):
     """--policy NAME for each decode preset: one row each, carrying the preset's split options."""
-    from kernels.cli.audit import main
-    from kernels.policies import POLICIES
+    from pcast.cli.audit import main
+    from pcast.policies import POLICIES
 
     path, _ = _decode_file(tmp_path, nk=1024)
     out = tmp_path / "p.csv"

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from kernels.cli.audit import _parser, main
-from kernels.models.sinks import make_inputs
+from pcast.cli.audit import _parser, main
+from pcast.models.sinks import make_inputs
 
 EMU = ["--backend", "emulator"]
 
@@ -33,7 +33,7 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def schema():
-    from kernels.cli.audit_report import SCHEMA_PATH
+    from pcast.cli.audit_report import SCHEMA_PATH
 
     with open(SCHEMA_PATH) as fh:
         return json.load(fh)
@@ -154,7 +154,7 @@ def test_only_yours_skips_the_four_combinations(files, tmp_path):
 
 
 def test_every_policy_field_has_its_flag():
-    from kernels.policies import Policy
+    from pcast.policies import Policy
 
     opts = {o for a in _parser()._actions for o in a.option_strings}
     fields = [f.name for f in dataclasses.fields(Policy) if f.name not in ("name", "source", "read")]

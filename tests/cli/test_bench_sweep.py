@@ -1,4 +1,4 @@
-"""pcast-bench: ``--sweep`` (kernels.attention_calls in runs/s against its P·V floor) and the
+"""pcast-bench: ``--sweep`` (pcast.attention_calls in runs/s against its P·V floor) and the
 default mode's output, at tiny shapes. Never asserts speed: only what is measured and how it is reported."""
 
 import json
@@ -8,9 +8,9 @@ import sys
 import pytest
 import torch
 
-from kernels.cli import bench
-from kernels.cli.bench import SWEEP_CALLS, floor_rows, main
-from kernels.emulator.core import _CHUNK_ELEMS
+from pcast.cli import bench
+from pcast.cli.bench import SWEEP_CALLS, floor_rows, main
+from pcast.emulator.core import _CHUNK_ELEMS
 
 TINY = ["--sweep", "--n", "64", "--d", "16", "--deltas", "2", "--reps", "1"]
 ROW_KEYS = {"threads", "engine_runs_per_s", "floor_runs_per_s", "fraction_of_floor", "with_reference_runs_per_s",
@@ -54,13 +54,13 @@ def test_sweep_json_counts_four_runs_per_delta_and_reports_positive_numbers(tmp_
 def test_sweep_runs_are_counted_from_what_attention_calls_returned(monkeypatch):
     s = bench._Sweep(64, 16, 3)
     assert s.engine() == len(SWEEP_CALLS) * 3 == s.runs
-    import kernels
+    import pcast
 
     def short(q, k, values, calls, **kw):  # an engine that drops a call must not pass as a full sweep
         return real(q, k, values, calls[:-1], **kw)
 
-    real = kernels.attention_calls
-    monkeypatch.setattr(kernels, "attention_calls", short)
+    real = pcast.attention_calls
+    monkeypatch.setattr(pcast, "attention_calls", short)
     with pytest.raises(RuntimeError, match="ran 9 runs, expected 12"):
         bench._measure_at(s, None, 1)
 
@@ -157,7 +157,7 @@ def test_sweep_only_options_are_refused_without_sweep(monkeypatch, capsys, argv,
 
 
 def test_bad_argument_through_the_module_entry_point():
-    p = subprocess.run([sys.executable, "-m", "kernels.cli.bench", "--sweep", "--n", "4"], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "pcast.cli.bench", "--sweep", "--n", "4"], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 2
     assert p.stdout == ""

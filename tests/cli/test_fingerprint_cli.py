@@ -7,14 +7,14 @@ import textwrap
 
 import pytest
 
-from kernels.cli.fingerprint import main
+from pcast.cli.fingerprint import main
 
 BOXES = textwrap.dedent("""
     import torch
-    import kernels
+    import pcast
 
     def fa3(q, k, v, *, sink_logit=None):
-        return kernels.attention(q, k, v, policy="fa3", sink_logit=sink_logit, backend="emulator").out
+        return pcast.attention(q, k, v, policy="fa3", sink_logit=sink_logit, backend="emulator").out
 
     def raises(q, k, v, *, sink_logit=None):
         raise RuntimeError("unsupported head dim")

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernels.pipeline import config as pconfig
-from kernels.pipeline import plan, resources, slurm
+from pcast.pipeline import config as pconfig
+from pcast.pipeline import plan, resources, slurm
 from repo_copy import REPO, copy_repo
 
 pytest.importorskip("snakemake_executor_plugin_slurm", reason="the slurm extra is not installed")
@@ -138,7 +138,7 @@ def test_the_profile_names_no_cluster_and_no_sizes():
 @pytest.mark.parametrize("gpu_partition", ["gpu", ""])
 def test_profile_resources_follow_the_environment_and_the_plan(tmp_path, gpu_partition):
     """Account and partitions come from PCAST_SLURM_*, a GPU only on the kernel jobs and only when a
-    GPU partition is named; each shard job's mem_mb and runtime are kernels.pipeline.resources's."""
+    GPU partition is named; each shard job's mem_mb and runtime are pcast.pipeline.resources's."""
     repo = copy_repo(tmp_path / "repo")
     env = _env(PCAST_SLURM_ACCOUNT="acct7", PCAST_SLURM_PARTITION="cpu3", PCAST_SLURM_GPU_PARTITION=gpu_partition)
     jobs = _dry_run_resources(repo, env)

@@ -1,4 +1,4 @@
-"""The SLURM profile's checks against the cluster (kernels.pipeline.slurm), on sinfo and squeue output
+"""The SLURM profile's checks against the cluster (pcast.pipeline.slurm), on sinfo and squeue output
 as SLURM 22.05 prints it: no cluster needed. Which runs are bound for SLURM, from the command line and
 the profiles; the largest node per partition; the one-message refusal with the numbers; the pending
 jobs whose reason waiting will not clear, and only this run's."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.pipeline import slurm
+from pcast.pipeline import slurm
 from repo_copy import REPO
 
 #: sinfo --noheader --Node --format=%N|%P|%m|%c on a cluster of two partitions, cpu the default.

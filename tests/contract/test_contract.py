@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels import contract
+from pcast import contract
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,13 +51,13 @@ def test_no_other_step_numbering(rel):
 
 
 def test_attention_docstring_names_the_steps_in_order():
-    import kernels
+    import pcast
 
-    doc = kernels.attention.__doc__
+    doc = pcast.attention.__doc__
     positions = []
     for n, name in enumerate(contract.STEPS, 1):
         m = re.search(rf"^\s*{n}\. {re.escape(name)}:", doc, flags=re.M)
-        assert m, f"kernels.attention's docstring lacks step '{n}. {name}:'"
+        assert m, f"pcast.attention's docstring lacks step '{n}. {name}:'"
         positions.append(m.start())
     assert positions == sorted(positions)
 
@@ -140,7 +140,7 @@ def test_contract_values():
 
 
 def test_attention_result_carries_exactly_the_diagnostics_in_order():
-    from kernels.api import AttentionResult
+    from pcast.api import AttentionResult
 
     fields = [f.name for f in dataclasses.fields(AttentionResult)]
     # besides the diagnostics: the output, the backend that ran, the MSE of reference=True and the row's lse
@@ -150,15 +150,15 @@ def test_attention_result_carries_exactly_the_diagnostics_in_order():
 def test_every_backend_reports_a_name_of_backends_ran():
     import torch
 
-    import kernels
+    import pcast
 
     q = torch.randn(1, 1, 4, 16)
-    ran = {kernels.attention(q, q, q, backend=b).backend for b in contract.BACKENDS}
+    ran = {pcast.attention(q, q, q, backend=b).backend for b in contract.BACKENDS}
     assert ran <= set(contract.BACKENDS_RAN) and len(ran) >= 3
 
 
 def test_contract_imports_nothing_heavy():
-    code = ("import sys, kernels.contract; heavy = {'torch', 'pandas', 'numpy', 'triton'} & set(sys.modules);"
+    code = ("import sys, pcast.contract; heavy = {'torch', 'pandas', 'numpy', 'triton'} & set(sys.modules);"
             " print(sorted(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"

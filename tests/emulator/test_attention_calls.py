@@ -1,16 +1,16 @@
-"""kernels.attention_calls: several attention_values calls on one q, k and values (docs/interfaces.md).
+"""pcast.attention_calls: several attention_values calls on one q, k and values (docs/interfaces.md).
 
 The sweeps run every (order, scale) of a Δ stack, and the policies experiment every distinct policy
 call of a stack, through one call of it, so every tidy row rests on this: ``result[i][j]`` must be
 bit-identical (output and all five diagnostics) to
-``kernels.attention_values(q, k, values, **{**common, **calls[i]})[j]``. The oracle here is those
+``pcast.attention_values(q, k, values, **{**common, **calls[i]})[j]``. The oracle here is those
 run-by-run calls. The emulator's shared path differs from them in three ways, each of which a slip
 would show as a bit difference: the scores are taken once per score group and handed to every call
 (a call overwrites its copy), the items of a Δ stack take an anchor item's scores and recompute only
-the leading (sink) columns (:class:`kernels.emulator.calls._Shared`, guarded by ``_probe_slice``), and
+the leading (sink) columns (:class:`pcast.emulator.calls._Shared`, guarded by ``_probe_slice``), and
 calls that differ only in ``scale`` share steps 1-2.
 
-``kernels.emulator.calls.SHARING`` counts what was shared; the tests read its differences to check that
+``pcast.emulator.calls.SHARING`` counts what was shared; the tests read its differences to check that
 sharing really happens (and does not, when the probe says no).
 
 Every call names ``backend="emulator"``: on a machine with an FP8 GPU "auto" would run Triton, which
@@ -22,12 +22,12 @@ import math
 import pytest
 import torch
 
-import kernels
-import kernels.emulator.core as emulator
-import kernels.emulator.calls as engine
-from kernels.contract import DIAGNOSTICS
-from kernels.pipeline.runs import value_stack
-from kernels.models.sinks import learned_sink, make_base
+import pcast
+import pcast.emulator.core as emulator
+import pcast.emulator.calls as engine
+from pcast.contract import DIAGNOSTICS
+from pcast.pipeline.runs import value_stack
+from pcast.models.sinks import learned_sink, make_base
 
 
 CPU = torch.device("cpu")
@@ -68,10 +68,10 @@ def assert_same_bits(a, b, what=""):
 
 def assert_like_run_by_run(q, k, values, calls, **common):
     """attention_calls against one attention_values call per call; returns attention_calls' results."""
-    got = kernels.attention_calls(q, k, values, calls, **common)
+    got = pcast.attention_calls(q, k, values, calls, **common)
     assert isinstance(got, list) and len(got) == len(calls)
     for i, (call, results) in enumerate(zip(calls, got)):
-        expected = kernels.attention_values(q, k, values, **{**common, **call})
+        expected = pcast.attention_values(q, k, values, **{**common, **call})
         assert len(results) == len(values) == len(expected)
         for j, (r, e) in enumerate(zip(results, expected)):
             assert_same_bits(r, e, f"calls[{i}]={call!r}, values[{j}]")
@@ -96,11 +96,11 @@ def test_delta_grid_every_order_and_scale_matches_run_by_run(causal, block_n):
     # the diagnostics are not all trivially zero (an all-zero diagnostic would compare equal by luck)
     assert sum(int(r.underflow.sum()) for res in got for r in res) > 0
     assert sum(int(r.terms_sink.sum()) for res in got for r in res) > 0
-    # and a couple against kernels.attention on one value tensor
+    # and a couple against pcast.attention on one value tensor
     for i in (0, len(ORDER_SCALE) - 1):
         for j, v in enumerate(values):
-            one = kernels.attention(q, k, v, causal=causal, ksink=4, block_n=block_n, **ORDER_SCALE[i], **EMU)
-            assert_same_bits(got[i][j], one, f"calls[{i}] against kernels.attention, values[{j}]")
+            one = pcast.attention(q, k, v, causal=causal, ksink=4, block_n=block_n, **ORDER_SCALE[i], **EMU)
+            assert_same_bits(got[i][j], one, f"calls[{i}] against pcast.attention, values[{j}]")
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -420,7 +420,7 @@ def test_bad_calls_named_before_any_work(calls, named):
     q, k, values = stack(seed=18, deltas=[0.0, 8.0], n=64, d=16)
     before = snapshot()
     with pytest.raises(ValueError) as e:
-        kernels.attention_calls(q, k, values, calls, ksink=4, **EMU)
+        pcast.attention_calls(q, k, values, calls, ksink=4, **EMU)
     msg = str(e.value)
     assert named in msg, msg
     if named == "calls":
@@ -432,9 +432,9 @@ def test_bad_common_keyword_named():
     q, k, values = stack(seed=18, deltas=[0.0, 8.0], n=64, d=16)
     before = snapshot()
     with pytest.raises(ValueError, match=r"calls\[0\]"):
-        kernels.attention_calls(q, k, values, [{}, {"order": "reverse"}], order="sideways", **EMU)
+        pcast.attention_calls(q, k, values, [{}, {"order": "reverse"}], order="sideways", **EMU)
     with pytest.raises(ValueError, match="values"):
-        kernels.attention_calls(q, k, [], [{}], **EMU)
+        pcast.attention_calls(q, k, [], [{}], **EMU)
     assert grown(before) == {n: 0 for n in before}
 
 

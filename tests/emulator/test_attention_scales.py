@@ -1,9 +1,9 @@
-"""kernels.attention_scales: one pass of steps 1-2, several scales S (docs/interfaces.md).
+"""pcast.attention_scales: one pass of steps 1-2, several scales S (docs/interfaces.md).
 
 The sweeps run every scale of an order through one call of it, so every tidy row rests on this:
 ``result[i][j]`` must be bit-identical (output and every diagnostic) to
-``kernels.attention_values(q, k, values, scale=scales[i])[j]``, itself bit-identical to a call of
-kernels.attention (tests/emulator/test_attention_values.py). The oracle here is those separate calls; the
+``pcast.attention_values(q, k, values, scale=scales[i])[j]``, itself bit-identical to a call of
+pcast.attention (tests/emulator/test_attention_values.py). The oracle here is those separate calls; the
 emulator's shared path casts a copy of the unrounded p for every scale but the last, which casts it
 in place, so a slip (the cast of one scale seen by the next, a saturation flag or a rounded row sum
 taken from the wrong scale, one diagnostic tensor for two scales) shows up as a bit difference.
@@ -18,10 +18,10 @@ import math
 import pytest
 import torch
 
-import kernels
-import kernels.emulator.core as emulator
-from kernels.contract import DIAGNOSTICS
-from kernels.models.sinks import apply_sink, make_base
+import pcast
+import pcast.emulator.core as emulator
+from pcast.contract import DIAGNOSTICS
+from pcast.models.sinks import apply_sink, make_base
 
 # 448 is e4m3fn's max finite value (p <= 1, so p·448 just reaches it); 512 saturates.
 SCALES = [1.0, 100.0, 256.0, 448.0, 512.0]
@@ -32,7 +32,7 @@ H, H_KV = 4, 2
 
 def inputs(seed, n=100, d=16, *, ksink=4, delta=12.0, svs=(1.0, 0.25), batch=2):
     """q [batch, H, n, d]; k and two value tensors [batch, H_KV, n, d] (grouped-query attention), keys
-    0..ksink-1 sinks of strength ``delta`` (kernels.models.sinks), one value tensor per sink_v_scale of ``svs``."""
+    0..ksink-1 sinks of strength ``delta`` (pcast.models.sinks), one value tensor per sink_v_scale of ``svs``."""
     base = make_base(seed, batch=batch, heads=H, n=n, d=d)
     q, k, _ = apply_sink(*base, ksink=ksink, delta=delta, sink_v_scale=1.0)
     values = [apply_sink(*base, ksink=ksink, delta=delta, sink_v_scale=s)[2][:, :H_KV].contiguous() for s in svs]
@@ -49,9 +49,9 @@ def assert_same_bits(a, b):
 
 def assert_like_separate_calls(q, k, values, scales, **kw):
     """attention_scales against one attention_values call per scale, in the given order and reversed."""
-    expected = {s: kernels.attention_values(q, k, values, scale=s, **kw) for s in scales}
+    expected = {s: pcast.attention_values(q, k, values, scale=s, **kw) for s in scales}
     for order in (list(scales), list(reversed(scales))):
-        got = kernels.attention_scales(q, k, values, scales=order, **kw)
+        got = pcast.attention_scales(q, k, values, scales=order, **kw)
         assert len(got) == len(order)
         for s, results in zip(order, got):
             assert len(results) == len(values)
@@ -124,26 +124,26 @@ def test_steps_1_2_run_once_for_all_scales(monkeypatch):
     real = emulator._unrounded
     monkeypatch.setattr(emulator, "_unrounded", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     q, k, values = inputs(1)
-    kernels.attention_values(q, k, values, scale=1.0, backend="emulator")
+    pcast.attention_values(q, k, values, scale=1.0, backend="emulator")
     once = len(calls)
     calls.clear()
-    kernels.attention_scales(q, k, values, scales=SCALES, backend="emulator")
+    pcast.attention_scales(q, k, values, scales=SCALES, backend="emulator")
     assert len(calls) == once
     calls.clear()
-    kernels.attention_scales(q, k, values, scales=SCALES, backend="emulator", scale_mode="exp2_offset")
+    pcast.attention_scales(q, k, values, scales=SCALES, backend="emulator", scale_mode="exp2_offset")
     assert len(calls) == once * len(SCALES)  # exp2_offset: step 2 depends on S, one run per scale
 
 
 def test_one_scale_is_attention_values():
     q, k, values = inputs(2)
-    (got,) = kernels.attention_scales(q, k, tuple(values), scales=(256,), backend="emulator", ksink=4)
-    for r, e in zip(got, kernels.attention_values(q, k, values, scale=256, backend="emulator", ksink=4)):
+    (got,) = pcast.attention_scales(q, k, tuple(values), scales=(256,), backend="emulator", ksink=4)
+    for r, e in zip(got, pcast.attention_values(q, k, values, scale=256, backend="emulator", ksink=4)):
         assert_same_bits(r, e)
 
 
 def test_a_repeated_scale_gives_equal_results_of_their_own():
     q, k, values = inputs(4)
-    (a, _), (b, _) = kernels.attention_scales(q, k, values, scales=[256.0, 256.0], backend="emulator", ksink=4)
+    (a, _), (b, _) = pcast.attention_scales(q, k, values, scales=[256.0, 256.0], backend="emulator", ksink=4)
     assert_same_bits(a, b)
     a.underflow += 1  # a caller changing one result's diagnostics must not change another's
     assert not torch.equal(a.underflow, b.underflow)
@@ -151,7 +151,7 @@ def test_a_repeated_scale_gives_equal_results_of_their_own():
 
 def test_results_do_not_share_diagnostic_tensors():
     q, k, values = inputs(4)
-    got = kernels.attention_scales(q, k, values, scales=[1.0, 256.0], backend="emulator", ksink=4)
+    got = pcast.attention_scales(q, k, values, scales=[1.0, 256.0], backend="emulator", ksink=4)
     tensors = [getattr(r, c) for results in got for r in results for c in DIAGNOSTICS]
     ptrs = [t.data_ptr() for t in tensors]
     assert len(set(ptrs)) == len(ptrs)
@@ -182,7 +182,7 @@ def test_fallback_triton_interpreted_is_the_separate_calls():
 
 def test_emulator_refuses_several_scales_with_exp2_offset():
     q, k, values = inputs(1)
-    kw = dict(reverse=False, fmt=kernels.get_format("e4m3fn"), causal=False, ksink=4, block_n=32, sm_scale=0.25,
+    kw = dict(reverse=False, fmt=pcast.get_format("e4m3fn"), causal=False, ksink=4, block_n=32, sm_scale=0.25,
               rowsum_rounded=False, scale_mode="exp2_offset")
     with pytest.raises(ValueError, match="multiply"):
         emulator.emulate_attention_scales(q, k, tuple(values), scales=(1.0, 2.0), **kw)
@@ -203,7 +203,7 @@ def test_emulator_refuses_several_scales_with_exp2_offset():
     ([True], {}, r"scales\[0\]=True is not allowed"),
     (["256"], {}, r"scales\[0\]='256' is not allowed"),
     ([1.0], {"scale": 2.0}, "attention_scales: scale= is not allowed; allowed: the scales in scales="),
-    ([1.0], {"ordr": "reverse"}, "attention_scales: .*ordr.*allowed keywords: those of kernels.attention"),
+    ([1.0], {"ordr": "reverse"}, "attention_scales: .*ordr.*allowed keywords: those of pcast.attention"),
     ([1.0], {"order": "sideways"}, "order='sideways' is not allowed"),
     ([1.0], {"backend": "gpu"}, "backend='gpu' is not allowed"),
     ([1.0], {"scale_mode": "exp3"}, "scale_mode='exp3' is not allowed"),
@@ -212,7 +212,7 @@ def test_emulator_refuses_several_scales_with_exp2_offset():
 def test_bad_input_names_the_argument(scales, kwargs, match):
     q, k, values = inputs(5, n=16)
     with pytest.raises(ValueError, match=match):
-        kernels.attention_scales(q, k, values, scales=scales, **{"backend": "emulator", **kwargs})
+        pcast.attention_scales(q, k, values, scales=scales, **{"backend": "emulator", **kwargs})
 
 
 @pytest.mark.parametrize("values, match", [
@@ -225,27 +225,27 @@ def test_bad_values_name_the_argument(values, match):
     q, k, (v0, v1) = inputs(5, n=16)
     pick = {"short": [v0, v1[:, :, :5]], "nan": [v0, v1.clone().fill_(math.nan)]}
     with pytest.raises(ValueError, match=match):
-        kernels.attention_scales(q, k, pick[values] if isinstance(values, str) else values, scales=[1.0, 2.0],
+        pcast.attention_scales(q, k, pick[values] if isinstance(values, str) else values, scales=[1.0, 2.0],
                                  backend="emulator")
 
 
 def test_scales_is_keyword_only_and_required():
     q, k, values = inputs(5, n=16)
     with pytest.raises(TypeError):
-        kernels.attention_scales(q, k, values)
+        pcast.attention_scales(q, k, values)
 
 
 # ------------------------------------------------------------------------- the sweep shard
 
 
 def test_sweep_stack_rows_are_those_of_one_call_per_scale():
-    """kernels.pipeline.runs._sweep_stack (one attention_calls call a stack, the reference's non-sink sums
+    """pcast.pipeline.runs._sweep_stack (one attention_calls call a stack, the reference's non-sink sums
     shared) against the rows one attention_values call per (order, scale) and one reference_attention per
     item give, in the same order: counts equal, errors within 1e-9 relative (the reference is
     the same float64 softmax summed in another order)."""
-    from kernels.contract import combo_label
-    from kernels.pipeline import runs
-    from kernels.reference import reference_attention
+    from pcast.contract import combo_label
+    from pcast.pipeline import runs
+    from pcast.reference import reference_attention
 
     base = make_base(12, n=64, d=16)
     deltas, svs_list = [4.0, 12.0], [0.0, 1.0]
@@ -262,7 +262,7 @@ def test_sweep_stack_rows_are_those_of_one_call_per_scale():
     rows = []
     for order in spec["order"]:
         for scale in map(float, spec["scale"]):
-            results = kernels.attention_values(q, k, values, order=order, scale=scale, fmt="e4m3fn", causal=False,
+            results = pcast.attention_values(q, k, values, order=order, scale=scale, fmt="e4m3fn", causal=False,
                                                ksink=4, block_m=16, block_n=16, rowsum="unrounded",
                                                backend="emulator")
             combo = {"order": order, "scale": scale, "combo": combo_label(order, scale)}

@@ -1,8 +1,8 @@
-"""kernels.attention_values: one P path, several value tensors (docs/interfaces.md).
+"""pcast.attention_values: one P path, several value tensors (docs/interfaces.md).
 
 The sweeps and the policies experiment run their sink_v_scale grid through it, so every tidy row
 rests on this: result i must be bit-identical (output and every diagnostic) to a call of
-kernels.attention with values[i] alone, on every backend and every policy option. The oracle here
+pcast.attention with values[i] alone, on every backend and every policy option. The oracle here
 is the separate calls; the emulator's shared path is a different code path (steps 1-4 once for all
 value tensors), so a slip in it (a cast of the wrong tensor, a normalisation done once, a
 diagnostic taken from one value tensor's pass) shows up as a bit difference.
@@ -19,10 +19,10 @@ import math
 import pytest
 import torch
 
-import kernels
-from kernels.contract import DIAGNOSTICS
-from kernels.pipeline.runs import delta_chunks, value_stack
-from kernels.models.sinks import apply_sink, make_base
+import pcast
+from pcast.contract import DIAGNOSTICS
+from pcast.pipeline.runs import delta_chunks, value_stack
+from pcast.models.sinks import apply_sink, make_base
 
 
 def inputs(seed, nq, nk, d=16, *, b=2, h=2, n_values=3):
@@ -70,10 +70,10 @@ def test_each_result_is_the_single_call_bit_for_bit(case, backend):
     q, k, values = inputs(7, nq, nk)
     if kw.pop("sink", False):
         kw["sink_logit"] = torch.tensor([[9.0, 2.0], [5.0, 12.0]])
-    results = kernels.attention_values(q, k, values, ksink=1, backend=backend, **kw)
+    results = pcast.attention_values(q, k, values, ksink=1, backend=backend, **kw)
     assert len(results) == len(values)
     for v, r in zip(values, results):
-        assert_same_bits(r, kernels.attention(q, k, v, ksink=1, backend=backend, **kw))
+        assert_same_bits(r, pcast.attention(q, k, v, ksink=1, backend=backend, **kw))
     if backend == "emulator" and case == "saturating":
         assert int(results[0].saturated.sum()) > 0  # the case does reach the saturation path
     # the value tensors differ, so the outputs must: the shared path did not reuse one V
@@ -82,13 +82,13 @@ def test_each_result_is_the_single_call_bit_for_bit(case, backend):
 
 def test_one_value_tensor_is_attention():
     q, k, values = inputs(3, 64, 64, n_values=1)
-    (r,) = kernels.attention_values(q, k, tuple(values), policy="fa3", backend="emulator", ksink=1)
-    assert_same_bits(r, kernels.attention(q, k, values[0], policy="fa3", backend="emulator", ksink=1))
+    (r,) = pcast.attention_values(q, k, tuple(values), policy="fa3", backend="emulator", ksink=1)
+    assert_same_bits(r, pcast.attention(q, k, values[0], policy="fa3", backend="emulator", ksink=1))
 
 
 def test_diagnostics_are_not_shared_tensors():
     q, k, values = inputs(4, 32, 32, n_values=2)
-    a, b = kernels.attention_values(q, k, values, backend="emulator")
+    a, b = pcast.attention_values(q, k, values, backend="emulator")
     a.underflow += 1  # a caller changing one result's diagnostics must not change the other's
     assert not torch.equal(a.underflow, b.underflow)
 
@@ -100,7 +100,7 @@ def test_diagnostics_are_not_shared_tensors():
     ("short", {}, r"values\[1\] .* not allowed; allowed: a float32 tensor of values\[0\]'s shape"),
     ("float64", {}, r"values\[1\] .*float64"),
     ("nan", {}, r"values\[1\] contains NaN or inf"),
-    ("ok", {"ordr": "reverse"}, "attention_values: .*ordr.*allowed keywords: those of kernels.attention"),
+    ("ok", {"ordr": "reverse"}, "attention_values: .*ordr.*allowed keywords: those of pcast.attention"),
     ("ok", {"order": "sideways"}, "order='sideways' is not allowed"),
     ("ok", {"v_fmt": "e9m9"}, "v_fmt='e9m9' is not allowed"),
 ])
@@ -109,7 +109,7 @@ def test_bad_input_names_the_argument(values, kwargs, match):
     pick = {"short": [v0, v1[:, :, :5]], "float64": [v0, v1.double()], "nan": [v0, v1.clone().fill_(math.nan)],
             "ok": [v0, v1]}
     with pytest.raises(ValueError, match=match):
-        kernels.attention_values(q, k, pick.get(values, values) if isinstance(values, str) else values,
+        pcast.attention_values(q, k, pick.get(values, values) if isinstance(values, str) else values,
                                  backend="emulator", **kwargs)
 
 

@@ -3,7 +3,7 @@ the lse merge, causal alignment, bf16/fp16 P.
 
 The emulator (kernels/emulator/splits.py) is checked against the loop oracle (tests/support/loop_contract.py,
 written from the spec, sharing nothing with it but the quantizer) on odd shapes: every diagnostic equal,
-outputs explained by kernels.conformance, lse equal to float32 rounding; the lse against the float64
+outputs explained by pcast.conformance, lse equal to float32 rounding; the lse against the float64
 reference; the merge against splits run as calls of their own. One torch thread.
 """
 
@@ -12,12 +12,12 @@ import math
 import pytest
 import torch
 
-import kernels
-import kernels.emulator.splits as splits
-from kernels.conformance import explain
-from kernels.contract import DIAGNOSTICS
-from kernels.emulator.splits import split_blocks
-from kernels.models.sinks import learned_sink
+import pcast
+import pcast.emulator.splits as splits
+from pcast.conformance import explain
+from pcast.contract import DIAGNOSTICS
+from pcast.emulator.splits import split_blocks
+from pcast.models.sinks import learned_sink
 from loop_contract import loop_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -45,7 +45,7 @@ def decode():
 
 def _three_way(q, k, v, **kw):
     """Emulator against the loop oracle; the lse against the float64 reference."""
-    a = kernels.attention(q, k, v, **kw, **EMU)
+    a = pcast.attention(q, k, v, **kw, **EMU)
     out, diag = loop_attention(q, k, v, **kw)
     for n in DIAGNOSTICS:
         assert torch.equal(getattr(a, n), diag[n]), (n, kw)
@@ -56,7 +56,7 @@ def _three_way(q, k, v, **kw):
     ref_kw = {n: kw[n] for n in ("causal", "causal_align", "sink_logit", "sink_mode") if n in kw}
     if ref_kw.get("sink_mode") == "init":
         ref_kw.pop("sink_mode")
-    r = kernels.attention(q, k, v, backend="reference", **ref_kw)
+    r = pcast.attention(q, k, v, backend="reference", **ref_kw)
     # the lse does not depend on the cast, except through a rounded row sum
     assert (a.lse.double() - r.lse).abs().max() < 1e-5 * (1 + r.lse.abs().max()), kw
     return a
@@ -96,7 +96,7 @@ def test_causal_alignments(align):
                        block_n=16, scale=256.0, ksink=4)
         assert int(d.terms_sink.min() + d.terms.min()) == (300 if align == "bottom_right" else 1)
     other = "top_left" if align == "bottom_right" else "bottom_right"
-    b = kernels.attention(q, k, v, causal=True, causal_align=other, num_splits=7, p_normalize="partition",
+    b = pcast.attention(q, k, v, causal=True, causal_align=other, num_splits=7, p_normalize="partition",
                           block_n=16, split_layout="interleaved", scale=256.0, ksink=4, **EMU)
     assert torch.equal(a.out, b.out)  # Nq = Nk: the same mask
 
@@ -118,8 +118,8 @@ def test_one_split_is_todays_call(decode):
     """num_splits=1 (online) is the single pass, bit for bit, on every diagnostic and the output."""
     q, k, v = decode[8.0]
     for kw in (dict(order="reverse", scale=256.0), dict(scale_mode="exp2_offset", scale=448.0)):
-        a = kernels.attention(q, k, v, ksink=4, **kw, **EMU)
-        b = kernels.attention(q, k, v, ksink=4, num_splits=1, split_layout="interleaved", **kw, **EMU)
+        a = pcast.attention(q, k, v, ksink=4, **kw, **EMU)
+        b = pcast.attention(q, k, v, ksink=4, num_splits=1, split_layout="interleaved", **kw, **EMU)
         assert all(torch.equal(getattr(a, n), getattr(b, n)) for n in (*DIAGNOSTICS, "out", "lse"))
 
 
@@ -137,9 +137,9 @@ def test_merge_of_separate_calls():
     """Contiguous splits are calls on their own key ranges: merging those calls' outputs by their lse gives
     the split call's output (the user's audit route)."""
     q, k, v = _inputs(5, n=640, ksink=0, seed=7)
-    full = kernels.attention(q, k, v, num_splits=3, block_n=64, scale=256.0, order="reverse", **EMU)
+    full = pcast.attention(q, k, v, num_splits=3, block_n=64, scale=256.0, order="reverse", **EMU)
     bounds = [(0, 256), (256, 512), (512, 640)]  # c = ceil(10 / 3) = 4 blocks of 64
-    parts = [kernels.attention(q, k[:, :, a:b], v[:, :, a:b], block_n=64, scale=256.0, order="reverse", **EMU)
+    parts = [pcast.attention(q, k[:, :, a:b], v[:, :, a:b], block_n=64, scale=256.0, order="reverse", **EMU)
              for a, b in bounds]
     rows = lambda t: t.reshape(-1, *t.shape[3:])  # noqa: E731
     out, lse = splits.merge([rows(p.lse) for p in parts], [rows(p.out) for p in parts])
@@ -149,23 +149,23 @@ def test_merge_of_separate_calls():
 def test_explain_rejects_a_count_off_by_one_and_a_perturbed_merge_weight(decode, monkeypatch):
     q, k, v = decode[8.0]
     kw = dict(num_splits=7, split_layout="interleaved", block_n=16, scale=256.0, ksink=4)
-    a = kernels.attention(q, k, v, **kw, **EMU)
+    a = pcast.attention(q, k, v, **kw, **EMU)
     for n in DIAGNOSTICS:
-        b = kernels.attention(q, k, v, **kw, **EMU)
+        b = pcast.attention(q, k, v, **kw, **EMU)
         getattr(b, n)[0, 0, 0] += 1
         rep = explain(a, b, q, k, v, **kw)
         assert not rep["explained"], n
     real = splits.merge
     monkeypatch.setattr(splits, "merge", lambda lses, outs, sig=None: real([lses[0] + 1e-3, *lses[1:]], outs, sig))
-    b = kernels.attention(q, k, v, **kw, **EMU)
+    b = pcast.attention(q, k, v, **kw, **EMU)
     rep = explain(a, b, q, k, v, **kw)
     assert not rep["explained"] and "outputs differ" in rep["why"]
 
 
 def test_lse_of_the_reference_and_causal_decode_mask():
     q, k, v = _inputs(1, n=200, ksink=0, seed=9)
-    r = kernels.attention(q, k, v, backend="reference", causal=True, causal_align="bottom_right")
-    full = kernels.attention(q, k, v, backend="reference")
+    r = pcast.attention(q, k, v, backend="reference", causal=True, causal_align="bottom_right")
+    full = pcast.attention(q, k, v, backend="reference")
     assert torch.equal(r.out, full.out) and torch.equal(r.lse, full.lse)
     s = torch.matmul(q.double(), k.double().repeat_interleave(2, 1).transpose(-1, -2)) / math.sqrt(D)
     assert torch.allclose(full.lse, torch.logsumexp(s, -1), rtol=0, atol=1e-12)
@@ -185,27 +185,27 @@ def test_bad_decode_input_is_named(bad, word):
     q, k, v = _inputs(1, n=64, ksink=0)
     kw = {**EMU, **bad}
     with pytest.raises(ValueError, match=word) as e:
-        kernels.attention(q, k, v, **kw)
+        pcast.attention(q, k, v, **kw)
     assert "\n" not in str(e.value)
 
 
 def test_bottom_right_needs_nq_at_most_nk():
     q, k, v = _inputs(80, n=64, ksink=0)
     with pytest.raises(ValueError, match="causal_align='bottom_right'"):
-        kernels.attention(q, k, v, causal=True, causal_align="bottom_right", **EMU)
+        pcast.attention(q, k, v, causal=True, causal_align="bottom_right", **EMU)
 
 
 @pytest.mark.parametrize("name, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
 def test_half_formats_round_as_torch_casts(name, dtype):
-    """kernels.quantize (integer route) and the emulator's route against torch's own 16-bit casts, subnormals
+    """pcast.quantize (integer route) and the emulator's route against torch's own 16-bit casts, subnormals
     and float32 subnormal inputs included, saturating at the format's max."""
-    from kernels.formats import HALF_FORMATS
-    from kernels.formats.rounding import quantize_fast
+    from pcast.formats import HALF_FORMATS
+    from pcast.formats.rounding import quantize_fast
 
     g = torch.Generator().manual_seed(1)
     x = torch.randn(50000, generator=g) * torch.exp2(torch.randint(-150, 128, (50000,), generator=g).float())
     x = x[torch.isfinite(x)]
     f = HALF_FORMATS[name]
     want = x.clamp(-f.max_finite, f.max_finite).to(dtype).float()
-    assert torch.equal(kernels.quantize(x, name), want)
+    assert torch.equal(pcast.quantize(x, name), want)
     assert torch.equal(quantize_fast(x, f), want)

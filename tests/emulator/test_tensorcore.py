@@ -1,7 +1,7 @@
 """The FP8 tensor core's P·V arithmetic (``pv_arith``; docs/interfaces.md, "The tensor core's P·V arithmetic").
 
 Three independent statements of one arithmetic meet here: the definition written out with Python fractions
-in this file (scalar, exact rationals), the emulator's vectorised torch (:mod:`kernels.emulator.tensorcore`),
+in this file (scalar, exact rationals), the emulator's vectorised torch (:mod:`pcast.emulator.tensorcore`),
 and mmasim 2.1.1's models of Ada ``mma``, Hopper ``wgmma`` and Blackwell ``tcgen05.mma`` (Microsoft's PTX MMA
 simulator, called directly; those tests skip without it). Hand-built dots pin the truncation: 32 products of
 2^-14 vanish against an accumulator of 1 with 13 alignment bits and survive with 25.
@@ -15,9 +15,9 @@ from fractions import Fraction
 import pytest
 import torch
 
-import kernels
-from kernels.contract import PV_ARITHS
-from kernels.emulator import tensorcore as tc
+import pcast
+from pcast.contract import PV_ARITHS
+from pcast.emulator import tensorcore as tc
 from loop_contract import loop_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -188,7 +188,7 @@ def test_attention_with_uniform_scores_equals_mmasim(arith, order):
     gen = torch.Generator().manual_seed(5)
     v = torch.randn(1, 1, n_keys, d, generator=gen) * torch.exp2(torch.randint(-6, 3, (1, 1, n_keys, d), generator=gen))
     q, k = torch.zeros(1, 1, 16, d), torch.randn(1, 1, n_keys, d, generator=gen)
-    r = kernels.attention(q, k, v, order=order, scale=S, scale_mode="exp2_offset", v_fmt="e4m3fn", pv_arith=arith,
+    r = pcast.attention(q, k, v, order=order, scale=S, scale_mode="exp2_offset", v_fmt="e4m3fn", pv_arith=arith,
                           backend="emulator")
     s_v = v.abs().amax() / torch.tensor(448.0)
     vq = (v[0, 0] / s_v).to(torch.float8_e4m3fn)
@@ -202,7 +202,7 @@ def test_attention_with_uniform_scores_equals_mmasim(arith, order):
                 acc[:, cs] = op(A, vq[k0:k0 + 32, cs], acc[:, cs].contiguous())
     want = (acc * s_v) / (torch.tensor(float(n_keys)) * S)
     assert torch.equal(r.out[0, 0], want)
-    assert not torch.equal(r.out, kernels.attention(q, k, v, order=order, scale=S, scale_mode="exp2_offset",
+    assert not torch.equal(r.out, pcast.attention(q, k, v, order=order, scale=S, scale_mode="exp2_offset",
                                                     v_fmt="e4m3fn", backend="emulator").out)
 
 
@@ -211,8 +211,8 @@ def test_attention_with_uniform_scores_equals_mmasim(arith, order):
 def test_fp32_is_the_contract_bit_for_bit():
     gen = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, 128, 64, generator=gen) for _ in range(3))
-    a = kernels.attention(q, k, v, v_fmt="e4m3fn", backend="emulator")
-    b = kernels.attention(q, k, v, v_fmt="e4m3fn", backend="emulator", pv_arith="fp32")
+    a = pcast.attention(q, k, v, v_fmt="e4m3fn", backend="emulator")
+    b = pcast.attention(q, k, v, v_fmt="e4m3fn", backend="emulator", pv_arith="fp32")
     assert torch.equal(a.out, b.out)
 
 
@@ -222,12 +222,12 @@ def test_every_entry_point_gives_the_same_bits(arith):
     q, k = (torch.randn(2, 2, 96, 64, generator=gen) for _ in range(2))
     vs = [torch.randn(2, 2, 96, 64, generator=gen) for _ in range(2)]
     kw = dict(v_fmt="e4m3fn", backend="emulator", pv_arith=arith, ksink=4)
-    one = [[kernels.attention(q, k, v, order=o, scale=s, **kw).out for v in vs]
+    one = [[pcast.attention(q, k, v, order=o, scale=s, **kw).out for v in vs]
            for o in ("forward", "reverse") for s in (1.0, 256.0)]
     calls = [dict(order=o, scale=s) for o in ("forward", "reverse") for s in (1.0, 256.0)]
-    many = kernels.attention_calls(q, k, vs, calls, **kw)
+    many = pcast.attention_calls(q, k, vs, calls, **kw)
     assert all(torch.equal(x, y.out) for row, rrow in zip(one, many) for x, y in zip(row, rrow))
-    scales = kernels.attention_scales(q, k, vs, scales=(1.0, 256.0), order="reverse", **kw)
+    scales = pcast.attention_scales(q, k, vs, scales=(1.0, 256.0), order="reverse", **kw)
     assert all(torch.equal(x, y.out) for row, rrow in zip(one[2:], scales) for x, y in zip(row, rrow))
 
 
@@ -244,7 +244,7 @@ def test_bad_use_is_one_line_naming_the_argument(kw, named):
     q = torch.randn(1, 1, 64, 64)
     kw = {"v_fmt": "e4m3fn", "backend": "emulator", **kw}
     with pytest.raises(ValueError, match="^" + named.replace("(", r"\(").replace("[", r"\[")) as e:
-        kernels.attention(q, q, q, **kw)
+        pcast.attention(q, q, q, **kw)
     assert "\n" not in str(e.value) and "allowed" in str(e.value)
 
 
@@ -271,8 +271,8 @@ def test_missing_mmasim_is_named_with_the_extra(monkeypatch):
 def test_the_gpu_check_runs_the_emulator_with_the_gpus_tensor_core_then_needs_a_gpu(monkeypatch):
     """``pcast-gpu-check``'s deploy check on a CPU: the emulator's side with Hopper's arithmetic runs, then the
     deploy kernel stops with the error that names ``--compile-only``."""
-    from kernels import api
-    from kernels.cli import gpu_check
+    from pcast import api
+    from pcast.cli import gpu_check
 
     seen = []
     real = api.attention

@@ -1,6 +1,6 @@
 """The microscaled FP4 quantizers against an independent, first-principles oracle.
 
-The oracle below shares nothing with :mod:`kernels.formats.rounding` or :mod:`kernels.formats.microscaling`:
+The oracle below shares nothing with :mod:`pcast.formats.rounding` or :mod:`pcast.formats.microscaling`:
 
 * E2M1, E4M3FN and E8M0 are enumerated from their bit codes (E2M1: sign, 2 exponent bits, bias 1,
   1 mantissa bit; E4M3FN: bias 7, 0x7F/0xFF NaN; E8M0: ``2^(code - 127)``, codes 0..254);
@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
-from kernels.formats.microscaling import group_scale, quantize_mx, quantize_mx_fast
+import pcast
+from pcast.formats.microscaling import group_scale, quantize_mx, quantize_mx_fast
 
 F32 = np.float32
 GROUP = {"nvfp4": 16, "mxfp4": 32}
@@ -260,7 +260,7 @@ def test_quantize_mx_fast_bitwise_and_saturated(name):
 def test_kernels_quantize_dispatch_bitwise(name):
     c = cases(name)
     x3 = c["x"].reshape(2, -1, c["x"].shape[-1])  # any leading shape; groups along the last axis
-    assert_bits(kernels.quantize(x3.clone(), name), c["values"].reshape(x3.shape), x3, f"{name} kernels.quantize")
+    assert_bits(pcast.quantize(x3.clone(), name), c["values"].reshape(x3.shape), x3, f"{name} pcast.quantize")
 
 
 @pytest.mark.parametrize("name", list(GROUP))
@@ -323,7 +323,7 @@ def test_case_counts(name):
 def test_last_axis_not_a_multiple_of_the_group(name, n):
     msg = rf"\({n}\).*{name}.*multiple of {GROUP[name]}"
     for call in (lambda x: quantize_mx(x, name), lambda x: quantize_mx_fast(x, name),
-                 lambda x: kernels.quantize(x, name)):
+                 lambda x: pcast.quantize(x, name)):
         with pytest.raises(ValueError, match=msg):
             call(torch.ones(3, n))
 
@@ -335,6 +335,6 @@ def test_unknown_format_name():
         with pytest.raises(ValueError, match=r"fmt='nvfp8' is not a microscaled format; allowed: nvfp4, mxfp4"):
             call()
     with pytest.raises(ValueError, match=r"fmt='fp4'"):
-        kernels.quantize(x, "fp4")
+        pcast.quantize(x, "fp4")
     with pytest.raises(ValueError, match="float32"):
         quantize_mx(x.double(), "nvfp4")

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import FORMATS, quantize
-from kernels.formats import get_format
-from kernels.formats.rounding import quantize_fast, quantize_native
-from kernels.triton.kernel import triton_builtin_cast, triton_quantize
+from pcast import FORMATS, quantize
+from pcast.formats import get_format
+from pcast.formats.rounding import quantize_fast, quantize_native
+from pcast.triton.kernel import triton_builtin_cast, triton_quantize
 
 ALL = ("e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz")
 

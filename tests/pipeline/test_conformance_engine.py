@@ -1,10 +1,10 @@
-"""The conformance check's cases and engine rows (kernels.pipeline.conformance_cases, conformance_runs).
+"""The conformance check's cases and engine rows (pcast.pipeline.conformance_cases, conformance_runs).
 
 * the cases are every call the experiments of config.yaml make: each listed policy under each variant and
   sink kind, each fp4 cast in each order, each sweep order x scale, read from the config here, not from the
   module;
 * the covering subset meets every (option, value) of the cases, and the property can fail;
-* engine rows: kernels.attention_calls on a Δ stack against one kernels.attention per item, on real tensors,
+* engine rows: pcast.attention_calls on a Δ stack against one pcast.attention per item, on real tensors,
   identical; the comparison catches one float32 ulp of one output and one count of one diagnostic.
 """
 
@@ -18,11 +18,11 @@ import pytest
 import torch
 import yaml
 
-from kernels.contract import combo_label
-from kernels.models.sinks import make_base
-from kernels.pipeline import config as pconfig
-from kernels.pipeline.conformance_cases import OPTIONS, covering_subset, experiment_cases, option_values
-from kernels.pipeline.conformance_runs import _equal_row, _stack, engine_rows
+from pcast.contract import combo_label
+from pcast.models.sinks import make_base
+from pcast.pipeline import config as pconfig
+from pcast.pipeline.conformance_cases import OPTIONS, covering_subset, experiment_cases, option_values
+from pcast.pipeline.conformance_runs import _equal_row, _stack, engine_rows
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -82,8 +82,8 @@ def test_engine_rows_are_identical_to_single_calls(cases):
     assert len(rows) == len(pick) * 3 * 2
     assert all(r["explained"] and r["max_abs_diff"] == 0 and r["diag_equal"] and r["mismatched_rows"] == 0
                for r in rows)
-    # the single calls engine_rows compares with are kernels.attention's bits, value tensor by value tensor
-    from kernels import attention, attention_calls, attention_values
+    # the single calls engine_rows compares with are pcast.attention's bits, value tensor by value tensor
+    from pcast import attention, attention_calls, attention_values
     for c in pick[:2] + pick[-1:]:
         eng = attention_calls(q, k, values, [c["call"]], backend="emulator")[0]
         for j in range(2):
@@ -99,7 +99,7 @@ def test_engine_rows_are_identical_to_single_calls(cases):
 
 
 def test_the_engine_comparison_catches_one_ulp_and_one_count():
-    from kernels import attention
+    from pcast import attention
 
     q, k, v = (t[..., :64, :] for t in make_base(1, n=64, d=16))
     r = attention(q, k, v, order="forward", scale=256.0, ksink=4, block_m=16, block_n=16, backend="emulator")

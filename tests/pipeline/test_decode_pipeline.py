@@ -1,4 +1,4 @@
-"""The decode experiment: its configuration checks, its shard job against kernels.theory.decode (fixed seeds,
+"""The decode experiment: its configuration checks, its shard job against pcast.theory.decode (fixed seeds,
 tolerances from the sample size), its statistics and the decode verdict on constructed data, and the smoke
 run's decode outputs (byte-identical on a forced rerun)."""
 
@@ -11,13 +11,14 @@ import pytest
 import yaml
 
 import synthetic_tables as data
-from kernels.analysis import stats
-from kernels.analysis.verdicts.decode import claim_decode
-from kernels.contract import DECODE_TIDY_COLUMNS
-from kernels.pipeline.config import ConfigError, expected_rows, inputs_spec, shard_spec
-from kernels.pipeline.decode_config import calls, policy_calls
-from kernels.policies import DECODE_PRESETS
-from kernels.pipeline.validation import load_config
+from pcast.analysis import stats
+from pcast.analysis.verdicts.decode import claim_decode
+from pcast.contract import DECODE_TIDY_COLUMNS
+from pcast.pipeline import provenance
+from pcast.pipeline.config import ConfigError, expected_rows, inputs_spec, shard_spec
+from pcast.pipeline.decode_config import calls, policy_calls
+from pcast.policies import DECODE_PRESETS
+from pcast.pipeline.validation import load_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -60,8 +61,8 @@ def test_calls_run_one_layout_for_one_split_and_partition_in_forward_order(cfg):
 
 
 def _tiny(tmp_path, cfg, **over):
-    from kernels.pipeline.decode_runs import run_decode_shard
-    from kernels.pipeline.inputs import write_inputs
+    from pcast.pipeline.decode_runs import run_decode_shard
+    from pcast.pipeline.inputs import write_inputs
 
     exp = {**cfg["experiments"]["decode"], "seeds": 1, "seeds_per_shard": 1, "heads": 4, "n": 1024,
            "delta": [0.0, 8.0, 16.0], "num_splits": [1, 4], "backend": "emulator",
@@ -76,9 +77,9 @@ def _tiny(tmp_path, cfg, **over):
 def test_shard_rows_match_the_theory_and_the_expected_count(tmp_path, cfg):
     """4 decode rows of 1020 non-sink keys at Δ = 16: the mean measured fraction of each online configuration
     within 4 standard errors (binomial, over 4 x 1020 keys) plus 0.01 (the leading-order model's neglected
-    underflow) of kernels.theory.decode; the partition rows' relative RMS error within 10% of its closed form."""
-    from kernels.analysis.decode import predicted_fraction
-    from kernels.theory.decode import partition_rms_error
+    underflow) of pcast.theory.decode; the partition rows' relative RMS error within 10% of its closed form."""
+    from pcast.analysis.decode import predicted_fraction
+    from pcast.theory.decode import partition_rms_error
 
     exp, out = _tiny(tmp_path, cfg)
     df = pd.read_csv(out)
@@ -172,7 +173,7 @@ def test_smoke_forced_rerun_of_the_decode_rules_is_byte_identical(smoke_run, tmp
     proc = subprocess.run(["snakemake", "--cores", "1", "--config", "preset=smoke", "--forcerun",
                            "results/shards/decode/shard000.csv", "stats_decode", "fig_decode", "table_decode", "claims",
                            "--", "fig_decode", "table_decode", "claims"], cwd=repo, capture_output=True, text=True,
-                          timeout=900, env={**os.environ, "PYTHONPATH": str(repo)})
+                          timeout=900, env={**os.environ, "PYTHONPATH": provenance.import_path(repo, tmp_path / "path")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stdout + proc.stderr
     assert "sweep_shard" in log and "stats_decode" in log and "fig_decode" in log

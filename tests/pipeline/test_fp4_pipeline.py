@@ -13,15 +13,15 @@ import pytest
 import yaml
 
 import synthetic_tables as data
-from kernels.analysis import fp4_predictions, fp4_table, registry, verdicts
-from kernels.analysis.fp4 import fp4_summary
-from kernels.analysis.plots import DATA_COLUMNS, fig_fp4
-from kernels.contract import FP4_EXPERIMENT, FP4_TIDY_COLUMNS
-from kernels.pipeline import config as pconfig
-from kernels.pipeline.fp4_config import cast_label, casts
-from kernels.pipeline.fp4_runs import run_fp4_shard
-from kernels.pipeline.inputs import write_inputs
-from kernels.pipeline.tables import merge_tidy
+from pcast.analysis import fp4_predictions, fp4_table, registry, verdicts
+from pcast.analysis.fp4 import fp4_summary
+from pcast.analysis.plots import DATA_COLUMNS, fig_fp4
+from pcast.contract import FP4_EXPERIMENT, FP4_TIDY_COLUMNS
+from pcast.pipeline import config as pconfig
+from pcast.pipeline.fp4_config import cast_label, casts
+from pcast.pipeline.fp4_runs import run_fp4_shard
+from pcast.pipeline.inputs import write_inputs
+from pcast.pipeline.tables import merge_tidy
 from repo_copy import REPO
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -81,12 +81,12 @@ def test_tidy_counts_agree(tiny_run):
 
 
 def test_shard_diagnostics_equal_single_calls(tiny_run):
-    """The shard's batched calls (one first-level scale each) give what one kernels.attention call gives."""
+    """The shard's batched calls (one first-level scale each) give what one pcast.attention call gives."""
     import torch
 
-    from kernels import attention
-    from kernels.pipeline.inputs import base_tensors, load_inputs
-    from kernels.models.sinks import apply_sink
+    from pcast import attention
+    from pcast.pipeline.inputs import base_tensors, load_inputs
+    from pcast.models.sinks import apply_sink
 
     d, exp = tiny_run
     spec = pconfig.shard_spec(FP4_EXPERIMENT, exp, 0)

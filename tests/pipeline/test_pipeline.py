@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernels import contract
-from kernels.pipeline import config, files, inputs, runs, tables
+from pcast import contract
+from pcast.pipeline import config, files, inputs, runs, tables
 
 from repo_copy import copy_repo
 

@@ -1,4 +1,4 @@
-"""The run plan (kernels.pipeline.plan): printed before the first job with the runs the tidy tables
+"""The run plan (pcast.pipeline.plan): printed before the first job with the runs the tidy tables
 then hold; the memory model against a measured peak; a grid whose largest job cannot fit refused
 before any job, naming the key; the calibration made once per machine and reused."""
 
@@ -14,9 +14,9 @@ import sys
 import pytest
 import yaml
 
-from kernels.pipeline import config as pconfig
-from kernels.pipeline import calibration, plan
-from kernels.pipeline.runs import delta_chunks
+from pcast.pipeline import config as pconfig
+from pcast.pipeline import calibration, plan
+from pcast.pipeline.runs import delta_chunks
 from repo_copy import REPO, copy_repo
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -64,9 +64,9 @@ _PEAK = r"""
 import json, sys
 import torch
 torch.set_num_threads(1)  # as every pipeline job runs (its rule's threads: 1)
-from kernels.pipeline import config as pc, plan
-from kernels.pipeline.inputs import write_inputs
-from kernels.pipeline.runs import run_sweep_shard
+from pcast.pipeline import config as pc, plan
+from pcast.pipeline.inputs import write_inputs
+from pcast.pipeline.runs import run_sweep_shard
 exp = json.loads(sys.argv[1]); d = sys.argv[2]
 write_inputs(pc.inputs_spec("collapse", exp, 0), d + "/in.safetensors")
 run_sweep_shard(pc.shard_spec("collapse", exp, 0), d + "/in.safetensors", d + "/o.csv", d + "/t.csv")
@@ -146,7 +146,7 @@ def test_cpu_estimate_follows_the_calibration_and_the_grid():
     assert rows["policies"]["cpu_s"] == pytest.approx(want * pol["shapes"][0]["n"] ** 2 * 1e-9)
     # steps 3-4 once per item and call, but in the logit kind only the stack's first item for a call whose
     # sink does not seed the max (vllm-unified's does: sink_mode "init")
-    from kernels.pipeline.policy_config import resolve_policies
+    from pcast.pipeline.policy_config import resolve_policies
 
     resolved = resolve_policies(pol, cfg.get("policies"))
     seeding = sum(1 for kw in resolved.values() if kw["sink_mode"] == "init")
@@ -198,7 +198,7 @@ def test_first_calls_failure_is_logged_not_silent(monkeypatch, caplog, tmp_path,
     a timeout's captured stderr comes back as bytes even with text=True)."""
     import subprocess
 
-    from kernels.pipeline import calibration
+    from pcast.pipeline import calibration
 
     if how == "no interpreter":
         monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
@@ -221,6 +221,6 @@ def test_first_calls_failure_is_logged_not_silent(monkeypatch, caplog, tmp_path,
 
 def test_first_calls_measures_a_positive_cost():
     """The working path: a fresh interpreter's first calls cost more than nothing (torch's import alone)."""
-    from kernels.pipeline import calibration
+    from pcast.pipeline import calibration
 
     assert calibration._first_calls() > 0

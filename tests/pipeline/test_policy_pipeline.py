@@ -6,7 +6,7 @@
   a user policy changes only the policies shards' params;
 * a tiny :func:`run_policies_shard` on a temporary inputs file: columns, row count, identical
   policies giving identical numbers, floors equal to the same call with ``fmt=None`` made
-  through :func:`kernels.attention` directly, the learned-sink rows, determinism;
+  through :func:`pcast.attention` directly, the learned-sink rows, determinism;
 * the session's smoke run holds ``results/tidy/policies.csv`` with the expected rows, and dry
   runs after it rerun only the policies jobs when only the experiment changes.
 """
@@ -22,11 +22,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from kernels import contract
-from kernels.pipeline import config as pconfig
-from kernels.pipeline import inputs, policy_runs, tables
-from kernels.pipeline.policy_config import resolve_variants
-from kernels.policies import DECODE_PRESETS, POLICIES
+from pcast import contract
+from pcast.pipeline import config as pconfig
+from pcast.pipeline import inputs, policy_runs, tables
+from pcast.pipeline.policy_config import resolve_variants
+from pcast.policies import DECODE_PRESETS, POLICIES
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -233,15 +233,15 @@ def test_identical_policies_give_identical_numbers(tiny):
 
 
 def test_floor_is_the_variants_casts_without_the_p_cast(tiny):
-    """One row's error and floor recomputed through kernels.attention and the float64 reference.
+    """One row's error and floor recomputed through pcast.attention and the float64 reference.
 
     The floor is P unrounded with the row's operand casts on the paper's P path; the policy's own
     P path with fmt=None differs from it by fp32 rounding only: output ulps (~1e-7 relative) on
     an FP8 operand error of ~1e-2 relative move the floor's MSE by ~1e-5 relative at most, so
     1e-4 bounds it with margin."""
-    from kernels import attention
-    from kernels.reference import reference_attention
-    from kernels.models.sinks import learned_sink
+    from pcast import attention
+    from pcast.reference import reference_attention
+    from pcast.models.sinks import learned_sink
 
     d, df, _ = tiny
     base = inputs.base_tensors(inputs.load_inputs(d / "in.safetensors", {"seeds": [0, 1], "batch": 1, "heads": 1}),
@@ -265,10 +265,10 @@ def test_floor_is_the_variants_casts_without_the_p_cast(tiny):
 
 
 def test_paper_policies_match_the_collapse_sweep(tiny, tmp_path):
-    """The paper's contract through the other shard job (kernels.pipeline.runs.run_sweep_shard, its
+    """The paper's contract through the other shard job (pcast.pipeline.runs.run_sweep_shard, its
     own stacking and reference): on the same seeds and sink keys, forward-s1 and forward-s256 with
     float32 operands give the collapse sweep's numbers bit for bit."""
-    from kernels.pipeline import runs
+    from pcast.pipeline import runs
 
     _, df, _ = tiny
     exp = {"seeds": 2, "seeds_per_shard": 2, "shapes": [{"n": 64, "d": 16, "block_m": 64, "block_n": 64}],

@@ -1,10 +1,10 @@
-"""Which library code each rule runs (its `code` param) and the check that the imported `kernels`
-is this checkout's, on a made-up package (kernels.pipeline.provenance), then in Snakemake itself:
+"""Which library code each rule runs (its `code` param) and the check that the imported `pcast`
+is this checkout's, on a made-up package (pcast.pipeline.provenance), then in Snakemake itself:
 
 * after the session's smoke run, editing ``kernels/theory/collapse.py`` makes ``snakemake -n`` rerun
   the statistics, figures, tables and claims that use it and no sweep; editing the emulator reruns
   the sweeps and the conformance shards (dry runs only);
-* a checkout whose ``kernels`` differs from the imported one stops before any job, naming the fix.
+* a checkout whose ``kernels/`` differs from the imported one stops before any job, naming the fix.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from kernels.pipeline import provenance as P
+from pcast.pipeline import provenance as P
 
 from repo_copy import copy_repo
 
@@ -29,13 +30,13 @@ ANALYSIS = re.compile(r"^(stats_|fig_|table_|claims$)")
 def _package(root: Path) -> Path:
     files = {
         "kernels/__init__.py": '_LAZY = {"attention": "api"}\n',
-        "kernels/api.py": "def attention():\n    from kernels.core import run\n    return run()\n",
+        "kernels/api.py": "def attention():\n    from pcast.core import run\n    return run()\n",
         "kernels/core.py": "def run():\n    return 1\n",
-        "kernels/theory/__init__.py": "from kernels.theory.law import phi\n",
+        "kernels/theory/__init__.py": "from pcast.theory.law import phi\n",
         "kernels/theory/law.py": "def phi():\n    return 0\n",
         "kernels/unused.py": "x = 1\n",
-        "script_api.py": "from kernels import attention\n",
-        "script_theory.py": "import os\nfrom kernels.theory import phi\n",
+        "script_api.py": "from pcast import attention\n",
+        "script_theory.py": "import os\nfrom pcast.theory import phi\n",
     }
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -45,8 +46,8 @@ def _package(root: Path) -> Path:
 
 def test_modules_used_follow_lazy_names_function_imports_and_package_inits(tmp_path):
     root = _package(tmp_path)
-    assert P.modules_used(root, root / "script_api.py") == ["kernels", "kernels.api", "kernels.core"]
-    assert P.modules_used(root, root / "script_theory.py") == ["kernels", "kernels.theory", "kernels.theory.law"]
+    assert P.modules_used(root, root / "script_api.py") == ["pcast", "pcast.api", "pcast.core"]
+    assert P.modules_used(root, root / "script_theory.py") == ["pcast", "pcast.theory", "pcast.theory.law"]
 
 
 def test_code_digest_changes_only_with_the_modules_a_script_runs(tmp_path):
@@ -68,9 +69,9 @@ def test_checkout_mismatch(tmp_path):
     assert P.checkout_mismatch(mine, str(same / "kernels/__init__.py")) is None  # the same code
     (same / "kernels/core.py").write_text("def run():\n    return 3\n")
     msg = P.checkout_mismatch(mine, str(same / "kernels/__init__.py"))
-    assert f"the 'kernels' the rules' scripts import is {same / 'kernels'}" in msg and "first core.py" in msg
+    assert f"the 'pcast' the rules' scripts import is {same / 'kernels'}" in msg and "first core.py" in msg
     assert f"pip install --no-deps -e {mine.resolve()}" in msg and "\n" not in msg
-    assert "cannot import 'kernels'" in P.checkout_mismatch(mine, None)
+    assert "cannot import 'pcast'" in P.checkout_mismatch(mine, None)
 
 
 def test_imported_by_jobs_follows_pythonpath_not_the_current_folder(tmp_path, monkeypatch):
@@ -78,10 +79,10 @@ def test_imported_by_jobs_follows_pythonpath_not_the_current_folder(tmp_path, mo
 
     root = _package(tmp_path / "pkg")
     monkeypatch.chdir(tmp_path / "pkg")  # a job's folder: not on its path
-    monkeypatch.setenv("PYTHONPATH", str(REPO))
-    assert P.imported_by_jobs(sys.executable) == str(REPO / "kernels" / "__init__.py")
-    monkeypatch.setenv("PYTHONPATH", str(root))
-    assert P.imported_by_jobs(sys.executable) == str(root / "kernels" / "__init__.py")
+    monkeypatch.setenv("PYTHONPATH", P.import_path(REPO, tmp_path / "path-repo"))
+    assert Path(P.imported_by_jobs(sys.executable)).resolve() == REPO / "kernels" / "__init__.py"
+    monkeypatch.setenv("PYTHONPATH", P.import_path(root, tmp_path / "path-pkg"))
+    assert Path(P.imported_by_jobs(sys.executable)).resolve() == root.resolve() / "kernels" / "__init__.py"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,8 +91,8 @@ def test_imported_by_jobs_follows_pythonpath_not_the_current_folder(tmp_path, mo
 pytestmark_smk = pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake not installed")
 
 
-def _dry_run(cwd: Path, env_path: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(env_path))
+def _dry_run(cwd: Path, checkout: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=P.import_path(checkout, tempfile.mkdtemp(prefix="pcast-path-")))
     return subprocess.run(["snakemake", "-n", "--config", "preset=smoke"], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
 
@@ -162,9 +163,9 @@ def test_another_checkouts_kernels_stops_the_run_with_the_fix(tmp_path):
     other = copy_repo(tmp_path / "other")
     (other / "kernels/contract/__init__.py").write_text((REPO / "kernels/contract/__init__.py").read_text()
                                                         + "\n# another checkout's edit\n")
-    res = _dry_run(other, REPO)  # imports this checkout's kernels, not the copy's
+    res = _dry_run(other, REPO)  # imports this checkout's package, not the copy's
     assert res.returncode != 0
     err = res.stdout + res.stderr
     assert f"not this checkout's {other.resolve() / 'kernels'}" in err and "contract/__init__.py" in err
-    assert f"pip install --no-deps -e {other.resolve()}" in err and f"export PYTHONPATH={other.resolve()}" in err
+    assert f"pip install --no-deps -e {other.resolve()}" in err
     assert not (other / "results").exists() and "pcast-fp8 plan" not in err  # stopped before the plan

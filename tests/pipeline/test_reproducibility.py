@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernels.pipeline import config as pconfig
+from pcast.pipeline import config as pconfig
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -19,7 +19,7 @@ CACHED = REPO / "workflow" / "resources" / "realmodel-smoke.safetensors"
 
 
 def test_every_preset_lists_the_verdict_of_every_claim():
-    from kernels.analysis import registry
+    from pcast.analysis import registry
 
     claims = {c.id for c in registry.CLAIMS}
     for name in ("smoke", "default"):
@@ -66,7 +66,7 @@ def test_the_cached_input_is_recorded_in_the_smoke_configuration():
         meta, keys = fh.metadata(), sorted(fh.keys())
         q = fh.get_tensor("layer0/q")
     assert keys == ["layer0/k", "layer0/q", "layer0/v"] and tuple(q.shape) == (2, 12, 128, 32)
-    from kernels.models.realmodel import EXPECTED_FILES
+    from pcast.models.realmodel import EXPECTED_FILES
 
     assert meta["model_sha256"] == EXPECTED_FILES["model.safetensors"]
 

@@ -1,4 +1,4 @@
-"""What each job asks a cluster for (kernels.pipeline.resources): the plan's memory and CPU time with
+"""What each job asks a cluster for (pcast.pipeline.resources): the plan's memory and CPU time with
 the stated factors and floors, recomputed here from the plan's own numbers; every rule of the workflow
 covered; the refusal's input built from the environment's partitions and --set-resources."""
 
@@ -10,9 +10,9 @@ import re
 import pytest
 import yaml
 
-from kernels.pipeline import config as pconfig
-from kernels.pipeline import plan
-from kernels.pipeline import resources as R
+from pcast.pipeline import config as pconfig
+from pcast.pipeline import plan
+from pcast.pipeline import resources as R
 from repo_copy import REPO
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())

@@ -1,4 +1,4 @@
-"""The tensorcore experiment (kernels.pipeline.tensorcore_runs): its rows against calls of kernels.attention made
+"""The tensorcore experiment (pcast.pipeline.tensorcore_runs): its rows against calls of pcast.attention made
 here one by one, its check against mmasim, its summary and verdict on built tables, F13, the config's checks and
 the plan's row; without mmasim it is skipped and claims.md says so."""
 
@@ -11,17 +11,17 @@ import pytest
 import torch
 import yaml
 
-import kernels
-from kernels.analysis.plots import fig_tensorcore
-from kernels.analysis.tensorcore import tensorcore_summary
-from kernels.analysis.verdicts import render_markdown
-from kernels.analysis.verdicts.tensorcore import claim_tensorcore
-from kernels.models.sinks import make_inputs
-from kernels.pipeline import plan
-from kernels.pipeline.config import ConfigError
-from kernels.pipeline.tensorcore_runs import TENSORCORE_COLUMNS, run_tensorcore
-from kernels.pipeline.validation import load_config
-from kernels.reference import reference_attention
+import pcast
+from pcast.analysis.plots import fig_tensorcore
+from pcast.analysis.tensorcore import tensorcore_summary
+from pcast.analysis.verdicts import render_markdown
+from pcast.analysis.verdicts.tensorcore import claim_tensorcore
+from pcast.models.sinks import make_inputs
+from pcast.pipeline import plan
+from pcast.pipeline.config import ConfigError
+from pcast.pipeline.tensorcore_runs import TENSORCORE_COLUMNS, run_tensorcore
+from pcast.pipeline.validation import load_config
+from pcast.reference import reference_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -42,12 +42,12 @@ def test_rows_are_the_calls_of_kernels_attention():
     q, k, v = make_inputs(0, n=64, d=16, ksink=4, delta=10.0)
     ref = reference_attention(q, k, v)
     kw = dict(order="reverse", scale=256.0, scale_mode="exp2_offset", ksink=4, block_n=32, backend="emulator")
-    tc = kernels.attention(q, k, v, v_fmt="e4m3fn", pv_arith="wgmma-sm90", **kw).out
-    fp32 = kernels.attention(q, k, v, v_fmt="e4m3fn", **kw).out
-    pcast = kernels.attention(q, k, v, **kw).out
+    tc = pcast.attention(q, k, v, v_fmt="e4m3fn", pv_arith="wgmma-sm90", **kw).out
+    fp32 = pcast.attention(q, k, v, v_fmt="e4m3fn", **kw).out
+    p_only = pcast.attention(q, k, v, **kw).out
     row = tidy[(tidy["order"] == "reverse") & (tidy["scale"] == 256) & (tidy["delta"] == 10)].iloc[0]
     assert row["mse"] == _mse(tc, ref) and row["mse_fp32"] == _mse(fp32, ref)
-    assert row["mse_pcast"] == _mse(pcast, ref) and row["acc_mse"] == _mse(tc, fp32) > 0
+    assert row["mse_pcast"] == _mse(p_only, ref) and row["acc_mse"] == _mse(tc, fp32) > 0
 
 
 def _summary(shares, pv="wgmma-sm90"):

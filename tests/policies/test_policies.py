@@ -1,4 +1,4 @@
-"""kernels.policies: the named P policies of deployed kernels, their checks and the config format."""
+"""pcast.policies: the named P policies of deployed kernels, their checks and the config format."""
 
 import dataclasses
 import inspect
@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kernels.contract import BLOCK_SIZES, COMBOS, log2_scale
-from kernels.formats import get_format
-from kernels.policies import DECODE_PRESETS, POLICIES, POLICY_KEYS, Policy, get_policy, policies_from_config, policy_from_config
+from pcast.contract import BLOCK_SIZES, COMBOS, log2_scale
+from pcast.formats import get_format
+from pcast.policies import DECODE_PRESETS, POLICIES, POLICY_KEYS, Policy, get_policy, policies_from_config, policy_from_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DECODE = ("fa3-decode", "xqa-sm90", "aiter-pa-ragged", "vllm-paged-v2", "vllm-triton-decode")
 PRESETS = ("fa3", "fa4", "sage2", "flashinfer-hopper", "hpc-ops", "hpc-ops-s1", "vllm-unified", "triton-tutorial",
            *DECODE, "forward-s1", "forward-s256", "reverse-s1", "reverse-s256")
-# The keywords of kernels.attention a policy sets (docs/interfaces.md, "Keywords").
+# The keywords of pcast.attention a policy sets (docs/interfaces.md, "Keywords").
 KWARGS = ("order", "scale", "scale_mode", "rescale_threshold", "sink_mode", "fmt", "rowsum", "qk_fmt", "qk_scale",
           "v_fmt", "v_scale", "block_m", "block_n")
 DECODE_KWARGS = ("num_splits", "split_layout", "p_normalize")  # in attention_kwargs only where not the single pass
@@ -81,7 +81,7 @@ def test_deployed_preset_matches_its_documented_facts(name):
 
 @pytest.mark.parametrize("name", DECODE)
 def test_decode_preset_splits(name):
-    from kernels.emulator.splits import split_blocks
+    from pcast.emulator.splits import split_blocks
 
     p = POLICIES[name]
     layout, normalize, keys = DECODE_FACTS[name]
@@ -96,15 +96,15 @@ def test_decode_preset_splits(name):
 def test_decode_presets_run_on_a_decode_row():
     import torch
 
-    import kernels
+    import pcast
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, n, 64, generator=g) for n in (1, 1024, 1024))
     sink = torch.full((2,), 4.0)
     assert DECODE_PRESETS == DECODE
     for name in DECODE:
-        r = kernels.attention(q, k, v, policy=name, backend="emulator", sink_logit=sink)
-        ref = kernels.attention(q, k, v, backend="reference", sink_logit=sink)
+        r = pcast.attention(q, k, v, policy=name, backend="emulator", sink_logit=sink)
+        ref = pcast.attention(q, k, v, backend="reference", sink_logit=sink)
         assert r.lse is not None and float((r.out - ref.out).abs().max()) < 0.1, name
         assert int(r.terms.min()) == 1024, name
 
@@ -138,16 +138,16 @@ def test_only_fa4_rescales_lazily_and_only_vllm_seeds_the_max_with_the_sink():
 def test_paper_presets_are_the_four_combinations_of_the_contract():
     paper = [POLICIES[f"{o}-s{s}"] for o in ("forward", "reverse") for s in (1, 256)]
     assert [(p.order, p.scale) for p in paper] == [(o, float(s)) for o, s in COMBOS]
-    # everything but order and S is kernels.attention's default, so the paper's numbers are unchanged
-    import kernels
+    # everything but order and S is pcast.attention's default, so the paper's numbers are unchanged
+    import pcast
 
-    # (kernels.api marks a default the caller did not give with a wrapper that holds .value)
+    # (pcast.api marks a default the caller did not give with a wrapper that holds .value)
     defaults = {n: getattr(prm.default, "value", prm.default)
-                for n, prm in inspect.signature(kernels.attention).parameters.items()}
+                for n, prm in inspect.signature(pcast.attention).parameters.items()}
     for p in paper:
         for key, value in p.attention_kwargs().items():
             if key in defaults and key not in ("order", "scale"):
-                assert value == defaults[key], f"{p.name}.{key}={value!r}, kernels.attention default {defaults[key]!r}"
+                assert value == defaults[key], f"{p.name}.{key}={value!r}, pcast.attention default {defaults[key]!r}"
 
 
 # ------------------------------------------------------------------------- the dataclass
@@ -164,11 +164,11 @@ def test_attention_kwargs_are_the_keywords_without_name_source_read():
 
 
 def test_attention_accepts_every_policy_keyword():
-    import kernels
+    import pcast
 
-    params = inspect.signature(kernels.attention).parameters
+    params = inspect.signature(pcast.attention).parameters
     if "policy" not in params:
-        pytest.skip("kernels.attention does not take policy keywords yet")
+        pytest.skip("pcast.attention does not take policy keywords yet")
     assert set(KWARGS) | set(DECODE_KWARGS) <= set(params)
 
 
@@ -275,15 +275,15 @@ def test_config_yaml_policies_section_is_valid():
 
 
 def test_import_is_torch_free():
-    code = "import sys, kernels.policies; assert 'torch' not in sys.modules, 'torch was imported'"
+    code = "import sys, pcast.policies; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 def test_yaml_policies_take_every_p_format_the_api_takes():
-    """fmt takes what kernels.attention's fmt takes (FP8 and microscaled formats); the Q/K and V casts stay FP8."""
-    from kernels.contract import MX_FORMAT_NAMES
-    from kernels.formats.microscaling import MX_FORMATS
-    from kernels.policies import policy_from_config
+    """fmt takes what pcast.attention's fmt takes (FP8 and microscaled formats); the Q/K and V casts stay FP8."""
+    from pcast.contract import MX_FORMAT_NAMES
+    from pcast.formats.microscaling import MX_FORMATS
+    from pcast.policies import policy_from_config
 
     assert tuple(MX_FORMATS) == MX_FORMAT_NAMES
     for name in MX_FORMAT_NAMES:

@@ -5,7 +5,7 @@ import csv
 
 import pytest
 
-from kernels.probes.cases import CASES, T9_COLUMNS, Measurement, write_t9
+from pcast.probes.cases import CASES, T9_COLUMNS, Measurement, write_t9
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def _t9_frame(rows):
 
 
 def test_the_cases_section_combines_cases_strictly_and_lists_inconclusive_numbers(t9):
-    from kernels.analysis.verdicts import claim_cases
+    from pcast.analysis.verdicts import claim_cases
 
     d, rows = t9
     import pandas as pd
@@ -81,7 +81,7 @@ def test_the_cases_section_combines_cases_strictly_and_lists_inconclusive_number
 
 
 def test_the_cases_section_can_fail():
-    from kernels.analysis.verdicts import claim_cases
+    from pcast.analysis.verdicts import claim_cases
 
     row = dict(case="c", number="PR 1", measured="x", report="0.50", printed="2 decimals", instrument="0.5040",
                status="PASS", reason="")
@@ -97,7 +97,7 @@ def test_the_cases_section_can_fail():
 
 
 def test_kernels_cases_is_the_public_name():
-    import kernels.cases
-    import kernels.probes.cases
+    import pcast.cases
+    import pcast.probes.cases
 
-    assert kernels.cases.CASES is kernels.probes.cases.CASES and kernels.cases.write_t9 is write_t9
+    assert pcast.cases.CASES is pcast.probes.cases.CASES and pcast.cases.write_t9 is write_t9

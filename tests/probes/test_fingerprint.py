@@ -6,9 +6,9 @@ whole matrix with -m slow)."""
 import pytest
 import torch
 
-import kernels
-from kernels.policies import POLICIES
-from kernels.probes import ProbeError, assert_policy, default_probes, fingerprint, small_probes
+import pcast
+from pcast.policies import POLICIES
+from pcast.probes import ProbeError, assert_policy, default_probes, fingerprint, small_probes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -22,7 +22,7 @@ def _box(policy=None, backend="emulator", jitter: float = 0.0, dtype=torch.float
         if jitter:
             g = torch.Generator().manual_seed(int(k.shape[2]) + int(q.shape[2]))
             k = k + jitter * (torch.rand(k.shape, generator=g) * 2 - 1) * (k != 0)
-        out = kernels.attention(q, k, v, policy=policy, sink_logit=sink_logit, backend=backend, **options).out
+        out = pcast.attention(q, k, v, policy=policy, sink_logit=sink_logit, backend=backend, **options).out
         if jitter:
             g = torch.Generator().manual_seed(7)
             out = out * (1 + 2 * EXP_ULP * (torch.rand(out.shape, generator=g) * 2 - 1))

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from kernels.policies import POLICIES
-from kernels.probes import PROBES, default_probes, exact, expected, make_probe
-from kernels.probes.inputs import BOUNDARY_LENGTHS, UNIFORM_SIZES, boundary, learned_sink, mass, one_hot, uniform
+from pcast.policies import POLICIES
+from pcast.probes import PROBES, default_probes, exact, expected, make_probe
+from pcast.probes.inputs import BOUNDARY_LENGTHS, UNIFORM_SIZES, boundary, learned_sink, mass, one_hot, uniform
 
 
 @pytest.mark.parametrize("probe", [*default_probes(), *(boundary(n) for n in BOUNDARY_LENGTHS)], ids=lambda p: p.name)

@@ -1,8 +1,8 @@
 """The package's import graph: no cycles, and each trade imports only the trades below it.
 
-The graph is read with ``ast`` from every module of ``kernels/``: ``import kernels.x``,
-``from kernels.x import y`` and relative imports, at module level and inside functions alike (a
-lazy import is still a dependency). A module's trade is its first package under ``kernels``; the
+The graph is read with ``ast`` from every module of ``kernels/``: ``import pcast.x``,
+``from pcast.x import y`` and relative imports, at module level and inside functions alike (a
+lazy import is still a dependency). A module's trade is its first package under ``pcast``; the
 root modules (``kernels/__init__.py``, ``api.py``, ``api_multi.py``, ``aot.py``) form the ``api`` trade.
 """
 
@@ -30,35 +30,35 @@ ALLOWED = {
     "models": {"api", "contract", "formats", "reference", "theory", "emulator", "triton", "policies"},
 }
 ALLOWED["probes"] = {"api", "policies", "models", "conformance", "reference", "theory", "contract", "formats"}
-ALLOWED["cases"] = set(ALLOWED["probes"]) | {"probes"}  # kernels.cases: the public name of kernels.probes.cases
+ALLOWED["cases"] = set(ALLOWED["probes"]) | {"probes"}  # pcast.cases: the public name of pcast.probes.cases
 ALLOWED["analysis"] = {"models", "policies", "theory", "contract", "formats"}
 ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes", "cases"}
 ALLOWED["cli"] = set(ALLOWED["pipeline"]) | {"pipeline"}
-ROOT_MODULES = {"kernels", "kernels.api", "kernels.api_multi", "kernels.api_decode", "kernels.aot", "kernels.result"}
+ROOT_MODULES = {"pcast", "pcast.api", "pcast.api_multi", "pcast.api_decode", "pcast.aot", "pcast.result"}
 
 
 def _modules() -> dict[str, Path]:
     mods = {}
     for p in PACKAGE.rglob("*.py"):
-        parts = p.relative_to(ROOT).with_suffix("").parts
+        parts = ("pcast",) + p.relative_to(PACKAGE).with_suffix("").parts
         mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
     return mods
 
 
 def _imports(name: str, path: Path, mods) -> set[str]:
-    """The kernels modules that ``name`` imports (a name imported from a package counts as the
+    """The pcast modules that ``name`` imports (a name imported from a package counts as the
     submodule when there is one of that name)."""
     out = set()
     base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.split(".")[0] == "kernels"}
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "pcast"}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 mod = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            if mod.split(".")[0] != "kernels":
+            if mod.split(".")[0] != "pcast":
                 continue
             for a in node.names:
                 out.add(f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod)
@@ -117,8 +117,8 @@ def test_every_module_belongs_to_a_known_trade(graph):
     assert len(graph) > 40
     unknown = sorted({trade(m) for m in graph} - set(ALLOWED))
     assert not unknown, f"modules of unknown trades {unknown}: add each to ALLOWED with what it may import"
-    assert {"kernels.formats.rounding", "kernels.emulator.core", "kernels.triton.kernel",
-            "kernels.theory.collapse"} <= set(graph)
+    assert {"pcast.formats.rounding", "pcast.emulator.core", "pcast.triton.kernel",
+            "pcast.theory.collapse"} <= set(graph)
 
 
 def test_no_import_cycles(graph):
@@ -137,16 +137,16 @@ def test_the_trades_form_a_partial_order():
 
 def test_the_checks_can_fail():
     """A cycle and an upward edge, planted in a copy of a small graph, are both reported."""
-    g = {"kernels.formats.fp8": {"kernels.formats.rounding"}, "kernels.formats.rounding": {"kernels.formats.fp8"},
-         "kernels.theory.collapse": {"kernels.emulator.core"}, "kernels.emulator.core": set()}
-    assert _cycles(g) == [["kernels.formats.fp8", "kernels.formats.rounding"]]
-    assert _upward(g) == ["kernels.theory.collapse -> kernels.emulator.core"]
+    g = {"pcast.formats.fp8": {"pcast.formats.rounding"}, "pcast.formats.rounding": {"pcast.formats.fp8"},
+         "pcast.theory.collapse": {"pcast.emulator.core"}, "pcast.emulator.core": set()}
+    assert _cycles(g) == [["pcast.formats.fp8", "pcast.formats.rounding"]]
+    assert _upward(g) == ["pcast.theory.collapse -> pcast.emulator.core"]
 
 
 def test_relative_imports_are_resolved(tmp_path):
     """``from ..x import y`` inside a subpackage resolves to the right module."""
     pkg = tmp_path / "m.py"
-    pkg.write_text("from ..formats import fp8\nfrom . import core\nimport kernels.contract\n")
-    mods = {"kernels.formats.fp8": None, "kernels.emulator.core": None}
-    got = _imports("kernels.emulator.m", pkg, mods)
-    assert got == {"kernels.formats.fp8", "kernels.emulator.core", "kernels.contract"}
+    pkg.write_text("from ..formats import fp8\nfrom . import core\nimport pcast.contract\n")
+    mods = {"pcast.formats.fp8": None, "pcast.emulator.core": None}
+    got = _imports("pcast.emulator.m", pkg, mods)
+    assert got == {"pcast.formats.fp8", "pcast.emulator.core", "pcast.contract"}

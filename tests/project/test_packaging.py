@@ -40,16 +40,15 @@ def test_distribution_name_differs_from_pypi_kernels():
     assert _pyproject()["project"]["name"] != "kernels"
 
 
-def test_kernels_and_every_subpackage_are_packaged_and_nothing_else():
-    from setuptools import find_packages
-
-    find = _pyproject()["tool"]["setuptools"]["packages"]["find"]
-    packaged = set(find_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ())))
-    # every folder of kernels/ that holds Python code must be a package that is installed
-    on_disk = {".".join(f.parent.relative_to(ROOT).parts) for f in (ROOT / "kernels").rglob("*.py")}
-    assert on_disk <= packaged
-    assert {"kernels", "kernels.cli", "kernels.pipeline", "kernels.analysis"} <= packaged
-    assert all(p == "kernels" or p.startswith("kernels.") for p in packaged)
+def test_pcast_and_every_subpackage_are_packaged_from_kernels_and_nothing_else():
+    setuptools = _pyproject()["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {"pcast": "kernels"}
+    packaged = set(setuptools["packages"])
+    # every folder of kernels/ that holds Python code is a package that is installed, under pcast
+    on_disk = {".".join(("pcast",) + f.parent.relative_to(ROOT / "kernels").parts)
+               for f in (ROOT / "kernels").rglob("*.py") if "__pycache__" not in f.parts}
+    assert packaged == on_disk
+    assert {"pcast", "pcast.cli", "pcast.pipeline", "pcast.analysis"} <= packaged
 
 
 def test_console_scripts_name_callable_entry_points():
@@ -59,7 +58,7 @@ def test_console_scripts_name_callable_entry_points():
     assert set(scripts) == {"pcast-audit", "pcast-bench", "pcast-fingerprint", "pcast-gpu-check"}
     for name, target in scripts.items():
         module, func = target.split(":")
-        assert module.startswith("kernels.cli."), name
+        assert module.startswith("pcast.cli."), name
         assert callable(getattr(importlib.import_module(module), func)), name
 
 

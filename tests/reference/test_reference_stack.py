@@ -1,7 +1,7 @@
-"""kernels.reference.reference_stack: the float64 reference of a Δ stack, reusing partial sums.
+"""pcast.reference.reference_stack: the float64 reference of a Δ stack, reusing partial sums.
 
 The sweeps and the policies experiment measure every error against it, so it must be the same
-softmax as :func:`kernels.reference.reference_attention` of each item alone. The oracle here is
+softmax as :func:`pcast.reference.reference_attention` of each item alone. The oracle here is
 exactly that: every (batch, head) item computed on its own, with nothing shared.
 
 Tolerance. Both are float64 softmax-weighted sums of N <= 300 value vectors, in two orders of
@@ -17,10 +17,10 @@ N^1.5·ε ≈ 6e-13 at N = 300. ``REL_TOL = 1e-12`` sits above that bound. Measu
 import pytest
 import torch
 
-import kernels.reference as reference
-from kernels.pipeline.runs import value_stack
-from kernels.reference import expand_kv, reference_attention, reference_stack
-from kernels.models.sinks import learned_sink, make_base
+import pcast.reference as reference
+from pcast.pipeline.runs import value_stack
+from pcast.reference import expand_kv, reference_attention, reference_stack
+from pcast.models.sinks import learned_sink, make_base
 
 
 CPU = torch.device("cpu")

@@ -1,15 +1,15 @@
 """A slow, direct implementation of the kernel contract, for tests only.
 
 It walks the KV blocks one at a time for all query rows, exactly as the contract in
-``kernels.attention``'s docstring and docs/interfaces.md ("P policies") read (each step marked
+``pcast.attention``'s docstring and docs/interfaces.md ("P policies") read (each step marked
 ``# step N: name``, as in the Triton kernel and the emulator), and rounds with the integer
-quantizer ``kernels.quantize`` (not the emulator's fast path). It shares no code with the
+quantizer ``pcast.quantize`` (not the emulator's fast path). It shares no code with the
 emulator or the Triton kernel beyond that quantizer, which is itself tested against
-torch's float8 cast, and the constants of ``kernels.contract``.
+torch's float8 cast, and the constants of ``pcast.contract``.
 
 Microscaled FP4 P (``fmt="nvfp4"`` / ``"mxfp4"``, docs/interfaces.md "P in FP4 with microscaling") is
 written here group by group from the spec (:func:`_cast_groups`): E4M3 scales and E2M1 elements by
-``kernels.quantize``, E8M0 scales from ``frexp``; not ``kernels.formats.microscaling.quantize_mx`` (the
+``pcast.quantize``, E8M0 scales from ``frexp``; not ``pcast.formats.microscaling.quantize_mx`` (the
 emulator's route).
 """
 
@@ -17,10 +17,10 @@ import math
 
 import torch
 
-from kernels import quantize
-from kernels.contract import DIAGNOSTICS, LOG2E, float32, log2_scale
-from kernels.formats import get_p_format as get_format
-from kernels.formats.microscaling import E2M1, MX_FORMATS, PER_ROW_TARGET
+from pcast import quantize
+from pcast.contract import DIAGNOSTICS, LOG2E, float32, log2_scale
+from pcast.formats import get_p_format as get_format
+from pcast.formats.microscaling import E2M1, MX_FORMATS, PER_ROW_TARGET
 
 
 def cast_operand(t, fmt, scale="tensor"):
@@ -122,11 +122,11 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
     """q [B,H,Nq,d], k and v [B,H_kv,Nk,d] float32 (H_kv dividing H) -> (out [B,H,Nq,d] float32, dict of
     int64 [B,H,Nq] diagnostics and float32 ``lse``).
 
-    The keywords are those of ``kernels.attention`` (names and strings, not resolved objects);
+    The keywords are those of ``pcast.attention`` (names and strings, not resolved objects);
     ``sink_logit`` is None or float32 [H] or [B, H]. Splits (``num_splits``, ``split_layout``), partition
     normalisation and the merge follow docs/interfaces.md ("Decode-time attention").
     """
-    if pv_arith != "fp32":  # the tensor cores' arithmetic is the emulator's (kernels.emulator.tensorcore) alone
+    if pv_arith != "fp32":  # the tensor cores' arithmetic is the emulator's (pcast.emulator.tensorcore) alone
         raise ValueError(f"pv_arith={pv_arith!r} is not allowed in the loop oracle; allowed: 'fp32'")
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]

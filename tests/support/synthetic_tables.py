@@ -1,7 +1,7 @@
 """Constructed tidy tables with known answers, for the verdict, table and figure tests.
 
 Each ``make_*`` builds the tidy table of one experiment (columns
-:data:`kernels.contract.TIDY_COLUMNS`; the conformance table its own columns) from the theory, so
+:data:`pcast.contract.TIDY_COLUMNS`; the conformance table its own columns) from the theory, so
 that the data agrees with every claim; each keyword moves the data away from one claim.
 :func:`config_sections` gives the ``statistics:`` and ``claims:`` sections of config.yaml with a
 cheap bootstrap.
@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from kernels import theory
-from kernels.contract import POLICY_TIDY_COLUMNS, TIDY_COLUMNS, combo_label
+from pcast import theory
+from pcast.contract import POLICY_TIDY_COLUMNS, TIDY_COLUMNS, combo_label
 
 ROOT = Path(__file__).resolve().parents[2]
 N, BLOCK, K = 256, 64, 4
@@ -174,7 +174,7 @@ def make_conformance(*, unexplained=0, engine_diff=None):
 
 # ----------------------------------------------------------------------------- the policies experiment
 
-# Policies of the synthetic policies table, by their fields (independent of kernels.policies): two of
+# Policies of the synthetic policies table, by their fields (independent of pcast.policies): two of
 # the paper's, a lazy-rescaling exp2_offset policy that saturates, and one that seeds the max with a
 # learned sink logit.
 POLICY_FIELDS = {
@@ -210,7 +210,7 @@ def _policy_row(seed, kind, delta, svs, variant, name, fields, *, frac, sat, rel
 
 def make_policies(*, dcs, width=0.6, peak=1000.0, sat_level=0.01, sat_from=4.0, seeds=4, eps=0.02,
                   deltas=tuple(np.arange(0.0, 16.01, 0.5)), policies=tuple(POLICY_FIELDS)):
-    """Policies tidy table (columns kernels.contract.POLICY_TIDY_COLUMNS) with known answers.
+    """Policies tidy table (columns pcast.contract.POLICY_TIDY_COLUMNS) with known answers.
 
     ``dcs[(policy, sink_kind)]``: the Δ where that curve's underflow fraction crosses 1/2 (a logistic
     of ``width``); a missing key: no collapse (fraction 1e-4). Per seed s the fraction is moved by
@@ -246,8 +246,8 @@ def make_realmodel_heads(*, layers=2, heads=3, passages=2, n=256):
     """A realmodel heads table (results/realmodel/heads/layer*.csv, concatenated): head (L, 0) a clean sink
     whose forward S=1 MSE is 20x its reverse S=256 one, the others without a sink at 2x; the measured fractions
     sit 0.01 above the theory, the key-shuffled control 0.05 above."""
-    from kernels.contract import COMBOS, combo_label
-    from kernels.models.heads import predict_underflow
+    from pcast.contract import COMBOS, combo_label
+    from pcast.models.heads import predict_underflow
 
     rows = []
     for layer in range(layers):
@@ -284,12 +284,12 @@ def make_realmodel_outputs(*, passages=3, runs=("forward S=1", "forward S=256", 
 
 
 def make_fp4(*, dcs=None, seeds=4, deltas=tuple(np.arange(0.0, 16.01, 1.0)), fr=2.0, base=3.0, n=512, block_n=64):
-    """A tidy fp4 table (kernels.contract.FP4_TIDY_COLUMNS) whose answers are known: each static NVFP4 S1
+    """A tidy fp4 table (pcast.contract.FP4_TIDY_COLUMNS) whose answers are known: each static NVFP4 S1
     of ``dcs`` (S1 -> Δc) has a forward flushed-group fraction rising linearly from 0 to 1 over Δc ± 1
     (so the seed-mean crossing of 1/2 is exactly Δc; seeds differ by ±0.1 symmetrically), reverse none;
     every cast's forward MSE is ``fr`` x its reverse MSE and ``base`` x the FP8 baseline's (same order)."""
-    from kernels.contract import FP4_TIDY_COLUMNS
-    from kernels.pipeline.fp4_config import cast_label
+    from pcast.contract import FP4_TIDY_COLUMNS
+    from pcast.pipeline.fp4_config import cast_label
 
     dcs = {1.0: 6.0, 256.0: 11.5} if dcs is None else dcs
     casts = [("nvfp4", s, "multiply") for s in dcs] + [("nvfp4", 1.0, "per_row"), ("mxfp4", 1.0, "multiply"),
@@ -316,13 +316,13 @@ def make_fp4(*, dcs=None, seeds=4, deltas=tuple(np.arange(0.0, 16.01, 1.0)), fr=
 
 
 def make_decode(*, shift=0.0, rms_off=0.0, seeds=2, heads=2, deltas=tuple(np.arange(0.0, 16.01, 1.0)), n=1024):
-    """A tidy decode table (kernels.contract.DECODE_TIDY_COLUMNS) built from kernels.theory.decode: each row's
+    """A tidy decode table (pcast.contract.DECODE_TIDY_COLUMNS) built from pcast.theory.decode: each row's
     underflow fraction is the theory's at ``Δ - shift`` (rows differ by ±0.005 symmetrically), so the measured
     Δc is the theory's plus ``shift``; the P-cast error rows' relative RMS error is the closed form's times
     ``1 + rms_off``. Two configurations per sink kind (one split forward online, four contiguous splits)."""
-    from kernels.analysis.decode import predicted_fraction
-    from kernels.contract import DECODE_TIDY_COLUMNS
-    from kernels.theory.decode import partition_rms_error
+    from pcast.analysis.decode import predicted_fraction
+    from pcast.contract import DECODE_TIDY_COLUMNS
+    from pcast.theory.decode import partition_rms_error
 
     fixed = {"experiment": "decode", "policy": "-", "n": n, "d": 16, "block_n": 64, "sigma": 1.0, "fmt": "e4m3fn",
              "split_layout": "contiguous", "p_normalize": "online", "backend": "emulator", "mse": 1e-4,

@@ -1,7 +1,7 @@
 """One call through the three implementations of the contract, every difference explained.
 
 The Triton kernel (interpreted on a CPU), the emulator and the plain loop oracle
-(:mod:`loop_contract`) run the same call; :func:`kernels.conformance.explain` must explain every
+(:mod:`loop_contract`) run the same call; :func:`pcast.conformance.explain` must explain every
 pairwise difference, and where the diagnostics agree the outputs agree to 1e-5 relative except on
 rows that hold a boundary element.
 
@@ -17,13 +17,13 @@ from types import SimpleNamespace
 
 import torch
 
-import kernels
-from kernels.conformance import explain, fragile_elements
-from kernels.contract import DIAGNOSTICS
+import pcast
+from pcast.conformance import explain, fragile_elements
+from pcast.contract import DIAGNOSTICS
 
 from loop_contract import loop_attention
 
-#: The keywords of kernels.attention that kernels.conformance.fragile_elements takes.
+#: The keywords of pcast.attention that pcast.conformance.fragile_elements takes.
 MODEL_KEYS = ("order", "scale", "fmt", "causal", "block_n", "sm_scale", "scale_mode", "rescale_threshold",
               "sink_logit", "sink_mode", "qk_fmt", "qk_scale")
 
@@ -49,26 +49,26 @@ def copy_result(r):
 
 
 def model(q, k, **kw):
-    """fragile_elements of the call with keywords ``kw`` (those of kernels.attention)."""
+    """fragile_elements of the call with keywords ``kw`` (those of pcast.attention)."""
     return fragile_elements(q, k, **{n: kw[n] for n in MODEL_KEYS if n in kw})
 
 
 def check_three(q, k, v, *, block_m=64, rowsum="unrounded", triton=True, **kw):
     """Triton (interpreted; skipped with ``triton=False``), emulator and loop agree on one call
-    (keywords ``kw`` of kernels.attention), every difference explained.
+    (keywords ``kw`` of pcast.attention), every difference explained.
 
     Returns ``(triton result or None, emulator result, loop result, reports by pair)``. A causal call
     with Nq < Nk and no ``causal_align`` runs top-left aligned, the mask these tests check.
     """
     if kw.get("causal") and q.shape[2] < k.shape[2] and "causal_align" not in kw:
         kw = {**kw, "causal_align": "top_left"}
-    emu = kernels.attention(q, k, v, backend="emulator", block_m=block_m, rowsum=rowsum, **kw)
+    emu = pcast.attention(q, k, v, backend="emulator", block_m=block_m, rowsum=rowsum, **kw)
     assert emu.backend == "emulator"
     loop = as_result(*loop_attention(q, k, v, rowsum=rowsum, **kw))
     pairs = [("loop/emulator", loop, emu)]
     tri = None
     if triton:
-        tri = kernels.attention(q, k, v, backend="triton", block_m=block_m, rowsum=rowsum, **kw)
+        tri = pcast.attention(q, k, v, backend="triton", block_m=block_m, rowsum=rowsum, **kw)
         assert tri.backend == "triton-interpreted"
         pairs += [("triton/emulator", tri, emu), ("triton/loop", tri, loop)]
     fr = model(q, k, **kw)

@@ -1,4 +1,4 @@
-"""kernels.theory.decode against Monte Carlo and the emulator (fixed seeds; tolerances from the sample size).
+"""pcast.theory.decode against Monte Carlo and the emulator (fixed seeds; tolerances from the sample size).
 
 Scores are set exactly: q is a one-hot row and sm_scale = 1, so a key's score is its first coordinate.
 """
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
-from kernels.theory.collapse import critical_delta
-from kernels.theory.decode import (init_underflow_fraction, meet_share, normal_range_scale, partition_rms_error,
+import pcast
+from pcast.theory.collapse import critical_delta
+from pcast.theory.decode import (init_underflow_fraction, meet_share, normal_range_scale, partition_rms_error,
                                    partition_underflow_fraction, round_to_format, split_critical_delta,
                                    split_underflow_fraction)
 
@@ -34,7 +34,7 @@ def test_partition_rms_error_matches_monte_carlo(n, S, sigma):
     """4000 partitions (about 1e6 keys): the pooled relative RMS error's sampling error is well under 3%."""
     s = torch.randn(4000, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n + int(S))) * sigma
     x = (torch.softmax(s, -1) * S).float()
-    q = kernels.quantize(x, "e4m3fn").double()
+    q = pcast.quantize(x, "e4m3fn").double()
     x = x.double()
     mc = math.sqrt(float(((q - x) ** 2).sum() / (x ** 2).sum()))
     assert abs(mc / partition_rms_error(n, S, sigma) - 1) < 0.05
@@ -48,8 +48,8 @@ def test_partition_rms_error_matches_the_emulator(n, S):
     q, k, _ = _rows(scores, d=n)
     v = torch.eye(n).expand(1, 512, n, n).contiguous()
     kw = dict(p_normalize="partition", block_n=min(n, 256), sm_scale=1.0, scale=S, backend="emulator")
-    pq = kernels.attention(q, k, v, **kw).out.double() * S
-    x = kernels.attention(q, k, v, fmt=None, **kw).out.double() * S
+    pq = pcast.attention(q, k, v, **kw).out.double() * S
+    x = pcast.attention(q, k, v, fmt=None, **kw).out.double() * S
     rel = math.sqrt(float(((pq - x) ** 2).sum() / (x ** 2).sum()))
     assert abs(rel / partition_rms_error(n, S, 1.0) - 1) < 0.05, rel
 
@@ -81,7 +81,7 @@ def test_split_underflow_fraction_matches_the_emulator(num_splits, layout, order
     scores = torch.randn(64, 8192, generator=g)
     scores[:, :4] += 10.0
     q, k, v = _rows(scores)
-    r = kernels.attention(q, k, v, num_splits=num_splits, split_layout=layout, order=order, ksink=4, sm_scale=1.0,
+    r = pcast.attention(q, k, v, num_splits=num_splits, split_layout=layout, order=order, ksink=4, sm_scale=1.0,
                           backend="emulator")
     frac = (r.underflow.double() / r.terms.double()).flatten()
     want = split_underflow_fraction(10.0, 1.0, num_splits=num_splits, layout=layout, order=order, method="exact")
@@ -93,7 +93,7 @@ def test_split_underflow_fraction_matches_the_emulator(num_splits, layout, order
                                                         (16, 1.0, "logit", 10.0), (4, 256.0, "none", 0.0)])
 def test_partition_underflow_fraction_matches_monte_carlo(num_splits, S, sink, delta):
     """100 rows of 8192 keys drawn in float64, each split normalised by its exact sum (four sink keys at Δ, or a
-    logit Δ, in split 0), cast with kernels.quantize: the pooled fraction of non-sink zeros within 4 standard
+    logit Δ, in split 0), cast with pcast.quantize: the pooled fraction of non-sink zeros within 4 standard
     errors of the rows' spread, plus 0.01 for the model's mean-sum approximation."""
     g = torch.Generator().manual_seed(num_splits + int(S))
     rows, n, k = 100, 8192, 4 if sink == "keys" else 0
@@ -106,7 +106,7 @@ def test_partition_underflow_fraction_matches_monte_carlo(num_splits, S, sink, d
         part = s[:, j * c:(j + 1) * c]
         total = part.exp().sum(1, keepdim=True) + (math.exp(delta) if sink == "logit" and j == 0 else 0.0)
         x = (S * part.exp() / total).float()
-        zero = kernels.quantize(x, "e4m3fn") == 0
+        zero = pcast.quantize(x, "e4m3fn") == 0
         fracs.append(zero[:, k:].double().sum(1) if j == 0 else zero.double().sum(1))
     per_row = torch.stack(fracs).sum(0) / (n - k)
     want = partition_underflow_fraction(delta, S, num_splits=num_splits, k=max(k, 1), sink=sink)
@@ -115,7 +115,7 @@ def test_partition_underflow_fraction_matches_monte_carlo(num_splits, S, sink, d
 
 
 def test_init_underflow_fraction_is_split_zeros_share_of_the_logit_law():
-    from kernels.theory.collapse import critical_delta
+    from pcast.theory.collapse import critical_delta
 
     c = critical_delta(1.0, k=1)  # one deterministic sink: δ₁ = 0, so c itself
     assert init_underflow_fraction(c, 1.0, num_splits=1) == pytest.approx(0.5, abs=1e-9)

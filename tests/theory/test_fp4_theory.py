@@ -1,5 +1,5 @@
-"""Tests of :mod:`kernels.theory.fp4`: a Monte Carlo of the model (numpy, no project quantizer), the
-emulator backend of :func:`kernels.attention` on :func:`kernels.models.sinks.make_inputs`, the measured group-flush
+"""Tests of :mod:`pcast.theory.fp4`: a Monte Carlo of the model (numpy, no project quantizer), the
+emulator backend of :func:`pcast.attention` on :func:`pcast.models.sinks.make_inputs`, the measured group-flush
 Δc, the first-level scale criteria by an independent scan, and argument checks.
 
 Seeds are fixed. Statistical tolerances come from the sample: the Monte Carlo draws independent rows
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
-from kernels.theory import fp4 as ft
-from kernels.formats.microscaling import MX_FORMATS, PER_ROW_TARGET, group_scale
-from kernels.models.sinks import make_inputs
+import pcast
+from pcast.theory import fp4 as ft
+from pcast.formats.microscaling import MX_FORMATS, PER_ROW_TARGET, group_scale
+from pcast.models.sinks import make_inputs
 
 QUAD = 1e-4
 
@@ -139,7 +139,7 @@ def emulate(delta, S1, order="forward", fmt="nvfp4", seeds=(0, 1, 2), heads=4, n
     flush, elem = [], []
     for seed in seeds:
         q, k, v = make_inputs(seed, heads=heads, n=n, d=64, ksink=4, delta=delta)
-        r = kernels.attention(q, k, v, fmt=fmt, scale=S1, order=order, backend="emulator", ksink=4,
+        r = pcast.attention(q, k, v, fmt=fmt, scale=S1, order=order, backend="emulator", ksink=4,
                               scale_mode=scale_mode)
         flush.append((r.groups_flushed.double() / (n / group)).mean(-1).flatten())
         elem.append(((r.underflow - r.underflow_scale).double() / r.terms.double()).mean(-1).flatten())
@@ -248,7 +248,7 @@ def test_optimal_first_level_scale_by_scan():
 def test_mxfp4_first_level_scale_is_irrelevant():
     # E8M0 follows amax by powers of two: S1 = 2048 gives bit for bit the S1 = 1 result
     q, k, v = make_inputs(3, n=256, d=64, ksink=4, delta=8.0)
-    a, b = (kernels.attention(q, k, v, fmt="mxfp4", scale=s, backend="emulator", ksink=4) for s in (1.0, 2048.0))
+    a, b = (pcast.attention(q, k, v, fmt="mxfp4", scale=s, backend="emulator", ksink=4) for s in (1.0, 2048.0))
     assert torch.equal(a.out, b.out) and torch.equal(a.underflow, b.underflow)
     assert ft.optimal_first_level_scale("mxfp4") == 1.0
 

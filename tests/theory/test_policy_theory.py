@@ -1,6 +1,6 @@
-"""Tests of :mod:`kernels.theory.policy`: closed-form special cases, Monte Carlo of each model
+"""Tests of :mod:`pcast.theory.policy`: closed-form special cases, Monte Carlo of each model
 (written here, independently of the integrals), and the init-mode and lazy-rescaling laws
-against the emulator of :func:`kernels.attention`.
+against the emulator of :func:`pcast.attention`.
 
 Tolerances. Monte Carlo of a model draws R independent rows; a row's fraction is an average
 over its keys, so the rows are iid and the SE of their mean is ``sd(row fractions)/sqrt(R)``;
@@ -19,14 +19,14 @@ import torch
 from scipy import integrate, stats
 from scipy.stats import multivariate_normal, norm
 
-import kernels
-from kernels.theory import lazy as lazy_theory
-from kernels.contract import log2_scale
-from kernels.formats import FORMATS, get_format
-from kernels.theory.policy import (best_lazy_scale, exp2_offset_scale, max_safe_tau, saturation_fraction,
+import pcast
+from pcast.theory import lazy as lazy_theory
+from pcast.contract import log2_scale
+from pcast.formats import FORMATS, get_format
+from pcast.theory.policy import (best_lazy_scale, exp2_offset_scale, max_safe_tau, saturation_fraction,
                                    underflow_fraction_init, v_cast_floor, v_rounding_mse)
-from kernels.models.sinks import learned_sink, make_base, make_inputs
-from kernels.theory import log_threshold, optimal_scale, underflow_fraction
+from pcast.models.sinks import learned_sink, make_base, make_inputs
+from pcast.theory import log_threshold, optimal_scale, underflow_fraction
 
 LN2 = math.log(2.0)
 Z = 5.0
@@ -91,7 +91,7 @@ def test_init_exact_two_keys_bivariate(x):
 
 
 def test_init_exact_without_sink_is_the_sink_free_law():
-    # Δ far below every score: the seed never wins and the walk is kernels.theory's with no sink.
+    # Δ far below every score: the seed never wins and the walk is pcast.theory's with no sink.
     for order, n, block_n, S in [("forward", 1024, 64, 1.0), ("reverse", 1000, 32, 4.0)]:
         got = underflow_fraction_init(-60.0, S, n=n, block_n=block_n, order=order, method="exact")
         free = underflow_fraction(0.0, S, k=0, n=n, block_n=block_n, order=order, method="exact")
@@ -246,13 +246,13 @@ def test_exp2_offset_scale():
 
 
 def cast_v(v, fmt, v_scale="tensor"):
-    """The operand cast written here: s = float32 amax / max per (batch, head); kernels.quantize."""
+    """The operand cast written here: s = float32 amax / max per (batch, head); pcast.quantize."""
     top = get_format(fmt).max_finite
     if v_scale == "tensor":
         s = (v.abs().amax(dim=(-2, -1), keepdim=True) / torch.tensor(top, dtype=torch.float32))
     else:
         s = torch.tensor(v_scale, dtype=torch.float32)
-    return kernels.quantize(v / s, fmt) * s
+    return pcast.quantize(v / s, fmt) * s
 
 
 @pytest.mark.parametrize("fmt,n,d,v_scale", [("e4m3fn", 512, 64, "tensor"), ("e5m2", 256, 32, "tensor"),
@@ -332,7 +332,7 @@ def test_value_errors(call, argname):
 
 
 # ---------------------------------------------------------------------------------------------
-# the emulator of kernels.attention: each law against the kernel contract's semantics
+# the emulator of pcast.attention: each law against the kernel contract's semantics
 
 
 def t_crit(U):
@@ -344,7 +344,7 @@ def emulator_units(inputs, seeds, heads, what, **kw):
     units = []
     for seed in seeds:
         q, k, v = inputs(seed)
-        r = kernels.attention(q, k, v, backend="emulator", **kw)
+        r = pcast.attention(q, k, v, backend="emulator", **kw)
         assert r.backend == "emulator"
         num = getattr(r, what)[0].sum(-1).double()
         den = (r.terms[0] + r.terms_sink[0]).sum(-1).double()
@@ -390,12 +390,12 @@ def test_emulator_lazy_saturation_matches_law(tau, order, delta, kind, one_threa
 def test_emulator_v_cast_floor_matches_law(one_thread):
     # fmt=None: P unrounded, so the whole error is the V cast; units (seed, head), rel_mse per unit
     # as the pipeline computes it (mse / mean(reference^2)).
-    from kernels.reference import reference_attention
+    from pcast.reference import reference_attention
 
     units = []
     for seed in (0, 1):
         q, k, v = make_base(seed, heads=8, n=1024)
-        r = kernels.attention(q, k, v, backend="emulator", fmt=None, v_fmt="e4m3fn")
+        r = pcast.attention(q, k, v, backend="emulator", fmt=None, v_fmt="e4m3fn")
         ref = reference_attention(q, k, v)
         units += ((r.out.double() - ref).square().mean(dim=(2, 3)) / ref.square().mean(dim=(2, 3)))[0].tolist()
     units = np.array(units)
@@ -415,7 +415,7 @@ def test_exp2_offset_overshoot_rule_is_the_emulators_arithmetic():
     m = np.concatenate([g.uniform(-40, 40, 500_000), g.uniform(16.5, 26, 500_000)]).astype(np.float32)
     for S in (448.0, 300.0, 100.0, 256.0, 1.0):
         t = torch.from_numpy(m)
-        a = t * kernels.contract.LOG2E
+        a = t * pcast.contract.LOG2E
         x = torch.exp2(a - (a - log2_scale(S)))
         assert np.array_equal(lazy_theory.offset_overshoot(m, S), (x > 448.0).numpy()), S
 
@@ -439,9 +439,9 @@ def test_exp2_offset_overshoot_rate_for_448():
     maxima overshoot at other rates; offset_overshoot computes them all.)"""
     c = log2_scale(448.0)
     assert (c * 2 ** 20) % 2 == 1  # an odd multiple of 2^-20
-    edge = (16 + c) / kernels.contract.LOG2E
+    edge = (16 + c) / pcast.contract.LOG2E
     below = np.linspace(3.0, edge - 0.06, 500)
-    above = np.linspace(edge + 0.06, 32 / kernels.contract.LOG2E - 0.06, 500)
+    above = np.linspace(edge + 0.06, 32 / pcast.contract.LOG2E - 0.06, 500)
     assert not lazy_theory.overshoot_rate(below, 448.0).any()
     assert np.abs(lazy_theory.overshoot_rate(above, 448.0) - 0.5).max() < 0.02  # 4096 floats a point
 

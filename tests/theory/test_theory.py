@@ -1,6 +1,6 @@
-"""Tests of :mod:`kernels.theory`: the published numbers, closed-form special cases, a Monte-Carlo
+"""Tests of :mod:`pcast.theory`: the published numbers, closed-form special cases, a Monte-Carlo
 check of the exact integration, properties of dp / coverage / bit_exact, and a statistical
-comparison with the emulator backend of :func:`kernels.attention`.
+comparison with the emulator backend of :func:`pcast.attention`.
 
 Tolerances of statistical checks are derived from the sample size (see each comment); seeds are
 fixed so every run is the same.
@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from scipy import integrate, stats
 from scipy.stats import norm
 
-from kernels.formats import FORMATS, get_format
-from kernels.models.sinks import make_inputs
-from kernels.theory import (bit_exact, coverage, critical_delta, delta_k, dp, log_threshold, optimal_scale,
+from pcast.formats import FORMATS, get_format
+from pcast.models.sinks import make_inputs
+from pcast.theory import (bit_exact, coverage, critical_delta, delta_k, dp, log_threshold, optimal_scale,
                             underflow_fraction)
 
 LN2 = math.log(2.0)
@@ -401,9 +401,9 @@ def run_emulator(delta, *, order, S, seeds, heads, n=1024):
 
 
 def kernels_attention(*args, **kwargs):
-    import kernels
+    import pcast
 
-    return kernels.attention(*args, **kwargs)
+    return pcast.attention(*args, **kwargs)
 
 
 # t quantile for a two-sided false-alarm rate of 1e-4 with U - 1 degrees of freedom
@@ -458,11 +458,11 @@ def test_emulator_reverse_S256_residual_matches_exact(delta, one_thread):
 
 
 def test_S_is_a_deprecated_alias_of_scale():
-    """One name for S everywhere (kernels.attention, Policy, pcast-audit: scale); theory's old S= still works."""
+    """One name for S everywhere (pcast.attention, Policy, pcast-audit: scale); theory's old S= still works."""
     import warnings
 
-    from kernels.theory.lazy import saturation_fraction
-    from kernels.theory.policy import max_safe_tau
+    from pcast.theory.lazy import saturation_fraction
+    from pcast.theory.policy import max_safe_tau
 
     for fn, args, kw in ((critical_delta, (), dict(k=4)), (underflow_fraction, (6.0,), {}), (max_safe_tau, (), {}),
                          (saturation_fraction, (8.0,), {})):

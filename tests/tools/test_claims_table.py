@@ -5,7 +5,7 @@ import json
 import pytest
 
 from claims_table import STEPS, fmt_seconds, main, summarize
-from kernels.pipeline.tables import benchmark_groups
+from pcast.pipeline.tables import benchmark_groups
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 

@@ -51,9 +51,9 @@ def test_nothing_to_compare_fails(tmp_path):
 
 
 # ----------------------------------------------------------------------------- --rel: tidy tables cell by cell
-# Small tidy tables with the real column lists of kernels.contract; no pipeline runs.
+# Small tidy tables with the real column lists of pcast.contract; no pipeline runs.
 
-from kernels.contract import CONFORMANCE_COLUMNS, POLICY_TIDY_COLUMNS, TIDY_COLUMNS  # noqa: E402
+from pcast.contract import CONFORMANCE_COLUMNS, POLICY_TIDY_COLUMNS, TIDY_COLUMNS  # noqa: E402
 
 TABLES = {
     "results/tidy/scales.csv": TIDY_COLUMNS,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import paper_slice
-from kernels.pipeline import config as pconfig
+from pcast.pipeline import config as pconfig
 
 
 def test_smoke_slice_reports_estimate_measurement_and_ratio(tmp_path, capsys):

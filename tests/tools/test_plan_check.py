@@ -8,8 +8,8 @@ import yaml
 
 import plan_check  # tools/, on sys.path through tests/conftest.py
 
-from kernels.pipeline import calibration, plan
-from kernels.pipeline.config import resolve_preset
+from pcast.pipeline import calibration, plan
+from pcast.pipeline.config import resolve_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
-"""The compiled kernels' instructions, read on a CPU (no GPU needed): kernels.aot, kernels.triton.aot_checks.
+"""The compiled kernels' instructions, read on a CPU (no GPU needed): pcast.aot, pcast.triton.aot_checks.
 
 Each specialization compiles once per session (the ``facts`` fixture) and once per machine (Triton's
-cache and kernels.triton.aot's). Each check is also shown to fail when its property is broken on purpose:
+cache and pcast.triton.aot's). Each check is also shown to fail when its property is broken on purpose:
 fusion left on, input_precision="tf32", an approximate division, a float16 or software FP8 cast, spills.
 """
 
@@ -12,11 +12,11 @@ import torch
 import triton
 import triton.language as tl
 
-import kernels
-from kernels.aot import compile_attention
-from kernels.triton import aot_checks as C
-from kernels.triton.aot import TARGETS, compile_launch, kernel_facts
-from kernels.triton.kernel import LAUNCH_OPTIONS, _builtin_cast_kernel, attention_num_warps
+import pcast
+from pcast.aot import compile_attention
+from pcast.triton import aot_checks as C
+from pcast.triton.aot import TARGETS, compile_launch, kernel_facts
+from pcast.triton.kernel import LAUNCH_OPTIONS, _builtin_cast_kernel, attention_num_warps
 
 SMALL = dict(n=64, d=16, block_m=16, block_n=16, ksink=4)  # fast to compile; every check but spills applies
 _FACTS = {}
@@ -79,7 +79,7 @@ def _broken_kernel_module(tmp_path: Path, old: str, new: str, name: str):
     """A copy of kernels/triton/kernel.py with ``old`` replaced by ``new`` (which must occur), imported."""
     import importlib.util
 
-    import kernels.triton.kernel as kmod
+    import pcast.triton.kernel as kmod
 
     src = Path(kmod.__file__).read_text()
     assert old in src
@@ -94,7 +94,7 @@ def _broken_kernel_module(tmp_path: Path, old: str, new: str, name: str):
 def _compile_module_kernel(mod, target="sm_90"):
     q = torch.zeros(1, 2, 64, 16)
     grid, args, kwargs, _, _ = mod.attention_launch(
-        q, q, q.clone(), reverse=False, scale=256.0, fmt=__import__("kernels").get_format("e4m3fn"), causal=False,
+        q, q, q.clone(), reverse=False, scale=256.0, fmt=__import__("pcast").get_format("e4m3fn"), causal=False,
         ksink=4, block_m=16, block_n=16, sm_scale=0.25, rowsum_rounded=False)
     return kernel_facts(compile_launch(target, mod._attn_fwd, args, kwargs))
 
@@ -153,7 +153,7 @@ def test_an_interpreted_launch_leaves_triton_language_as_it_was():
     owners = (tl, tl.core, tl.math, tl.standard, tl.core.tensor)
     before = [dict(vars(o)) for o in owners]
     x = torch.randn(1, 1, 32, 16)
-    kernels.attention(x, x, x, backend="triton", block_m=16, block_n=16)
+    pcast.attention(x, x, x, backend="triton", block_m=16, block_n=16)
     after = [dict(vars(o)) for o in owners]
     # every attribute that was there is as it was; the tensor class gained nothing either
     changed = [(o.__name__, k) for o, b, a in zip(owners, before, after) for k in b if b[k] is not a.get(k)]
@@ -208,9 +208,9 @@ def _deploy_facts(target, scale, module=None):
         return facts_of(target, backend="triton-fp8", scale=scale, **DEPLOY_SMALL)
     q = torch.zeros(1, 2, 128, 16)
     grid, args, kwargs, _ = module.deploy_launch(
-        q, q, q.clone(), reverse=False, scale=scale, fmt=__import__("kernels").get_format("e4m3fn"), causal=False,
+        q, q, q.clone(), reverse=False, scale=scale, fmt=__import__("pcast").get_format("e4m3fn"), causal=False,
         block_m=64, block_n=32, sm_scale=0.25, rowsum_rounded=False, scale_mode="exp2_offset",
-        v_fmt=__import__("kernels").get_format("e4m3fn"), capability=TARGETS[target])
+        v_fmt=__import__("pcast").get_format("e4m3fn"), capability=TARGETS[target])
     return kernel_facts(compile_launch(target, module._attn_fwd_fp8, args, kwargs))
 
 
@@ -255,7 +255,7 @@ def _deploy_module(tmp_path, old, new, name, extra=""):
     """A copy of kernels/triton/deploy.py with ``old`` replaced by ``new`` (and ``extra`` appended), imported."""
     import importlib.util
 
-    import kernels.triton.deploy as dmod
+    import pcast.triton.deploy as dmod
 
     src = Path(dmod.__file__).read_text()
     assert old in src
@@ -271,7 +271,7 @@ def _deploy_module(tmp_path, old, new, name, extra=""):
 def test_cast_check_fails_for_a_deploy_kernel_without_the_hardware_cast(tmp_path, cast):
     new = "p8 = _software_e4m3(x)" if cast == "software" else "p8 = x.to(tl.float16).to(tl.float8e4nv)"
     mod = _deploy_module(tmp_path, "p8 = x.to(tl.float8e4nv)", new, cast.replace("-", "_"),
-                         _SOFTWARE_E4M3 + "\nfrom kernels.triton.rounding import fp8_round\n")
+                         _SOFTWARE_E4M3 + "\nfrom pcast.triton.rounding import fp8_round\n")
     f = _deploy_facts("sm_90", 256.0, module=mod)
     assert C.check_fp8_mma(f)[0]  # still an FP8 MMA: only the cast changed
     ok, detail = C.check_cast(f, hardware=True)
@@ -279,7 +279,7 @@ def test_cast_check_fails_for_a_deploy_kernel_without_the_hardware_cast(tmp_path
 
 
 def test_deploy_kernel_without_a_gpu_names_compile_only():
-    from kernels.triton.deploy import triton_fp8_attention
+    from pcast.triton.deploy import triton_fp8_attention
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
@@ -287,7 +287,7 @@ def test_deploy_kernel_without_a_gpu_names_compile_only():
     with pytest.raises(RuntimeError, match="--compile-only"):
         triton_fp8_attention(q, q, q)
     with pytest.raises(RuntimeError, match="--compile-only"):
-        __import__("kernels.aot").aot.deploy_attention(q, q, q, scale=256.0)
+        __import__("pcast.aot").aot.deploy_attention(q, q, q, scale=256.0)
 
 
 def test_deploy_kernel_rejects_options_it_does_not_implement():
@@ -302,8 +302,8 @@ def test_deploy_kernel_rejects_options_it_does_not_implement():
 
 def test_compile_only_set_covers_every_constexpr_value():
     """The representative set sets each boolean / mode constexpr of _attn_fwd to each of its values (no compile)."""
-    from kernels.aot import attention_launch_for
-    from kernels.cli.compile_check import _options, tasks
+    from pcast.aot import attention_launch_for
+    from pcast.cli.compile_check import _options, tasks
 
     seen = {}
     for _, _, kind, kw in tasks(["sm_90"]):
@@ -318,7 +318,7 @@ def test_compile_only_set_covers_every_constexpr_value():
 
 
 def test_compile_only_rejects_an_unknown_target(capsys):
-    from kernels.cli.gpu_check import main
+    from pcast.cli.gpu_check import main
 
     assert main(["--compile-only", "--targets", "sm_80"]) == 2
     assert "sm_80" in capsys.readouterr().err

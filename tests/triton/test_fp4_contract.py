@@ -2,7 +2,7 @@
 
 The interpreted Triton kernel, the emulator and the plain loop of tests/support/loop_contract.py agree on nvfp4
 and mxfp4 (static S and per_row), both orders, causal or not, odd shapes, with and without sink keys:
-identical diagnostics, or each difference explained by :func:`kernels.conformance.explain`, whose float64
+identical diagnostics, or each difference explained by :func:`pcast.conformance.explain`, whose float64
 model marks the elements at an E2M1 rounding boundary or in a group whose scale sits at an E4M3 /
 power-of-two boundary (the flush threshold included). Then: ``explain`` rejects real differences and
 marks exactly the boundary cases, and the bad arguments are refused naming them. Shapes are small: the
@@ -14,10 +14,10 @@ import math
 import pytest
 import torch
 
-import kernels
-from kernels.conformance import compare, explain, fragile_elements
-from kernels.contract import DIAGNOSTICS
-from kernels.models.sinks import make_inputs
+import pcast
+from pcast.conformance import compare, explain, fragile_elements
+from pcast.contract import DIAGNOSTICS
+from pcast.models.sinks import make_inputs
 
 import three_way
 from three_way import copy_result
@@ -60,7 +60,7 @@ def test_the_cases_cover_flushes_saturation_and_sinks():
     seen = {n: 0 for n in DIAGNOSTICS}
     for n, d, block_n, delta, ksink, kw in CASES:
         q, k, v = make_inputs(n + d + block_n, heads=2, n=n, d=d, ksink=ksink, delta=delta)
-        r = kernels.attention(q, k, v, backend="emulator", block_n=block_n, ksink=ksink, **kw)
+        r = pcast.attention(q, k, v, backend="emulator", block_n=block_n, ksink=ksink, **kw)
         for name in DIAGNOSTICS:
             seen[name] += int(getattr(r, name).sum())
     assert all(seen[n] > 0 for n in DIAGNOSTICS), seen
@@ -68,7 +68,7 @@ def test_the_cases_cover_flushes_saturation_and_sinks():
 
 def test_fp8_leaves_the_new_planes_zero_and_compare_takes_fp4():
     q, k, v = make_inputs(5, heads=1, n=40, d=16, ksink=4, delta=10.0)
-    r = kernels.attention(q, k, v, backend="triton", fmt="e4m3fn", block_n=16, block_m=16, ksink=4)
+    r = pcast.attention(q, k, v, backend="triton", fmt="e4m3fn", block_n=16, block_m=16, ksink=4)
     assert int(r.underflow_scale.abs().sum()) == 0 == int(r.groups_flushed.abs().sum())
     assert int(r.underflow.sum()) > 0
     rep = compare(q, k, v, fmt="nvfp4", scale=1.0, block_n=32, block_m=16, ksink=4)
@@ -82,7 +82,7 @@ def flush_case():
     """An nvfp4 call with flushed groups, its emulator result and its fragile elements."""
     q, k, v = make_inputs(7, heads=1, n=72, d=16, ksink=4, delta=12.0)
     kw = dict(fmt="nvfp4", scale=1.0, block_n=32, ksink=4)
-    emu = kernels.attention(q, k, v, backend="emulator", **kw)
+    emu = pcast.attention(q, k, v, backend="emulator", **kw)
     fr = fragile_elements(q, k, fmt="nvfp4", scale=1.0, block_n=32)
     assert int(emu.groups_flushed.sum()) > 0
     return q, k, v, kw, emu, fr
@@ -162,4 +162,4 @@ def test_model_marks_an_mxfp4_amax_at_a_power_of_two():
 def test_bad_fp4_arguments_are_refused_naming_them(kw, match, backend):
     q = torch.randn(1, 1, 8, 16)
     with pytest.raises(ValueError, match=match.replace("(", r"\(")):
-        kernels.attention(q, q, q, backend=backend, **kw)
+        pcast.attention(q, q, q, backend=backend, **kw)

@@ -2,7 +2,7 @@
 
 The interpreted kernel is checked against the two independent implementations of the contract,
 the emulator and the plain loop of tests/support/loop_contract.py, on every option and on combinations,
-with odd shapes; every difference must be explained by :func:`kernels.conformance.explain`
+with odd shapes; every difference must be explained by :func:`pcast.conformance.explain`
 (whose float64 model follows the same options). Then, for each option, that ``explain`` rejects
 a real difference: it is no rubber stamp. Shapes are small: the interpreter is slow.
 """
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
-from kernels.conformance import (EX2_APPROX_REL_ERR, EXP_REL_ERR_CPU, compare, explain, exp_rel_err_for,
+import pcast
+from pcast.conformance import (EX2_APPROX_REL_ERR, EXP_REL_ERR_CPU, compare, explain, exp_rel_err_for,
                                  fragile_elements)
-from kernels.conformance.model import cast_operand
-from kernels.contract import LOG2E
+from pcast.conformance.model import cast_operand
+from pcast.contract import LOG2E
 
 from loop_contract import cast_operand as loop_cast_operand
 from loop_contract import loop_attention
@@ -84,15 +84,15 @@ def test_compare_passes_the_options_and_explains():
 
 def test_operand_cast_in_kernel_is_the_contracts_cast():
     """Without a P cast (fmt=None), the kernel with FP8 Q, K, V equals the float64 reference on the
-    cast operands q', k', v' (built here with kernels.quantize): the in-kernel cast is the contract's."""
+    cast operands q', k', v' (built here with pcast.quantize): the in-kernel cast is the contract's."""
     q, k, v = sink_inputs(22, 70, 90, 32, h=2)
     kw = dict(qk_fmt="e4m3fn", v_fmt="e5m2", v_scale=0.125)
-    out = kernels.attention(q, k, v, fmt=None, backend="triton", **kw).out.double()
+    out = pcast.attention(q, k, v, fmt=None, backend="triton", **kw).out.double()
     qc, kc = cast_operand(q, "e4m3fn"), cast_operand(k, "e4m3fn")
     vc = cast_operand(v, "e5m2", 0.125)
-    ref = kernels.attention(qc, kc, vc, backend="reference").out
+    ref = pcast.attention(qc, kc, vc, backend="reference").out
     assert float((out - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
-    plain = kernels.attention(q, k, v, backend="reference").out
+    plain = pcast.attention(q, k, v, backend="reference").out
     assert float((plain - ref).abs().max()) > 1e-3 * float(ref.abs().max())  # the cast did change the operands
     # the model's cast and the loop oracle's are the same numbers
     assert torch.equal(cast_operand(v, "e5m2", 0.125), loop_cast_operand(v, "e5m2", 0.125))
@@ -122,8 +122,8 @@ def test_a_lazy_decision_at_tau_makes_the_row_walk_fragile_and_is_said():
     _, _, _, reps = check_three(q, k, v, **kw)
     assert all(r["walk_fragile_rows"] == 4 and "lazy-rescale decision" in r["why"] for r in reps.values())
     # Either walk is correct there: the eager walk (the max moves) is explained against the lazy model...
-    eager = kernels.attention(q, k, v, backend="emulator", **{**kw, "rescale_threshold": 0.0})
-    lazy = kernels.attention(q, k, v, backend="emulator", **kw)
+    eager = pcast.attention(q, k, v, backend="emulator", **{**kw, "rescale_threshold": 0.0})
+    lazy = pcast.attention(q, k, v, backend="emulator", **kw)
     assert explain(eager, lazy, q, k, v, **kw)["explained"]
     # ...but a terms difference never is.
     eager.terms = eager.terms.clone()
@@ -137,11 +137,11 @@ def test_a_clear_lazy_decision_is_not_fragile_and_the_other_walk_is_rejected(c):
     q, k, v, kw = walk_inputs(c / LOG2E)
     kw["rescale_threshold"] = 1.0
     assert not bool(model(q, k, **kw)["walk_fragile"].any())
-    lazy = kernels.attention(q, k, v, backend="emulator", **kw)
+    lazy = pcast.attention(q, k, v, backend="emulator", **kw)
     loop = as_result(*loop_attention(q, k, v, **kw))
     assert explain(loop, lazy, q, k, v, **kw)["explained"]
     if c < 1.0:  # stale max: lazy and eager walks differ, and explain must say no
-        eager = kernels.attention(q, k, v, backend="emulator", **{**kw, "rescale_threshold": 0.0})
+        eager = pcast.attention(q, k, v, backend="emulator", **{**kw, "rescale_threshold": 0.0})
         assert not explain(eager, lazy, q, k, v, **kw)["explained"]
 
 
@@ -151,7 +151,7 @@ def _pair(kw_a, kw_b, *, seed=31, nq=64, nk=96, d=16):
     q, k, v = sink_inputs(seed, nq, nk, d, h=2)
     align = {"causal_align": "top_left"} if nq < nk else {}  # Nq < Nk: the top-left mask, named
     kw_a, kw_b = {**kw_a, **align}, {**kw_b, **align}
-    a = kernels.attention(q, k, v, backend="emulator", ksink=4, **kw_a)
+    a = pcast.attention(q, k, v, backend="emulator", ksink=4, **kw_a)
     b = as_result(*loop_attention(q, k, v, ksink=4, **kw_b))
     return q, k, v, a, b
 
@@ -219,7 +219,7 @@ def test_a_flush_to_zero_of_tiny_x_is_explained_only_under_exp2_offset():
     k[0, 0, 16:, 0] = -90.0 - torch.arange(16, dtype=torch.float32) * 0.6  # block 1: s = -90 .. -99
     for mode, flushable in (("exp2_offset", True), ("multiply", False)):
         call = {**kw, "scale_mode": mode}
-        a = kernels.attention(q, k, v, backend="emulator", **call)
+        a = pcast.attention(q, k, v, backend="emulator", **call)
         fr = model(q, k, **call)
         n_tiny = int((fr["x"][0, 0, 0] < 2.0**-126).sum())
         assert n_tiny == 16 and int(a.terms[0, 0, 0]) == 32

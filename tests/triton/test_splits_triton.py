@@ -1,5 +1,5 @@
 """The Triton kernel's split-KV decode (kernels/triton/splits.py) against the emulator, interpreted on CPU:
-identical diagnostics up to explained rounding, outputs and lse within kernels.conformance's bounds.
+identical diagnostics up to explained rounding, outputs and lse within pcast.conformance's bounds.
 
 A small covering set (the interpreter is slow): both layouts and orders, both normalisations, more splits
 than blocks, both sink modes, exp2_offset, lazy rescaling, bf16 P, bottom-right decode and a causal Nq = Nk
@@ -9,8 +9,8 @@ call, grouped-query heads and d = 80.
 import pytest
 import torch
 
-import kernels
-from kernels.conformance import explain
+import pcast
+from pcast.conformance import explain
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -41,9 +41,9 @@ CASES = {
 def test_split_kernel_agrees_with_the_emulator(case):
     kw = dict(CASES[case], block_n=16, ksink=4)
     q, k, v = _inputs(1, 200)
-    a = kernels.attention(q, k, v, backend="triton", block_m=16, **kw)
+    a = pcast.attention(q, k, v, backend="triton", block_m=16, **kw)
     assert a.backend == "triton-interpreted" and a.lse is not None
-    b = kernels.attention(q, k, v, backend="emulator", **kw)
+    b = pcast.attention(q, k, v, backend="emulator", **kw)
     rep = explain(a, b, q, k, v, **kw)
     assert rep["explained"], rep["why"]
     assert int(a.terms.sum() + a.terms_sink.sum()) > 0
@@ -53,28 +53,28 @@ def test_split_kernel_causal_square():
     """Nq = Nk causal (top-left), interleaved splits over several row blocks."""
     q, k, v = _inputs(40, 40, seed=1)
     kw = dict(num_splits=3, split_layout="interleaved", causal=True, block_n=16, ksink=4, scale=256.0)
-    a = kernels.attention(q, k, v, backend="triton", block_m=16, **kw)
-    b = kernels.attention(q, k, v, backend="emulator", **kw)
+    a = pcast.attention(q, k, v, backend="triton", block_m=16, **kw)
+    b = pcast.attention(q, k, v, backend="emulator", **kw)
     rep = explain(a, b, q, k, v, **kw)
     assert rep["explained"], rep["why"]
 
 
 def test_triton_rounds_half_formats_like_kernels_quantize():
-    from kernels.formats import HALF_FORMATS
-    from kernels.triton.kernel import triton_quantize
+    from pcast.formats import HALF_FORMATS
+    from pcast.triton.kernel import triton_quantize
 
     g = torch.Generator().manual_seed(2)
     x = torch.randn(4096, generator=g) * torch.exp2(torch.randint(-150, 128, (4096,), generator=g).float())
     x = x[torch.isfinite(x)]
     for name, f in HALF_FORMATS.items():
-        assert torch.equal(triton_quantize(x, f), kernels.quantize(x, name)), name
+        assert torch.equal(triton_quantize(x, f), pcast.quantize(x, name)), name
 
 
 @pytest.mark.parametrize("fmt,scale_mode", [("nvfp4", "multiply"), ("mxfp4", "multiply"), ("nvfp4", "per_row")])
 def test_split_path_refuses_fp4_p_before_any_work(fmt, scale_mode, monkeypatch):
     """The split launcher names the argument and what is allowed, and launches nothing."""
-    from kernels.formats.microscaling import get_mx_format
-    from kernels.triton import splits
+    from pcast.formats.microscaling import get_mx_format
+    from pcast.triton import splits
 
     def no_launch(*a, **kw):
         raise AssertionError("a kernel was launched")

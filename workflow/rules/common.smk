@@ -1,21 +1,21 @@
 # Config handling and helper functions shared by every rule file (no rules in this file).
 #
 # Order of events, all before any job is scheduled:
-#   0. the `kernels` the rules' scripts import must have this checkout's code (kernels.pipeline.provenance),
+#   0. the `pcast` the rules' scripts import must have this checkout's code (pcast.pipeline.provenance),
 #      else stop with the command that fixes it;
 #   1. validate config.yaml (plus --config / --configfile overrides) against the JSON schema;
 #   2. merge presets[preset] over it (--config preset=smoke|default|paper), then the command-line
 #      overrides again (so --config/--configfile values beat the preset's), and validate again,
 #      the statistics and claims sections against their schema too;
-#   3. the checks the schemas cannot express (kernels.pipeline.config.check_config; the policies
+#   3. the checks the schemas cannot express (pcast.pipeline.config.check_config; the policies
 #      experiment's policy names, variants and the user's `policies:` section included; every
 #      combination, scale and variant that `statistics:` and `claims:` name is one an experiment
-#      runs, bands ordered: kernels.pipeline.claims_config);
+#      runs, bands ordered: pcast.pipeline.claims_config);
 #   4. in the scheduling process: the largest job of each experiment must fit in this machine's
-#      memory, then the run plan is printed (kernels.pipeline.plan; dry runs too). A run bound for
-#      SLURM (kernels.pipeline.slurm.bound_for_slurm) checks each job's mem_mb against the largest
+#      memory, then the run plan is printed (pcast.pipeline.plan; dry runs too). A run bound for
+#      SLURM (pcast.pipeline.slurm.bound_for_slurm) checks each job's mem_mb against the largest
 #      node of its partition (sinfo) instead, and prints what each job asks for.
-# Each rule's mem_mb and runtime come from the plan (kernels.pipeline.resources): SHARD_RES, INPUTS_RES,
+# Each rule's mem_mb and runtime come from the plan (pcast.pipeline.resources): SHARD_RES, INPUTS_RES,
 # fixed_resources(); under SLURM a job pending for a reason that will not clear is cancelled and
 # reported (watch_pending, started in onstart).
 # Any failure raises WorkflowError naming the config key and what is allowed; nothing is written.
@@ -23,14 +23,14 @@
 # Shared with every rules file -- EXPERIMENT_CFG (the config sections), SWEEPS, CONFORMANCE,
 # POLICY_EXPERIMENT, FP4_EXPERIMENT, DECODE_EXPERIMENT, SHARD_EXPERIMENTS (the sweeps, policies, fp4 and decode,
 # whose shards sweep_shard runs),
-# ALL_EXPERIMENTS (names from kernels.contract), STATS_CFG, CRITERIA; library_code() (every rule's `code`
+# ALL_EXPERIMENTS (names from pcast.contract), STATS_CFG, CRITERIA; library_code() (every rule's `code`
 # param: the hash of the library modules its script runs); input functions shard_files(),
 # shard_spec, inputs_spec, expected_rows, gpu_resource, category, tidy_labels, realmodel_spec; the
 # realmodel experiment's REALMODEL_CFG, REALMODEL_INPUTS, REALMODEL_DIR, REALMODEL_LAYERS; paths TIDY,
 # POLICY_TIDY (results/tidy/policies.csv), FP4_TIDY (results/tidy/fp4.csv), DECODE_TIDY (results/tidy/decode.csv), TIDY_TABLES, TIMING_TABLES, STATS_DIR, ANALYSIS_LOGS,
 # ANALYSIS_BENCH; outputs figure_outputs(),
 # table_outputs(), verdict_outputs(), ANALYSIS_TARGETS (every figure, table and the verdict, from
-# the claims registry kernels.analysis.registry).
+# the claims registry pcast.analysis.registry).
 
 import importlib.util
 import logging
@@ -46,7 +46,7 @@ from snakemake.logging import logger as snakemake_logger
 from snakemake.utils import min_version
 
 # This checkout, and its own kernels/pipeline/provenance.py, loaded from its file: the check below
-# must work when the imported `kernels` is another checkout's (or missing).
+# must work when the imported `pcast` is another checkout's (or missing).
 CHECKOUT = Path(workflow.basedir).resolve()
 _spec = importlib.util.spec_from_file_location(
     "pcast_provenance", CHECKOUT / "kernels" / "pipeline" / "provenance.py"
@@ -56,7 +56,7 @@ _spec.loader.exec_module(provenance)
 
 
 def check_checkout():
-    """Stop unless the `kernels` the rules' scripts import has this checkout's code (the message
+    """Stop unless the `pcast` the rules' scripts import has this checkout's code (the message
     says how to fix it). Snakemake puts this folder on its own path only, not on a job's.
     """
     imported = provenance.imported_by_jobs(sys.executable)
@@ -67,20 +67,20 @@ def check_checkout():
 
 check_checkout()
 
-from kernels import contract
-from kernels.analysis import registry
-from kernels.pipeline import config as pconfig
-from kernels.pipeline import plan
-from kernels.pipeline import resources
-from kernels.pipeline import slurm
-from kernels.pipeline import validation as pvalidation
+from pcast import contract
+from pcast.analysis import registry
+from pcast.pipeline import config as pconfig
+from pcast.pipeline import plan
+from pcast.pipeline import resources
+from pcast.pipeline import slurm
+from pcast.pipeline import validation as pvalidation
 
 min_version("9.0")
 
 
 def load_config(cfg, overrides):
     """Validate, merge the preset (then the command line again), validate, check; return the
-    result (kernels.pipeline.validation.load_config, which the tests run without Snakemake).
+    result (pcast.pipeline.validation.load_config, which the tests run without Snakemake).
     """
     try:
         return pvalidation.load_config(
@@ -126,7 +126,7 @@ def check_cluster(cfg, cal):
 def show_plan(cfg, cal):
     """Refuse a grid whose largest job cannot fit in this machine's memory (under SLURM: in the
     cluster's largest node, check_cluster), then print the run plan (runs, shards, estimated CPU
-    time, peak memory per experiment: kernels.pipeline.plan).
+    time, peak memory per experiment: pcast.pipeline.plan).
     """
     mem = plan.machine_memory()
     if BOUND_FOR_SLURM:
@@ -168,7 +168,7 @@ def inputs_mem_mb(wildcards):
 
 
 def fixed_resources(rule_name):
-    """mem_mb and runtime of a rule the plan does not model (kernels.pipeline.resources.UNMODELLED)."""
+    """mem_mb and runtime of a rule the plan does not model (pcast.pipeline.resources.UNMODELLED)."""
     res = resources.rule_resources(rule_name)
     return {"mem_mb": res["mem_mb"], "runtime": res["runtime"]}
 
@@ -242,7 +242,7 @@ def gpu_resource(wildcards):
 
 
 def category(wildcards):
-    """Report category of a tidy table: the claims built from it (kernels.analysis.registry)."""
+    """Report category of a tidy table: the claims built from it (pcast.analysis.registry)."""
     return registry.EXPERIMENT_CATEGORY[wildcards.experiment]
 
 
@@ -268,8 +268,8 @@ REALMODEL_LAYERS = list(range(REALMODEL_CFG["layers"]))
 
 
 def library_code(script):
-    """A rule's `code` param: the sha256 of the kernels modules workflow/scripts/<script>.py runs
-    (kernels.pipeline.provenance), so that editing one reruns exactly the rules that use it.
+    """A rule's `code` param: the sha256 of the pcast modules workflow/scripts/<script>.py runs
+    (pcast.pipeline.provenance), so that editing one reruns exactly the rules that use it.
     """
     return provenance.code_digest(
         CHECKOUT, CHECKOUT / "workflow" / "scripts" / f"{script}.py"
@@ -368,7 +368,7 @@ PENDING_POLL_S = 10
 
 
 def watch_pending(workdir, since):
-    """Poll squeue for this run's pending jobs whose reason will not clear (kernels.pipeline.slurm.stuck);
+    """Poll squeue for this run's pending jobs whose reason will not clear (pcast.pipeline.slurm.stuck);
     report and cancel each seen twice in a row, so that the executor reports it failed and the run stops.
     """
     seen = set()
@@ -404,7 +404,7 @@ class _NoAccountGuess(logging.Filter):
 
 onstart:
     # The SLURM profile's account and partitions come from the environment: stop before any
-    # job is submitted when one is not set (kernels.pipeline.slurm.SLURM_ENV). Then watch for jobs
+    # job is submitted when one is not set (pcast.pipeline.slurm.SLURM_ENV). Then watch for jobs
     # that cannot start.
     if getattr(workflow.executor_plugin, "name", None) == "slurm":
         message = slurm.slurm_env_error(os.environ)

@@ -1,6 +1,6 @@
 # Step 3: the Triton kernel (compiled on a GPU, interpreted on a CPU) against the emulator with
-# kernels.conformance.compare, and the experiments' calls through the multi-call engine against single
-# calls, in shards of seeds (kernels.pipeline.conformance_runs). Rule tidy_table (sweeps.smk) merges the
+# pcast.conformance.compare, and the experiments' calls through the multi-call engine against single
+# calls, in shards of seeds (pcast.pipeline.conformance_runs). Rule tidy_table (sweeps.smk) merges the
 # shards into results/tidy/conformance.csv.
 
 

@@ -1,5 +1,5 @@
 # Step 5: the paper's figures F1-F12 (figures/fig_*.{pdf,png,csv}), one rule each, e.g.
-# `snakemake --cores 2 fig_collapse`. Each script calls kernels.analysis.plots.fig_<name> on the
+# `snakemake --cores 2 fig_collapse`. Each script calls pcast.analysis.plots.fig_<name> on the
 # statistics it reads; the params are that function's keyword arguments, taken from config.yaml.
 
 

@@ -1,5 +1,5 @@
-# Step 1: the Δ-free base tensors (kernels.models.sinks.make_base) of every seed, shape and sigma of a
-# shard, stored in one safetensors file (kernels.pipeline.inputs). Δ, ksink and sink_v_scale are
+# Step 1: the Δ-free base tensors (pcast.models.sinks.make_base) of every seed, shape and sigma of a
+# shard, stored in one safetensors file (pcast.pipeline.inputs). Δ, ksink and sink_v_scale are
 # applied at run time.
 
 

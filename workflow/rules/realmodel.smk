@@ -1,8 +1,8 @@
-# Step 2b: the realmodel experiment (kernels.models.realmodel, kernels.models.heads, kernels.pipeline.realmodel_runs):
+# Step 2b: the realmodel experiment (pcast.models.realmodel, pcast.models.heads, pcast.pipeline.realmodel_runs):
 # a pretrained model's Q, K, V captured once (all-MiniLM-L6-v2 from its wheel, offline; or the user's
 # own tensors, experiments.realmodel.tensors), every head of every layer through the four combinations,
 # the named policies and the key-shuffled control (one job per layer), and the whole model's
-# embeddings with its attention run by kernels.attention (one job).
+# embeddings with its attention run by pcast.attention (one job).
 
 
 rule realmodel_capture:

@@ -1,5 +1,5 @@
 # Step 4: paired statistics from the tidy tables (results/stats/), one rule per summary. Each
-# script calls one builder of kernels.analysis.stats with the `statistics:` section of config.yaml:
+# script calls one builder of pcast.analysis.stats with the `statistics:` section of config.yaml:
 # stats_collapse -> stats.collapse, stats_paired -> stats.paired, stats_scales -> stats.scales,
 # stats_threshold -> stats.threshold, stats_policies -> stats.policies, stats_fp4 -> stats.fp4,
 # stats_decode -> stats.decode.

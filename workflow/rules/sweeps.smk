@@ -1,8 +1,8 @@
 # Step 2: the sweeps (collapse, scales, threshold) and the policies experiment in shards of seeds
-# (kernels.pipeline.runs, kernels.pipeline.policy_runs), and one tidy table per experiment, the
+# (pcast.pipeline.runs, pcast.pipeline.policy_runs), and one tidy table per experiment, the
 # conformance check's included (rule tidy_table, for every experiment; policies.csv has its own
-# columns, kernels.contract.POLICY_TIDY_COLUMNS), with the shard timings kept apart in
-# results/timing/ (kernels.pipeline.tables).
+# columns, pcast.contract.POLICY_TIDY_COLUMNS), with the shard timings kept apart in
+# results/timing/ (pcast.pipeline.tables).
 # Priorities (here, inputs, conformance, realmodel): the long jobs first -- the real model's capture and
 # whole-model outputs (3), its layer jobs (2), inputs and shards (1) -- so that the short statistics,
 # figure and table jobs (0) fill both cores at the end instead of one long job running alone.

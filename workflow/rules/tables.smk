@@ -1,5 +1,5 @@
 # Step 6: the tables T1-T9 (figures/table_*.{csv,tex,md}), one rule each. Each script
-# writes kernels.analysis.tables.<builder>(...) with tables.write: the CSV holds every number,
+# writes pcast.analysis.tables.<builder>(...) with tables.write: the CSV holds every number,
 # LaTeX (booktabs) and Markdown the display.
 
 

@@ -1,6 +1,6 @@
 # 2c. The tensorcore experiment: step 5 on an FP8 tensor core (mmasim's model of Hopper's wgmma and
 # Blackwell's tcgen05.mma, checked against mmasim itself) against float32 P·V, by S and order over Δ
-# (kernels.pipeline.tensorcore_runs). Without mmasim it writes empty tables and claims.md says so.
+# (pcast.pipeline.tensorcore_runs). Without mmasim it writes empty tables and claims.md says so.
 
 
 rule tensorcore:

@@ -1,5 +1,5 @@
 # Step 7: the claims verdict, PASS / PARTIAL / FAIL / INCONCLUSIVE per claim with the numbers
-# behind it (figures/claims.md and claims.json), by kernels.analysis.verdicts.evaluate from the
+# behind it (figures/claims.md and claims.json), by pcast.analysis.verdicts.evaluate from the
 # statistics and the `claims:` section of config.yaml, the audit of deployed P policies included
 # (claims.audit), the real-model section (claims.realmodel), the FP4 section (claims.fp4), the tensor-core section
 # (claims.tensorcore), the decode section (claims.decode) and the reported cases (table T9):

@@ -5,7 +5,7 @@ A utility, not a rule. Usage, after a run:  python workflow/scripts/benchmark_su
 
 import sys
 
-from kernels.pipeline.tables import summarize_benchmarks
+from pcast.pipeline.tables import summarize_benchmarks
 
 if __name__ == "__main__":
     print(summarize_benchmarks(sys.argv[1] if len(sys.argv) > 1 else "results/benchmarks"), end="")

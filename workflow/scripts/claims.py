@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernels.analysis import verdicts
-from kernels.pipeline.logs import rule_log
+from pcast.analysis import verdicts
+from pcast.pipeline.logs import rule_log
 
 with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
     inp, out, params = snakemake.input, snakemake.output, snakemake.params  # noqa: F821

@@ -1,10 +1,10 @@
-"""Rule conformance_shard: Triton kernel vs emulator, engine vs single calls (kernels.pipeline.conformance_runs)."""
+"""Rule conformance_shard: Triton kernel vs emulator, engine vs single calls (pcast.pipeline.conformance_runs)."""
 
 import json
 
-from kernels.pipeline.config import n_shards
-from kernels.pipeline.logs import rule_log
-from kernels.pipeline.conformance_runs import run_conformance_shard
+from pcast.pipeline.config import n_shards
+from pcast.pipeline.logs import rule_log
+from pcast.pipeline.conformance_runs import run_conformance_shard
 
 sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:

@@ -5,8 +5,8 @@ import json
 
 import torch
 
-from kernels.pipeline.logs import rule_log
-from kernels.pipeline.realmodel_runs import run_capture
+from pcast.pipeline.logs import rule_log
+from pcast.pipeline.realmodel_runs import run_capture
 
 sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:

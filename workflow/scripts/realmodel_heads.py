@@ -4,8 +4,8 @@ import json
 
 import torch
 
-from kernels.pipeline.logs import progress, rule_log
-from kernels.pipeline.realmodel_runs import layer_names, load_captured, run_layer, write_layer
+from pcast.pipeline.logs import progress, rule_log
+from pcast.pipeline.realmodel_runs import layer_names, load_captured, run_layer, write_layer
 
 sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:

@@ -1,15 +1,15 @@
-"""Rule realmodel_outputs: the whole model with kernels.attention in every layer, per combination and policy."""
+"""Rule realmodel_outputs: the whole model with pcast.attention in every layer, per combination and policy."""
 
 import json
 
 import torch
 
-from kernels.pipeline.files import atomic_write_text
-from kernels.pipeline.logs import rule_log
-from kernels.pipeline.realmodel_runs import (
+from pcast.pipeline.files import atomic_write_text
+from pcast.pipeline.logs import rule_log
+from pcast.pipeline.realmodel_runs import (
     OUTPUT_COLUMNS, OUTPUT_INPUTS, PAIR_COLUMNS, load_captured, run_outputs,
 )
-from kernels.pipeline.tables import csv_text
+from pcast.pipeline.tables import csv_text
 
 sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:

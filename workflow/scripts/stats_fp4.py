@@ -1,10 +1,10 @@
-"""Rule stats_fp4: P in microscaled FP4 per cast, order and Δ, measured next to kernels.theory.fp4."""
+"""Rule stats_fp4: P in microscaled FP4 per cast, order and Δ, measured next to pcast.theory.fp4."""
 
 import pandas as pd
 
-from kernels.analysis import stats
-from kernels.analysis.summaries import write_csv
-from kernels.pipeline.logs import rule_log
+from pcast.analysis import stats
+from pcast.analysis.summaries import write_csv
+from pcast.pipeline.logs import rule_log
 
 with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
     tidy = pd.read_csv(snakemake.input.tidy)  # noqa: F821

@@ -2,9 +2,9 @@
 
 import pandas as pd
 
-from kernels.analysis import realmodel
-from kernels.analysis.summaries import write_csv
-from kernels.pipeline.logs import rule_log
+from pcast.analysis import realmodel
+from pcast.analysis.summaries import write_csv
+from pcast.pipeline.logs import rule_log
 
 with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
     inp, out = snakemake.input, snakemake.output  # noqa: F821

@@ -1,17 +1,17 @@
-"""Rule sweep_shard: every run of one shard of a sweep (kernels.pipeline.runs.run_sweep_shard), of
-the policies experiment (kernels.pipeline.policy_runs.run_policies_shard), of the fp4 experiment
-(kernels.pipeline.fp4_runs.run_fp4_shard) or of the decode experiment
-(kernels.pipeline.decode_runs.run_decode_shard)."""
+"""Rule sweep_shard: every run of one shard of a sweep (pcast.pipeline.runs.run_sweep_shard), of
+the policies experiment (pcast.pipeline.policy_runs.run_policies_shard), of the fp4 experiment
+(pcast.pipeline.fp4_runs.run_fp4_shard) or of the decode experiment
+(pcast.pipeline.decode_runs.run_decode_shard)."""
 
 import json
 
-from kernels.contract import DECODE_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT
-from kernels.pipeline.config import n_shards
-from kernels.pipeline.decode_runs import run_decode_shard
-from kernels.pipeline.fp4_runs import run_fp4_shard
-from kernels.pipeline.logs import rule_log
-from kernels.pipeline.policy_runs import run_policies_shard
-from kernels.pipeline.runs import run_sweep_shard
+from pcast.contract import DECODE_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT
+from pcast.pipeline.config import n_shards
+from pcast.pipeline.decode_runs import run_decode_shard
+from pcast.pipeline.fp4_runs import run_fp4_shard
+from pcast.pipeline.logs import rule_log
+from pcast.pipeline.policy_runs import run_policies_shard
+from pcast.pipeline.runs import run_sweep_shard
 
 sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:

@@ -5,9 +5,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from kernels.analysis import tables
-from kernels.cases import T9_COLUMNS, write_t9
-from kernels.pipeline.logs import rule_log
+from pcast.analysis import tables
+from pcast.cases import T9_COLUMNS, write_t9
+from pcast.pipeline.logs import rule_log
 
 CAPTION = ("T9, reported cases. Per number a public report printed: the report's value at its printed "
            "precision, the instrument's, and the status (PASS within half a unit of the last printed digit; "

@@ -3,8 +3,8 @@ config's Δ subset."""
 
 import pandas as pd
 
-from kernels.analysis import tables
-from kernels.pipeline.logs import rule_log
+from pcast.analysis import tables
+from pcast.pipeline.logs import rule_log
 
 with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
     table = tables.paired_tests(pd.read_csv(snakemake.input.paired), snakemake.params.stats)  # noqa: F821

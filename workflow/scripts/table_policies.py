@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from kernels.analysis import tables
-from kernels.pipeline.logs import rule_log
+from pcast.analysis import tables
+from pcast.pipeline.logs import rule_log
 
 with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
     params = snakemake.params  # noqa: F821

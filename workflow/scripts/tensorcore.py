@@ -5,10 +5,10 @@ from pathlib import Path
 
 import torch
 
-from kernels.analysis.summaries import write_csv
-from kernels.analysis.tensorcore import tensorcore_summary
-from kernels.pipeline.logs import rule_log
-from kernels.pipeline.tensorcore_runs import run_tensorcore
+from pcast.analysis.summaries import write_csv
+from pcast.analysis.tensorcore import tensorcore_summary
+from pcast.pipeline.logs import rule_log
+from pcast.pipeline.tensorcore_runs import run_tensorcore
 
 with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
     out = snakemake.output  # noqa: F821

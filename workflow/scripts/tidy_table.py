@@ -1,12 +1,12 @@
 """Rule tidy_table: the shard tables of one experiment -> one sorted tidy table, plus its timing.
 
-The conformance experiment has its own columns (kernels.contract.CONFORMANCE_COLUMNS), and so have
-the policies experiment (kernels.contract.POLICY_TIDY_COLUMNS), the fp4 experiment
-(kernels.contract.FP4_TIDY_COLUMNS) and the decode experiment (kernels.contract.DECODE_TIDY_COLUMNS).
+The conformance experiment has its own columns (pcast.contract.CONFORMANCE_COLUMNS), and so have
+the policies experiment (pcast.contract.POLICY_TIDY_COLUMNS), the fp4 experiment
+(pcast.contract.FP4_TIDY_COLUMNS) and the decode experiment (pcast.contract.DECODE_TIDY_COLUMNS).
 """
 
-from kernels.pipeline.logs import rule_log
-from kernels.pipeline.tables import merge_tidy, merge_timing
+from pcast.pipeline.logs import rule_log
+from pcast.pipeline.tables import merge_tidy, merge_timing
 
 sm = snakemake  # noqa: F821 (injected by the script directive)
 with rule_log(sm) as log:

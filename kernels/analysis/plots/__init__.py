@@ -7,18 +7,18 @@ the PNG and ``data`` as CSV with deterministic bytes. The rule ``fig_<name>`` ru
 module ``<name>`` here).
 """
 
-from kernels.analysis.plots.collapse import fig_collapse
-from kernels.analysis.plots.conformance import fig_conformance
-from kernels.analysis.plots.decode import fig_decode
-from kernels.analysis.plots.fp4 import fig_fp4
-from kernels.analysis.plots.improvement import fig_improvement
-from kernels.analysis.plots.mse import band_intervals, fig_mse
-from kernels.analysis.plots.policies import POLICY_STYLE, fig_policies, policy_style
-from kernels.analysis.plots.realmodel import fig_realmodel_heads, fig_realmodel_outputs, fig_realmodel_theory
-from kernels.analysis.plots.style import COMBO_STYLE, DATA_COLUMNS, render, save_figure, use_style
-from kernels.analysis.plots.tensorcore import fig_tensorcore
-from kernels.analysis.plots.theory_scale import fig_theory_scale
-from kernels.analysis.plots.threshold import fig_threshold
+from pcast.analysis.plots.collapse import fig_collapse
+from pcast.analysis.plots.conformance import fig_conformance
+from pcast.analysis.plots.decode import fig_decode
+from pcast.analysis.plots.fp4 import fig_fp4
+from pcast.analysis.plots.improvement import fig_improvement
+from pcast.analysis.plots.mse import band_intervals, fig_mse
+from pcast.analysis.plots.policies import POLICY_STYLE, fig_policies, policy_style
+from pcast.analysis.plots.realmodel import fig_realmodel_heads, fig_realmodel_outputs, fig_realmodel_theory
+from pcast.analysis.plots.style import COMBO_STYLE, DATA_COLUMNS, render, save_figure, use_style
+from pcast.analysis.plots.tensorcore import fig_tensorcore
+from pcast.analysis.plots.theory_scale import fig_theory_scale
+from pcast.analysis.plots.threshold import fig_threshold
 
 __all__ = [
     "fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",

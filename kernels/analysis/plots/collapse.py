@@ -6,8 +6,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from kernels import theory
-from kernels.analysis.plots.style import (
+from pcast import theory
+from pcast.analysis.plots.style import (
     COMBO_STYLE, TEXT_WIDTH, combos_present, figure_data, panel_label, s_color, series, use_style,
 )
 

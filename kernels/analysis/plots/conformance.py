@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from kernels.contract import combo_label
-from kernels.analysis.conformance_table import row_passes
-from kernels.analysis.text import truthy
-from kernels.analysis.plots.style import COLUMN_WIDTH, COMBO_STYLE, combos_present, figure_data, series, use_style
+from pcast.contract import combo_label
+from pcast.analysis.conformance_table import row_passes
+from pcast.analysis.text import truthy
+from pcast.analysis.plots.style import COLUMN_WIDTH, COMBO_STYLE, combos_present, figure_data, series, use_style
 
 __all__ = ["fig_conformance"]
 

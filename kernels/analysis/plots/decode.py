@@ -3,9 +3,9 @@
 Two rows of four panels, one row per sink kind (sink keys; a learned sink logit that seeds split 0), one
 column per (P normalisation, S): the mean non-sink underflow fraction over decode rows against the sink
 strength Δ, one color per split count, forward order solid, reverse dashed (contiguous layout); the
-interleaved layout's forward order as crosses; the theory (:mod:`kernels.analysis.decode`) thin and dotted
+interleaved layout's forward order as crosses; the theory (:mod:`pcast.analysis.decode`) thin and dotted
 in the same color. A last panel: the relative RMS error of a partition-normalised P against the partition
-size, measured (points, CI over seeds) and :func:`kernels.theory.decode.partition_rms_error` (lines), per S.
+size, measured (points, CI over seeds) and :func:`pcast.theory.decode.partition_rms_error` (lines), per S.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from kernels.analysis.plots.style import TEXT_WIDTH, figure_data, panel_label, series, use_style
-from kernels.theory.decode import partition_rms_error
+from pcast.analysis.plots.style import TEXT_WIDTH, figure_data, panel_label, series, use_style
+from pcast.theory.decode import partition_rms_error
 
 __all__ = ["fig_decode"]
 

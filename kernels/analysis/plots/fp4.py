@@ -3,7 +3,7 @@
 One row of three panels per order (forward, reverse) of the fp4 experiment: (a) the non-sink underflow
 fraction by cause, lost on the E2M1 element grid (solid) and lost because the group's scale flushed
 (dotted); (b) the fraction of scale groups whose scale flushed, the closed form
-(``kernels.theory.fp4.group_flush_fraction``) dashed; (c) the relative MSE (log). One color per P cast
+(``pcast.theory.fp4.group_flush_fraction``) dashed; (c) the relative MSE (log). One color per P cast
 (:func:`cast_style`): NVFP4's static S₁ on a sequential scale, per-row NVFP4 black, MXFP4 orange, the
 FP8 baseline grey. Seed means; the data CSV has their CIs.
 """
@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from kernels.analysis.plots.style import TEXT_WIDTH, decade_ylim, figure_data, panel_label, series, use_style
+from pcast.analysis.plots.style import TEXT_WIDTH, decade_ylim, figure_data, panel_label, series, use_style
 
 __all__ = ["fig_fp4", "cast_style"]
 

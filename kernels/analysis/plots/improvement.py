@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.lines import Line2D
 
-from kernels.analysis.plots.style import BAND_COLOR, COMBO_STYLE, TEXT_WIDTH, figure_data, panel_label, series, use_style
+from pcast.analysis.plots.style import BAND_COLOR, COMBO_STYLE, TEXT_WIDTH, figure_data, panel_label, series, use_style
 
 __all__ = ["fig_improvement"]
 

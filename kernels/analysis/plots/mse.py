@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from kernels import theory
-from kernels.analysis.plots.style import (
+from pcast import theory
+from pcast.analysis.plots.style import (
     BAND_COLOR, COMBO_STYLE, TEXT_WIDTH, combos_present, decade_ylim, figure_data, panel_label,
     s_color, series, use_style,
 )

@@ -17,10 +17,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from kernels.contract import COMBO_LABELS
-from kernels.analysis.realmodel import BASELINE, FIXED
-from kernels.analysis.plots.policies import POLICY_STYLE, policy_style
-from kernels.analysis.plots.style import COLUMN_WIDTH, COMBO_STYLE, TEXT_WIDTH, figure_data, panel_label, series, use_style
+from pcast.contract import COMBO_LABELS
+from pcast.analysis.realmodel import BASELINE, FIXED
+from pcast.analysis.plots.policies import POLICY_STYLE, policy_style
+from pcast.analysis.plots.style import COLUMN_WIDTH, COMBO_STYLE, TEXT_WIDTH, figure_data, panel_label, series, use_style
 
 __all__ = ["fig_realmodel_heads", "fig_realmodel_theory", "fig_realmodel_outputs", "SINK_MARKERS"]
 

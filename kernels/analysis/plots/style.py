@@ -28,8 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from kernels.contract import COMBO_LABELS  # noqa: E402
-from kernels.analysis.summaries import write_csv  # noqa: E402
+from pcast.contract import COMBO_LABELS  # noqa: E402
+from pcast.analysis.summaries import write_csv  # noqa: E402
 
 __all__ = [
     "COMBO_STYLE", "EXTRA_COLORS", "COLUMN_WIDTH", "TEXT_WIDTH", "RC", "DATA_COLUMNS", "S_COLORS",
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 # Okabe & Ito (2008) palette: distinguishable under the common color-vision deficiencies.
-# One entry per kernels.contract.COMBO_LABELS, in its order (forward S=1, forward S=256,
+# One entry per pcast.contract.COMBO_LABELS, in its order (forward S=1, forward S=256,
 # reverse S=1, reverse S=256).
 COMBO_STYLE = dict(zip(COMBO_LABELS, (
     {"color": "#D55E00", "marker": "o", "linestyle": "-"},    # vermillion
@@ -171,7 +171,7 @@ def series(panel, name, x, y, lo=None, hi=None, **extra) -> list[dict]:
 
 
 def combos_present(df: pd.DataFrame, col: str = "combo") -> list[str]:
-    """The paper's combinations found in ``df[col]``, in :data:`kernels.contract.COMBO_LABELS` order."""
+    """The paper's combinations found in ``df[col]``, in :data:`pcast.contract.COMBO_LABELS` order."""
     present = set(df[col].unique())
     return [c for c in COMBO_LABELS if c in present]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from kernels.contract import PV_ARITHS
-from kernels.analysis.plots.style import (TEXT_WIDTH, combo_style, combos_present, decade_ylim, figure_data,
+from pcast.contract import PV_ARITHS
+from pcast.analysis.plots.style import (TEXT_WIDTH, combo_style, combos_present, decade_ylim, figure_data,
                                           panel_label, series, use_style)
 
 __all__ = ["fig_tensorcore"]
@@ -22,7 +22,7 @@ SKIPPED = "tensorcore experiment skipped: mmasim not installed (pip install pcas
 
 
 def fig_tensorcore(tensorcore: pd.DataFrame, max_share: float):
-    """``(fig, data)`` from the tensorcore summary (:func:`kernels.analysis.tensorcore.tensorcore_summary`)."""
+    """``(fig, data)`` from the tensorcore summary (:func:`pcast.analysis.tensorcore.tensorcore_summary`)."""
     use_style()
     if tensorcore.empty:
         fig, ax = plt.subplots(figsize=(TEXT_WIDTH, 1.0))

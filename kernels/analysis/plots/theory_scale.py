@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from kernels import theory
-from kernels.formats import get_format
-from kernels.analysis.plots.style import (
+from pcast import theory
+from pcast.formats import get_format
+from pcast.analysis.plots.style import (
     EXTRA_COLORS, S_COLORS, SAT_COLOR, TEXT_WIDTH, decade_ylim, figure_data, log2_axis, panel_label,
     series, use_style,
 )

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from kernels.analysis.plots.style import KSINK_MARKERS, TEXT_WIDTH, figure_data, panel_label, s_color, series, use_style
-from kernels.analysis.tolerance import crossing_tolerances
+from pcast.analysis.plots.style import KSINK_MARKERS, TEXT_WIDTH, figure_data, panel_label, s_color, series, use_style
+from pcast.analysis.tolerance import crossing_tolerances
 
 __all__ = ["fig_threshold"]
 

@@ -1,6 +1,6 @@
 """The verdict on each claim of the paper, computed from the measured data.
 
-Every ``claim_*`` function takes the summary tables of :mod:`kernels.analysis.stats` (what the
+Every ``claim_*`` function takes the summary tables of :mod:`pcast.analysis.stats` (what the
 statistics rules write to ``results/stats/``) and its part of the ``claims:`` section of
 config.yaml, and returns a dict::
 
@@ -10,7 +10,7 @@ config.yaml, and returns a dict::
      "scoped": [{"scope", "verdict", "domain"}], "tolerances": [<each tolerance and its source>]}
 
 The statement (for C1–C6 the abstract's sentence) and the evidence come from
-:mod:`kernels.analysis.registry`. The verdict is on the claim as stated, by the one strict rule
+:mod:`pcast.analysis.registry`. The verdict is on the claim as stated, by the one strict rule
 of :func:`.common.combine`; the scoped verdicts beneath never replace it. Tolerances come from the
 data (bootstrap CIs, standard errors at ``statistics.confidence_level``) or from a stated physical
 reason; the config holds the rest, and ``claims.paper`` the abstract's own numbers. ``INCONCLUSIVE`` means the data cannot
@@ -32,22 +32,22 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from kernels import theory
-from kernels.analysis import stats
-from kernels.analysis.text import intervals
-from kernels.analysis.verdicts.audit import AUDIT, claim_audit
-from kernels.analysis.verdicts.cases import CASES_ID, claim_cases
-from kernels.analysis.verdicts.common import VERDICTS, Subcase, ci_tolerance, combine, family_z, subcase_verdict
-from kernels.analysis.verdicts.conformance import conformance_check
-from kernels.analysis.verdicts.decode import DECODE, claim_decode
-from kernels.analysis.verdicts.fp4 import FP4, claim_fp4
-from kernels.analysis.verdicts.mse import claim_c5, claim_c6
-from kernels.analysis.verdicts.paper import claim_paper
-from kernels.analysis.verdicts.realmodel import REALMODEL, claim_realmodel
-from kernels.analysis.verdicts.scale import claim_c3
-from kernels.analysis.verdicts.tensorcore import TENSORCORE, claim_tensorcore
-from kernels.analysis.verdicts.threshold import claim_c4
-from kernels.analysis.verdicts.underflow import claim_c1, claim_c2
+from pcast import theory
+from pcast.analysis import stats
+from pcast.analysis.text import intervals
+from pcast.analysis.verdicts.audit import AUDIT, claim_audit
+from pcast.analysis.verdicts.cases import CASES_ID, claim_cases
+from pcast.analysis.verdicts.common import VERDICTS, Subcase, ci_tolerance, combine, family_z, subcase_verdict
+from pcast.analysis.verdicts.conformance import conformance_check
+from pcast.analysis.verdicts.decode import DECODE, claim_decode
+from pcast.analysis.verdicts.fp4 import FP4, claim_fp4
+from pcast.analysis.verdicts.mse import claim_c5, claim_c6
+from pcast.analysis.verdicts.paper import claim_paper
+from pcast.analysis.verdicts.realmodel import REALMODEL, claim_realmodel
+from pcast.analysis.verdicts.scale import claim_c3
+from pcast.analysis.verdicts.tensorcore import TENSORCORE, claim_tensorcore
+from pcast.analysis.verdicts.threshold import claim_c4
+from pcast.analysis.verdicts.underflow import claim_c1, claim_c2
 
 __all__ = [
     "VERDICTS", "Subcase", "combine", "subcase_verdict", "family_z", "ci_tolerance",

@@ -1,7 +1,7 @@
 """The audit of deployed P policies: per policy, where it collapses, saturates and loses to the V floor.
 
 Computed in words from the policies summary (``results/stats/policies.csv``,
-:func:`kernels.analysis.policies.policy_summary`), one line per policy and sink setting. Every
+:func:`pcast.analysis.policies.policy_summary`), one line per policy and sink setting. Every
 choice and threshold comes from ``claims.audit`` in config.yaml:
 
 * ``variant``: the variant whose collapse and saturation are audited (``p_only``: P cast alone);
@@ -10,7 +10,7 @@ choice and threshold comes from ``claims.audit`` in config.yaml:
 
 * the theory predicts a collapse when ``|measured Δc − predicted Δc|`` lies within the measured
   crossing's bootstrap CI (the side facing the prediction, widened over every audited curve:
-  :func:`kernels.analysis.tolerance.ci_tolerance`) plus the Δ grid's own interpolation error (how
+  :func:`pcast.analysis.tolerance.ci_tolerance`) plus the Δ grid's own interpolation error (how
   far the crossing of the theory's curve, linearly interpolated on the same grid, lies from the
   theory's Δc), or when neither crosses the crossing level on
   the Δ grid (or both already at its first Δ). With lazy rescaling (τ > 0) the law is an upper
@@ -34,11 +34,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from kernels.analysis.policies import curves, first_delta, floor_rows, require
-from kernels.analysis.summaries import crossing
-from kernels.analysis.tables import p_path
-from kernels.analysis.text import short
-from kernels.analysis.verdicts.common import ci_tolerance, combine, result
+from pcast.analysis.policies import curves, first_delta, floor_rows, require
+from pcast.analysis.summaries import crossing
+from pcast.analysis.tables import p_path
+from pcast.analysis.text import short
+from pcast.analysis.verdicts.common import ci_tolerance, combine, result
 
 __all__ = ["AUDIT", "AUDIT_KEYS", "claim_audit", "collapse_state"]
 

@@ -1,12 +1,12 @@
 """The ``cases`` section of the verdict: the public reports of FP8-P failures, rebuilt (table T9).
 
-Read from the T9 table (``figures/table_cases.csv``, written by :func:`kernels.probes.cases.write_t9`):
+Read from the T9 table (``figures/table_cases.csv``, written by :func:`pcast.probes.cases.write_t9`):
 one row per number a report printed, with the decimals it printed, the instrument's value and the row's
 status. Per row, a PASS is checked again here: the instrument's value must lie within half a unit of the
 report's last printed digit, else the row counts as FAIL. A PARTIAL or INCONCLUSIVE row must carry its
 reason (a row without one counts as FAIL).
 
-A case's verdict is :func:`~kernels.analysis.verdicts.common.combine` over its rows, and the section's
+A case's verdict is :func:`~pcast.analysis.verdicts.common.combine` over its rows, and the section's
 verdict is ``combine`` over the cases: PASS only when every number that could be rebuilt reproduces,
 FAIL when one does not and no reason is known, PARTIAL when some reproduce and some differ for a stated
 reason (or rest on an assumed part of the fixture). An INCONCLUSIVE row (a report that gives too little
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kernels.analysis.verdicts.common import Subcase, combine, result
+from pcast.analysis.verdicts.common import Subcase, combine, result
 
 __all__ = ["CASES_ID", "claim_cases", "row_status"]
 

@@ -15,7 +15,7 @@ its own domain (usually the Δ grid) by the claim's module:
 if any sub-case fails (the claim as stated is contradicted in a setting its sentence covers),
 PARTIAL otherwise. INCONCLUSIVE sub-cases are left out; all of them INCONCLUSIVE is INCONCLUSIVE.
 
-Tolerances come from the data (:mod:`kernels.analysis.tolerance`): :func:`family_z` widens a
+Tolerances come from the data (:mod:`pcast.analysis.tolerance`): :func:`family_z` widens a
 confidence level over the points a claim tests at once (Bonferroni), :func:`ci_tolerance` turns
 a bootstrap CI into the half-width a prediction must lie within.
 """
@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from kernels.analysis import registry
-from kernels.analysis.text import json_number
-from kernels.analysis.tolerance import ci_tolerance, family_z
+from pcast.analysis import registry
+from pcast.analysis.text import json_number
+from pcast.analysis.tolerance import ci_tolerance, family_z
 
 __all__ = ["VERDICTS", "Subcase", "result", "combine", "subcase_verdict", "scoped_lines", "family_z",
            "ci_tolerance"]
@@ -87,7 +87,7 @@ def scoped_lines(subcases: Iterable[Subcase]) -> list[dict]:
 
 def result(claim_id: str, verdict: str, criterion: str, numbers: dict, details, *,
            scoped: Sequence[Subcase] = (), tolerances: Sequence[str] = ()) -> dict:
-    """A verdict dict; the statement and the evidence come from :mod:`kernels.analysis.registry`.
+    """A verdict dict; the statement and the evidence come from :mod:`pcast.analysis.registry`.
 
     ``scoped``: the sub-cases (listed beneath the verdict on the claim as stated, never replacing
     it); ``tolerances``: each numeric tolerance used and where it comes from.

@@ -2,12 +2,12 @@
 equal to single calls bit for bit.
 
 Three sub-cases, each a guarantee over its rows (one failing row FAILs it, and the strict
-:func:`~kernels.analysis.verdicts.common.combine` FAILs the check): the kernel grid (the conformance
+:func:`~pcast.analysis.verdicts.common.combine` FAILs the check): the kernel grid (the conformance
 section's (order, S) at its shapes), the covering cases (the experiments' calls chosen so that every value of
 every option they use meets the kernel once) and the engine rows (every call of the experiments through
-:func:`kernels.attention_calls` at the sweeps' N against one :func:`kernels.attention` per item). Every row
-counts (:func:`kernels.analysis.conformance_table.row_passes`). The Δ of the rows are placed against the
-collapse's Δc (:func:`kernels.theory.critical_delta`, E4M3, the rows' ksink) for S = 1 and S = 256.
+:func:`pcast.attention_calls` at the sweeps' N against one :func:`pcast.attention` per item). Every row
+counts (:func:`pcast.analysis.conformance_table.row_passes`). The Δ of the rows are placed against the
+collapse's Δc (:func:`pcast.theory.critical_delta`, E4M3, the rows' ksink) for S = 1 and S = 256.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from kernels.analysis.conformance_table import coverage, prepared
-from kernels.analysis.text import short
-from kernels.analysis.verdicts.common import Subcase, combine, result, subcase_verdict
+from pcast.analysis.conformance_table import coverage, prepared
+from pcast.analysis.text import short
+from pcast.analysis.verdicts.common import Subcase, combine, result, subcase_verdict
 
 __all__ = ["conformance_check", "AT_DELTA_C"]
 
@@ -32,7 +32,7 @@ def _place(delta: float, dc: float) -> str:
 
 def _delta_line(deltas, ksink: int) -> str:
     """Each Δ against Δc for S = 1 and S = 256 (E4M3, ``ksink`` sink keys)."""
-    from kernels.theory import critical_delta
+    from pcast.theory import critical_delta
 
     dc1, dc256 = critical_delta(1.0, k=ksink), critical_delta(256.0, k=ksink)
     parts = [f"{short(d, 3)} ({_place(float(d), dc1)} / {_place(float(d), dc256)})" for d in deltas]
@@ -93,7 +93,7 @@ def conformance_check(conf: pd.DataFrame, cfg: Mapping | None = None) -> dict:
         ks = c.loc[(c["check"] == "engine") & (c["sink_kind"] == "keys"), "ksink"]
         if len(ks):
             details.append(_delta_line(eng["delta"], int(ks.max())))
-    tol = ["kernel rows: the contract's explained differences (kernels.conformance.explain: outputs within the "
+    tol = ["kernel rows: the contract's explained differences (pcast.conformance.explain: outputs within the "
            "section's relative tol plus one grid step per fragile P element; counts only at fragile elements)",
            "engine rows: none (bit for bit, as docs/interfaces.md states for attention_calls)"]
     return result("conformance", combine(subs), crit, nums, details, scoped=subs, tolerances=tol)

@@ -1,14 +1,14 @@
 """The decode section of the verdict: split-KV and partition-normalised P on decode rows, from the decode
 statistics (``results/stats/decode.csv`` and ``decode_partition.csv``).
 
-Sub-cases, each judged here and combined by the strict rule (:func:`kernels.analysis.verdicts.common.combine`):
+Sub-cases, each judged here and combined by the strict rule (:func:`pcast.analysis.verdicts.common.combine`):
 
 * every configuration (sink kind x num_splits x split_layout x order x p_normalize x S): PASS when the measured
   and predicted underflow curves have the same status against the crossing level (both cross, both never
   reach it on the Δ grid, or both start at or above it) and, where both cross, ``|Δc measured − Δc predicted|
   <= claims.decode.dc_tolerance`` (in Δ units); FAIL otherwise;
 * every (n, S) of the P-cast error rows: PASS when the pooled relative RMS error is within
-  ``claims.decode.rms_tolerance`` (a fraction) of :func:`kernels.theory.decode.partition_rms_error`; FAIL
+  ``claims.decode.rms_tolerance`` (a fraction) of :func:`pcast.theory.decode.partition_rms_error`; FAIL
   otherwise.
 
 Both tolerances are the acceptance criterion of the decode experiment (docs/decode.md), set in config.yaml's
@@ -22,9 +22,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from kernels.analysis.policies import require
-from kernels.analysis.text import short
-from kernels.analysis.verdicts.common import Subcase, combine, result
+from pcast.analysis.policies import require
+from pcast.analysis.text import short
+from pcast.analysis.verdicts.common import Subcase, combine, result
 
 __all__ = ["DECODE", "DECODE_KEYS", "claim_decode"]
 
@@ -61,7 +61,7 @@ def claim_decode(crossings: pd.DataFrame | None, partition: pd.DataFrame | None,
             "its closed form")
     tols = [f"Δc: ±{tol:g} in Δ units (claims.decode.dc_tolerance in config.yaml, the decode experiment's "
             "acceptance criterion); the bootstrap CI of each measured Δc is reported beside it",
-            f"partition RMS error: ±{rtol:.0%} of kernels.theory.decode.partition_rms_error "
+            f"partition RMS error: ±{rtol:.0%} of pcast.theory.decode.partition_rms_error "
             "(claims.decode.rms_tolerance, the same criterion)"]
     if crossings is None or crossings.empty:
         return result(DECODE, "INCONCLUSIVE", crit, {}, ["no decode data"], tolerances=tols)

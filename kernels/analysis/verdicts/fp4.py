@@ -1,13 +1,13 @@
 """The FP4 section of the verdict: P in microscaled FP4, from the fp4 summary (``results/stats/fp4.csv``).
 
-Computed from :func:`kernels.analysis.fp4_table.cast_rows` and :mod:`kernels.analysis.fp4_predictions`,
+Computed from :func:`pcast.analysis.fp4_table.cast_rows` and :mod:`pcast.analysis.fp4_predictions`,
 every threshold from ``claims.fp4`` in config.yaml:
 
-* the derived optimal static S₁ of NVFP4 (``kernels.theory.fp4.optimal_first_level_scale``) and its
+* the derived optimal static S₁ of NVFP4 (``pcast.theory.fp4.optimal_first_level_scale``) and its
   closed-form group-flush Δc with the experiment's ksink, σ, n and block_n;
 * per static NVFP4 S₁ of the grid, forward order: the measured group-flush Δc against the closed form,
   agreeing when ``|measured − closed form|`` lies within the measured crossing's bootstrap CI (the side
-  facing the closed form, widened over the static S₁: :func:`kernels.analysis.tolerance.ci_tolerance`, plus
+  facing the closed form, widened over the static S₁: :func:`pcast.analysis.tolerance.ci_tolerance`, plus
   the Δ grid's interpolation error of the closed form's own curve),
   or when neither crosses on the Δ grid (the
   closed form beyond its last Δ); PASS when every S₁ agrees, FAIL when none does, PARTIAL otherwise,
@@ -23,11 +23,11 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from kernels.analysis import fp4_predictions as fp
-from kernels.analysis.fp4_table import cast_rows, dc_text
-from kernels.analysis.policies import require
-from kernels.analysis.text import short
-from kernels.analysis.verdicts.common import ci_tolerance, combine, result
+from pcast.analysis import fp4_predictions as fp
+from pcast.analysis.fp4_table import cast_rows, dc_text
+from pcast.analysis.policies import require
+from pcast.analysis.text import short
+from pcast.analysis.verdicts.common import ci_tolerance, combine, result
 
 __all__ = ["FP4", "FP4_KEYS", "claim_fp4"]
 
@@ -54,7 +54,7 @@ def _optimum(summary: pd.DataFrame) -> tuple[float, float, str]:
     row = summary.iloc[0].to_dict()
     row.update(fmt="nvfp4", scale_mode="multiply", scale=s1)
     dc = fp.critical_delta(row) if np.isfinite(s1) else float("nan")
-    return s1, dc, (f"derived optimal static S1 (kernels.theory.fp4.optimal_first_level_scale): {short(s1, 5)}; its "
+    return s1, dc, (f"derived optimal static S1 (pcast.theory.fp4.optimal_first_level_scale): {short(s1, 5)}; its "
                     f"closed-form group-flush Δc with ksink = {int(row['ksink'])}, σ = {float(row['sigma']):g}, "
                     f"n = {int(row['n'])}, block_n = {int(row['block_n'])}: {short(dc, 4)}")
 

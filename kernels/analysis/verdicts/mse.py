@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from kernels.analysis.text import format_runs, intervals, short
-from kernels.analysis.verdicts.common import Subcase, combine, result, subcase_verdict
+from pcast.analysis.text import format_runs, intervals, short
+from pcast.analysis.verdicts.common import Subcase, combine, result, subcase_verdict
 
 __all__ = ["claim_c5", "claim_c6"]
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from kernels import theory
-from kernels.analysis.registry import PAPER
-from kernels.analysis.text import short
-from kernels.analysis.verdicts.common import Subcase, combine, family_z, result
+from pcast import theory
+from pcast.analysis.registry import PAPER
+from pcast.analysis.text import short
+from pcast.analysis.verdicts.common import Subcase, combine, family_z, result
 
 __all__ = ["claim_paper", "printed_precision"]
 

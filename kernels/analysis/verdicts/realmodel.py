@@ -1,7 +1,7 @@
 """The real-model section: a pretrained model's heads against C5's band and the theory, and its outputs.
 
-From the per-head summary (:func:`kernels.analysis.realmodel.head_summary`) and the per-run output
-summary (:func:`kernels.analysis.realmodel.output_summary`), with ``claims.realmodel`` of config.yaml:
+From the per-head summary (:func:`pcast.analysis.realmodel.head_summary`) and the per-run output
+summary (:func:`pcast.analysis.realmodel.output_summary`), with ``claims.realmodel`` of config.yaml:
 
 * ``band``: in what fraction of heads C5's improvement (MSE forward S=1 / reverse S=256) lies in it,
   above it, below it; the largest ratio and its head;
@@ -23,9 +23,9 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from kernels.analysis.realmodel import BASELINE, FIXED
-from kernels.analysis.text import short
-from kernels.analysis.verdicts.common import result
+from pcast.analysis.realmodel import BASELINE, FIXED
+from pcast.analysis.text import short
+from pcast.analysis.verdicts.common import result
 
 __all__ = ["REALMODEL", "REALMODEL_KEYS", "claim_realmodel"]
 
@@ -53,7 +53,7 @@ def _ratio_lines(per_head: pd.DataFrame, lo: float, hi: float) -> list[str]:
             f"{_frac(r < lo)}; largest {short(float(r.max()), 3)}× at layer {int(top['layer'])}, head "
             f"{int(top['head'])} (sinks {_sinks(top['sinks'])}, P mass lost by {BASELINE}: "
             f"{100 * float(top['mass_underflow']):.2f}%).",
-            "Detected sink types (kernels.models.heads.detect_sinks): "
+            "Detected sink types (pcast.models.heads.detect_sinks): "
             + ", ".join(f"{k} {int(v)}" for k, v in types.items()) + "."]
 
 
@@ -117,7 +117,7 @@ def claim_realmodel(heads: pd.DataFrame, outputs: pd.DataFrame | None, cfg: Mapp
     details = _ratio_lines(per_head, lo, hi) + _theory_lines(clean, rest, combos, tol)
     details += _output_lines(outputs, numbers)
     verdict = ("INCONCLUSIVE" if not len(clean) else "PASS" if ok.all() else "FAIL" if not ok.any() else "PARTIAL")
-    criterion = (f"the Gaussian theory (kernels.theory exact, the head's measured Δ, σ and sinks) predicts each "
+    criterion = (f"the Gaussian theory (pcast.theory exact, the head's measured Δ, σ and sinks) predicts each "
                  f"clean-sink head's non-sink underflow in {', '.join(combos)} within {tol:g} (claims.realmodel); "
                  f"C5's band {lo:g}–{hi:g}× and the outputs are reported")
     return result(REALMODEL, verdict, criterion, numbers, details)

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from kernels import theory
-from kernels.formats import get_format
-from kernels.analysis.text import short
-from kernels.analysis.verdicts.common import Subcase, combine, result, subcase_verdict
+from pcast import theory
+from pcast.formats import get_format
+from pcast.analysis.text import short
+from pcast.analysis.verdicts.common import Subcase, combine, result, subcase_verdict
 
 __all__ = ["claim_c3"]
 
@@ -90,7 +90,7 @@ def _measured(scales: pd.DataFrame, S: float, S2: float, max_finite: float) -> t
 
 def claim_c3(scales: pd.DataFrame, cfg: Mapping, fmt: str = "e4m3fn") -> dict:
     """The sentence's three properties of S and the compare scale's coverage: a theoretical verdict
-    (kernels.theory on the format's number line), plus the measured MSE comparison beneath it.
+    (pcast.theory on the format's number line), plus the measured MSE comparison beneath it.
 
     Stated (theoretical) sub-cases: S bit-exact; dp(S) the minimum of dp over a dense grid of S in
     [1, max_finite] and equal to 2^-(man_bits+1); coverage(S) the largest among powers of two <=

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from kernels.analysis.text import short
-from kernels.analysis.verdicts.common import Subcase, combine, result
+from pcast.analysis.text import short
+from pcast.analysis.verdicts.common import Subcase, combine, result
 
 __all__ = ["TENSORCORE", "claim_tensorcore"]
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from kernels.analysis.text import short
-from kernels.analysis.tolerance import closed_form_offset, crossing_tolerances
-from kernels.analysis.verdicts.common import Subcase, combine, family_z, result
+from pcast.analysis.text import short
+from pcast.analysis.tolerance import closed_form_offset, crossing_tolerances
+from pcast.analysis.verdicts.common import Subcase, combine, family_z, result
 
 __all__ = ["claim_c4", "crossing_tolerances", "onset_span"]
 
@@ -62,7 +62,7 @@ def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping,
 
     Crossing sub-cases: ``|measured − predicted Δc|`` within the measured crossing's bootstrap CI
     (the side facing the prediction, widened over the rows). Precision-loss sub-cases ("kernel-level
-    precision loss", the sentence's words): the MSE knee (:func:`kernels.analysis.summaries.knee_summary`)
+    precision loss", the sentence's words): the MSE knee (:func:`pcast.analysis.summaries.knee_summary`)
     within ±σ·``|Φ⁻¹(knee_onset_fraction)|`` of Δc, the span over which the theory's fraction rises from
     the onset to 1/2; no knee although Δc lies on the grid (``grid_max``) fails.
     """

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from kernels.analysis.text import format_runs, intervals, short
-from kernels.analysis.tolerance import max_moments
-from kernels.analysis.verdicts.common import Subcase, combine, family_z, result, subcase_verdict
+from pcast.analysis.text import format_runs, intervals, short
+from pcast.analysis.tolerance import max_moments
+from pcast.analysis.verdicts.common import Subcase, combine, family_z, result, subcase_verdict
 
 __all__ = ["claim_c1", "claim_c2", "leading_order_tolerance"]
 
@@ -57,7 +57,7 @@ def claim_c1(collapse: pd.DataFrame, cfg: Mapping, *, level: float = 0.95) -> di
     """The paper's leading-order Φ law, judged on its own, per forward combination of ``cfg['combos']``.
 
     A point (Δ, sink_v_scale) holds when ``|measured − Φ law|`` ≤ ½ Var(M_k) φ(1) (the law's first
-    neglected term, :func:`~kernels.analysis.verdicts.underflow.leading_order_tolerance`) + z·SE (the seed-mean's standard error, z the
+    neglected term, :func:`~pcast.analysis.verdicts.underflow.leading_order_tolerance`) + z·SE (the seed-mean's standard error, z the
     family quantile of ``level`` over every point judged). Trivial points: measurement and law both
     within the tolerance of 0 or of 1 (the flat ends say nothing of the law's position).
     """
