@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pcast.pipeline.config import ConfigError, check_config, resolve_preset, schema_message
 
-__all__ = ["SCHEMA_DIR", "CONFIG_SCHEMA", "CLAIMS_SCHEMA", "validate_config", "load_config"]
+__all__ = ["SCHEMA_DIR", "CONFIG_SCHEMA", "CLAIMS_SCHEMA", "validate_config", "load_config", "typed_overrides"]
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 CONFIG_SCHEMA = "config.schema.yaml"
@@ -39,6 +39,51 @@ def validate_config(cfg: dict, stage: str, schema: str = CONFIG_SCHEMA, schema_d
         raise ConfigError(f"Invalid configuration ({stage}): {schema_message(err, schema)}") from None
 
 
+_BOOLS = {"true": True, "false": False}
+
+
+def _scalar(text: str):
+    """A nested ``--config`` value as YAML would read it: an int, a float (``1e-3`` too), true/false,
+    null, or else the string itself."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    if text.lower() in _BOOLS:
+        return _BOOLS[text.lower()]
+    if text in ("null", "~"):
+        return None
+    return text
+
+
+def _typed(value):
+    if isinstance(value, Mapping):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return _scalar(value) if isinstance(value, str) else value
+
+
+def typed_overrides(overrides: Mapping) -> dict:
+    """``--config`` values with their nested scalars typed.
+
+    Snakemake reads a top-level ``key=value`` as an int, float or bool where it can, but a nested
+    value (``'experiments={"collapse": {"sink_v_scale": [0.0, 0.5]}}'``) through YAML's base loader,
+    which keeps every scalar a string. This reads those strings as numbers, booleans and nulls,
+    as config.yaml's own YAML would; top-level values are left as Snakemake typed them.
+    """
+    return {k: (_typed(v) if isinstance(v, (Mapping, list)) else v) for k, v in overrides.items()}
+
+
+def _overlay(base: dict, top: Mapping) -> None:
+    for k, v in top.items():
+        if isinstance(v, Mapping) and isinstance(base.get(k), dict):
+            _overlay(base[k], v)
+        else:
+            base[k] = v
+
+
 def load_config(cfg: dict, overrides: Mapping | None = None, schema_dir: Path = SCHEMA_DIR) -> dict:
     """Validate ``cfg`` (config.yaml with the command line's ``--configfile`` and ``--config``
     merged in, as Snakemake hands it over), merge its preset under ``overrides`` (the ``--config``
@@ -49,6 +94,9 @@ def load_config(cfg: dict, overrides: Mapping | None = None, schema_dir: Path = 
     Raises:
         ConfigError: the first refusal, naming the key and what is allowed.
     """
+    if overrides:
+        overrides = typed_overrides(overrides)
+        _overlay(cfg, overrides)  # cfg holds the same values, merged in by Snakemake as strings
     validate_config(cfg, "config.yaml with command-line overrides", CONFIG_SCHEMA, schema_dir)
     try:
         merged = resolve_preset(cfg, overrides)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -517,3 +518,65 @@ def test_every_statistics_and_claims_key_has_a_bad_case():
     leaves = [leaf for section in ("statistics", "claims") for leaf in _leaves(CONFIG[section], section)]
     assert len(leaves) == 49
     assert [leaf for leaf in leaves if leaf not in covered] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# nested --config values, as docs/pipeline.md shows them
+
+
+def _documented_nested_example() -> list[str]:
+    page = (REPO / "docs" / "pipeline.md").read_text()
+    block = page.split("<!-- nested-config-example -->")[1].split("```")[1]
+    (line,) = [ln for ln in block.splitlines()[1:] if ln.strip()]
+    return shlex.split(line)
+
+
+def _snakemake_overrides(argv: list[str]) -> dict:
+    """The --config words parsed by Snakemake's own parser, as the workflow receives them."""
+    from snakemake.cli import parse_config
+
+    return parse_config(argv[argv.index("--config") + 1:])
+
+
+def test_snakemake_hands_nested_config_values_over_as_strings():
+    over = _snakemake_overrides(_documented_nested_example())
+    assert over["experiments"]["collapse"]["sink_v_scale"] == ["0.0", "0.5", "1.0"]
+
+
+def test_the_documented_nested_override_is_typed_and_beats_the_preset():
+    over = _snakemake_overrides(_documented_nested_example())
+    cfg = copy.deepcopy(CONFIG)
+    cfg["preset"] = over["preset"]
+    cfg["experiments"]["collapse"]["sink_v_scale"] = over["experiments"]["collapse"]["sink_v_scale"]
+    out = pvalidation.load_config(cfg, over)
+    assert out["experiments"]["collapse"]["sink_v_scale"] == [0.0, 0.5, 1.0]
+    assert all(type(v) is float for v in out["experiments"]["collapse"]["sink_v_scale"])
+    # the rest of the collapse section is the smoke preset's
+    assert out["experiments"]["collapse"]["shapes"] == merged("smoke")["experiments"]["collapse"]["shapes"]
+
+
+@pytest.mark.parametrize("text,want", [("3", 3), ("-2", -2), ("0.25", 0.25), ("1e-3", 1e-3), ("true", True),
+                                       ("False", False), ("null", None), ("fa3", "fa3"), ("2^8", "2^8")])
+def test_nested_scalars_are_read_as_yaml_reads_them(text, want):
+    got = pvalidation.typed_overrides({"experiments": {"x": [text]}})["experiments"]["x"][0]
+    assert got == want and type(got) is type(want)
+
+
+def test_top_level_values_stay_as_snakemake_typed_them():
+    assert pvalidation.typed_overrides({"preset": "smoke", "n": "12"}) == {"preset": "smoke", "n": "12"}
+
+
+def test_a_bad_nested_value_is_still_refused_naming_the_key():
+    over = {"preset": "smoke", "experiments": {"collapse": {"sink_v_scale": ["heavy"]}}}
+    cfg = copy.deepcopy(CONFIG)
+    cfg["preset"] = "smoke"
+    with pytest.raises(pconfig.ConfigError, match=r"experiments\.collapse\.sink_v_scale"):
+        pvalidation.load_config(cfg, over)
+
+
+def test_the_documented_nested_override_dry_runs(repo_copy):
+    argv = _documented_nested_example()
+    res = subprocess.run(argv, cwd=repo_copy, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert "Invalid configuration" not in res.stdout + res.stderr
+    assert not (repo_copy / "results").exists()
