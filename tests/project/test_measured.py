@@ -1,0 +1,83 @@
+"""The README's and docs' measured figures are the rendering of docs/data/measured.json.
+
+Disk, memory, times and job counts outside the claims table sit between ``<!-- measured:KEY -->`` and
+``<!-- /measured -->``; ``python tools/measure.py`` measures them and writes the spans. Here the text must
+equal its rendering, every measurement must say its machine and load, and no page may type such a figure
+outside a span.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import measure  # noqa: E402
+
+DATA = measure.load()
+ALL_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_the_data_file_holds_every_measurement_the_text_names():
+    keys = {k for page in measure.PAGES for k, _ in measure.SPAN.findall((ROOT / page).read_text())}
+    assert keys == set(measure.TEMPLATES), keys ^ set(measure.TEMPLATES)
+    for key in keys:
+        measure.TEMPLATES[key](DATA)  # raises KeyError for a figure the file does not hold
+
+
+@pytest.mark.parametrize("page", measure.PAGES)
+def test_each_page_is_the_rendering_of_the_data_file(page):
+    text = (ROOT / page).read_text()
+    assert measure.SPAN.search(text), f"{page}: no measured span"
+    assert measure.render(text, DATA) == text, f"{page} is stale: run `python tools/measure.py write`"
+
+
+def test_spans_appear_only_on_the_pages_the_tool_writes():
+    for page in ALL_PAGES:
+        rel = str(page.relative_to(ROOT))
+        if "<!-- measured:" in page.read_text():
+            assert rel in measure.PAGES, f"{rel} has a measured span that tools/measure.py never writes"
+
+
+def _measurements(data):
+    yield from data["runs"].values()
+    yield from data["install"].values()
+    yield data["tests"]
+
+
+def test_every_measurement_says_its_machine_and_load():
+    for m in _measurements(DATA):
+        assert {"cores", "memory_gib", "cpu"} <= set(m["machine"]), m
+        assert m["load_before"] >= 0 and m["load_after"] >= 0
+        assert m["wall_s"] > 0
+        assert "load" in measure.where(m) and str(m["machine"]["cores"]) in measure.where(m)
+
+
+def test_a_changed_measurement_changes_the_text():
+    data = copy.deepcopy(DATA)
+    data["runs"]["smoke"]["jobs"] += 1
+    text = (ROOT / "README.md").read_text()
+    assert measure.render(text, data) != text
+    assert f"{data['runs']['smoke']['jobs']} jobs" in measure.render(text, data)
+
+
+# figures typed outside a span: a size, or a wall time said to be measured
+TYPED = re.compile(r"\d+(\.\d+)? ?(MB|GB) of disk|\b\d+ s measured|writes about \d+ ?MB|minutes? of wall time on")
+
+
+def test_no_page_types_a_headline_figure_outside_a_span():
+    for page in (ROOT / p for p in measure.PAGES):
+        outside = measure.SPAN.sub("", page.read_text())
+        hit = TYPED.search(outside)
+        assert hit is None, f"{page.name}: typed figure {hit.group(0)!r}; put it in docs/data/measured.json"
+
+
+def test_time_and_size_formats():
+    assert measure.fmt_time(59.4) == "59 s" and measure.fmt_time(201) == "3 min 21 s"
+    assert measure.fmt_mb(88) == "88 MB" and measure.fmt_mb(2816) == "2.8 GB"
