@@ -10,6 +10,7 @@
 rule claims:
     input:
         collapse=rules.stats_collapse.output.summary,
+        tidy_collapse=TIDY.format("collapse"),
         paired=rules.stats_paired.output.paired,
         knees=rules.stats_paired.output.knees,
         scales=rules.stats_scales.output.summary,
@@ -37,6 +38,7 @@ rule claims:
         code=library_code("claims"),
         claims=CRITERIA,
         confidence_level=float(config["statistics"]["confidence_level"]),
+        statistics=STATS_CFG,
         preset=config["preset"],
         expected=config["presets"][config["preset"]].get("expected_verdicts", {}),
     script:
