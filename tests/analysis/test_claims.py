@@ -125,6 +125,41 @@ def test_result_structure_and_outputs(verdicts):
     assert C.to_json(verdicts) == C.to_json(verdicts)
 
 
+def test_claims_c1_to_c6_carry_readings_robustness_and_domain(verdicts):
+    """Each of C1–C6 keeps verdict and scoped and adds readings (the verdict is the rule across them),
+    robustness rows with a source and alternative verdicts, and C6 what lies beyond its domain; claims.md
+    prints them all."""
+    for key in ("C1", "C2", "C3", "C4", "C5", "C6"):
+        r = verdicts[key]
+        assert {"verdict", "scoped", "readings", "robustness", "headline", "kinds"} <= set(r), key
+        assert r["readings"] and all(set(x) == {"reading", "verdict", "domain"} for x in r["readings"]), key
+        assert r["verdict"] == C.across_readings([x["verdict"] for x in r["readings"]]), key
+        assert r["robustness"], key
+        for c in r["robustness"]:
+            assert set(c) == {"choice", "value", "source", "verdicts"} and c["source"] and c["verdicts"], (key, c)
+    assert "beyond_domain" in verdicts["C6"]
+    md = C.render_markdown(verdicts, preset="test")
+    assert md.count("*Readings (each over the claim's domain).*") == 6
+    assert md.count("*Robustness (every choice") == 6
+    for c in verdicts["C5"]["robustness"]:
+        assert f"| {c['choice']} | {c['value']} |" in md
+
+
+def test_every_presets_why_fills_from_a_run(verdicts):
+    """The expected-verdict texts of C1–C6 and the paper are templates; each fills from a run's claims."""
+    import yaml
+
+    from pcast.analysis.verdicts.templates import fill, slots
+
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    for name in ("default", "smoke"):
+        for key in ("C1", "C2", "C3", "C4", "C5", "C6", "paper"):
+            why = cfg["presets"][name]["expected_verdicts"][key]["why"]
+            assert slots(why), (name, key)  # no typed numbers: every number a slot
+            text = fill(why, verdicts)
+            assert "{" not in text and text != why, (name, key)
+
+
 def test_claims_md_shows_the_presets_expected_verdicts_and_flags_a_difference(verdicts):
     expected = {"C1": {"verdict": "PASS", "why": "same as the default run"},
                 "C4": {"verdict": "PARTIAL", "why": "a coarse grid"}}

@@ -7,11 +7,17 @@ config.yaml, and returns a dict::
     {"claim": "C1", "statement": ..., "verdict": "PASS" | "PARTIAL" | "FAIL" | "INCONCLUSIVE",
      "criterion": <the rule applied, with the config's numbers>, "numbers": {...},
      "details": [<lines>], "evidence": [<figure/table targets>],
-     "scoped": [{"scope", "verdict", "domain"}], "tolerances": [<each tolerance and its source>]}
+     "scoped": [{"scope", "verdict", "domain"}], "tolerances": [<each tolerance and its source>],
+     # C1–C6 also:
+     "readings": [{"reading", "verdict", "domain"}], "headline": <the readings under which it holds>,
+     "robustness": [{"choice", "value", "source", "verdicts": {<alternative>: <verdict>}}],
+     "kinds": [<which sub-cases are settings, which readings, and why>],
+     "beyond_domain": [{"scope", "verdict", "domain"}]}   # C6: outside the claim's domain
 
 The statement (for C1–C6 the abstract's sentence) and the evidence come from
 :mod:`pcast.analysis.registry`. The verdict is on the claim as stated, by the one strict rule
-of :func:`.common.combine`; the scoped verdicts beneath never replace it. Tolerances come from the
+of :mod:`.common`: settings combine strictly, readings by :func:`.common.across_readings`; the
+scoped verdicts beneath never replace it. Tolerances come from the
 data (bootstrap CIs, standard errors at ``statistics.confidence_level``) or from a stated physical
 reason; the config holds the rest, and ``claims.paper`` the abstract's own numbers. ``INCONCLUSIVE`` means the data cannot
 evaluate the criterion at all (e.g. a Δ grid too coarse to contain a crossing, as on the smoke
@@ -37,7 +43,8 @@ from pcast.analysis import stats
 from pcast.analysis.text import intervals
 from pcast.analysis.verdicts.audit import AUDIT, claim_audit
 from pcast.analysis.verdicts.cases import CASES_ID, claim_cases
-from pcast.analysis.verdicts.common import VERDICTS, Subcase, ci_tolerance, combine, family_z, subcase_verdict
+from pcast.analysis.verdicts.common import (VERDICTS, Choice, Subcase, across_readings, ci_tolerance, combine, family_z,
+                                            subcase_verdict)
 from pcast.analysis.verdicts.conformance import conformance_check
 from pcast.analysis.verdicts.decode import DECODE, claim_decode
 from pcast.analysis.verdicts.fp4 import FP4, claim_fp4
@@ -50,7 +57,7 @@ from pcast.analysis.verdicts.threshold import claim_c4
 from pcast.analysis.verdicts.underflow import claim_c1, claim_c2
 
 __all__ = [
-    "VERDICTS", "Subcase", "combine", "subcase_verdict", "family_z", "ci_tolerance",
+    "VERDICTS", "Subcase", "Choice", "combine", "across_readings", "subcase_verdict", "family_z", "ci_tolerance",
     "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
     "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json",
     "intervals",

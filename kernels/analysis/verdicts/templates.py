@@ -70,4 +70,4 @@ def verdict_cell(claim: str, claims: Mapping, template: str | None) -> str:
     """The README claims table's verdict cell of ``claim``: its verdict, then its template filled."""
     v = claims[claim]["verdict"]
     text = fill(template, claims) if template else _headline(claims[claim])
-    return f"{v}: {text}".replace("|", "\\|")
+    return (v if text == v else f"{v}: {text}").replace("|", "\\|")
