@@ -59,12 +59,12 @@ from pcast.analysis.verdicts.underflow import claim_c1, claim_c2
 __all__ = [
     "VERDICTS", "Subcase", "Choice", "combine", "across_readings", "subcase_verdict", "family_z", "ci_tolerance",
     "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
-    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json",
+    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "baseline_fraction", "render_markdown", "to_json",
     "intervals",
 ]
 
 
-def _baseline_fraction(collapse: pd.DataFrame, baseline: str) -> pd.Series | None:
+def baseline_fraction(collapse: pd.DataFrame, baseline: str) -> pd.Series | None:
     """Δ -> the exact model's non-sink underflow fraction of the baseline (C5's readings of 'moderate')."""
     b = collapse[collapse["combo"] == baseline].dropna(subset=["pred_exact"]) if len(collapse) else collapse
     return b.groupby("delta")["pred_exact"].mean() if len(b) else None
@@ -93,7 +93,7 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
     onset = theory.critical_delta(float(claims_cfg["C3"]["scale"]), k=k, fmt=fmt)
     lv = float(confidence_level)
     grid_max = float(collapse["delta"].max()) if len(collapse) else float("inf")
-    c5 = claim_c5(paired, claims_cfg["C5"], _baseline_fraction(collapse, claims_cfg["C5"]["baseline"]))
+    c5 = claim_c5(paired, claims_cfg["C5"], baseline_fraction(collapse, claims_cfg["C5"]["baseline"]))
     out = {
         "C1": claim_c1(collapse, claims_cfg["C1"], level=lv),
         "C2": claim_c2(collapse, claims_cfg["C2"], level=lv),

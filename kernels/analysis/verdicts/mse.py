@@ -12,7 +12,7 @@ from pcast import theory
 from pcast.analysis.text import format_runs, intervals, short
 from pcast.analysis.verdicts.common import Choice, Subcase, across_readings, combine, result, subcase_verdict
 
-__all__ = ["claim_c5", "claim_c6", "c6_domain_limit", "tost_pvalues", "BAND_RULES"]
+__all__ = ["claim_c5", "claim_c6", "c6_domain_limit", "tost_pvalues", "moderate_windows", "BAND_RULES"]
 
 #: How a (reading, norm, fix) cell meets the band: the peak over the reading's Δ (the claim's number is
 #: the improvement the fix brings there), or any Δ of the reading (the ratio passes through the band).
@@ -31,7 +31,7 @@ def _band_regime(peak: float, ci_lo: float, ci_hi: float, lo: float, hi: float, 
     return "far above", "FAIL"
 
 
-def _windows(windows, baseline_fraction: pd.Series | None, grid) -> list[tuple[str, list[float]]]:
+def moderate_windows(windows, baseline_fraction: pd.Series | None, grid) -> list[tuple[str, list[float]]]:
     """The readings of "moderate sink strength": (name, its Δ) per window of the baseline's predicted
     underflow fraction; the whole grid when no prediction is given."""
     if baseline_fraction is None or baseline_fraction.empty:
@@ -70,7 +70,7 @@ def _c5_judge(p: pd.DataFrame, windows, baseline_fraction, band, far: float, rul
     if svs_col and norms is not None:
         p = p[p[svs_col].isin(norms)]
     cells, readings = [], []
-    for wname, ds in _windows(windows, baseline_fraction, grid):
+    for wname, ds in moderate_windows(windows, baseline_fraction, grid):
         for svs, gs in (p.groupby(svs_col, sort=True) if svs_col else [(None, p)]):
             tag = f"{wname}, sink_v_scale={svs:g}" if svs is not None else wname
             these = [_c5_cell(g, ds, band, far, f"{tag}, {fix}", grid, rule) for fix, g in gs.groupby("b", sort=True)]
