@@ -275,3 +275,21 @@ def test_every_expected_why_slot_names_a_claim():
         for claim, e in (preset.get("expected_verdicts") or {}).items():
             for c, _ in slots(e["why"]):
                 assert c in ids, (name, claim, c)
+
+
+def test_sink_value_norms_of_a_real_models_heads():
+    """Per clean-sink head: mean ‖v‖ of its sink keys over the other keys' (exact on constructed vectors), the
+    source printed beside C5's norm grid; heads without a clean sink are left out."""
+    from pcast.analysis.verdicts.mse import norm_source, sink_value_norms
+
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal((2, 3, 16, 8))
+    v /= np.linalg.norm(v, axis=-1, keepdims=True)  # every key's value norm 1 ...
+    v[:, 0, 0] *= 0.25  # ... but head 0's sink key 0 at 0.25,
+    v[:, 2, [1, 5]] *= 0.5  # and head 2's sinks 1 and 5 at 0.5
+    heads = pd.DataFrame({"layer": [0, 0, 0], "head": [0, 1, 2], "sinks": ["0", np.nan, "1;5"],
+                          "sink_type": ["clean", "none", "clean"]})
+    n = sink_value_norms({"layer0/v": v}, heads)
+    assert list(n["head"]) == [0, 2]
+    np.testing.assert_allclose(n["sink_v_norm"], [0.25, 0.5], rtol=1e-12)
+    assert "2 clean-sink heads: 0.25–0.5 (median 0.38)" in norm_source(n)

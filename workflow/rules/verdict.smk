@@ -19,6 +19,7 @@ rule claims:
         policies=rules.stats_policies.output.summary,
         realmodel=rules.stats_realmodel.output.heads,
         realmodel_outputs=rules.stats_realmodel.output.outputs,
+        realmodel_tensors=rules.realmodel_capture.output.tensors,
         fp4=rules.stats_fp4.output.summary,
         cases=rules.table_cases.output.csv,
         tensorcore=rules.tensorcore.output.summary,

@@ -48,7 +48,7 @@ from pcast.analysis.verdicts.common import (VERDICTS, Choice, Subcase, across_re
 from pcast.analysis.verdicts.conformance import conformance_check
 from pcast.analysis.verdicts.decode import DECODE, claim_decode
 from pcast.analysis.verdicts.fp4 import FP4, claim_fp4
-from pcast.analysis.verdicts.mse import claim_c5, claim_c6
+from pcast.analysis.verdicts.mse import claim_c5, claim_c6, sink_value_norms
 from pcast.analysis.verdicts.paper import claim_paper
 from pcast.analysis.verdicts.realmodel import REALMODEL, claim_realmodel
 from pcast.analysis.verdicts.scale import claim_c3
@@ -77,7 +77,8 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
              fp4: pd.DataFrame | None = None, cases: pd.DataFrame | None = None,
              confidence_level: float = 0.95, tensorcore: tuple[pd.DataFrame, Mapping] | None = None,
              decode: pd.DataFrame | None = None, decode_partition: pd.DataFrame | None = None,
-             tidy_collapse: pd.DataFrame | None = None, stats_cfg: Mapping | None = None) -> dict:
+             tidy_collapse: pd.DataFrame | None = None, stats_cfg: Mapping | None = None,
+             realmodel_tensors: Mapping | None = None) -> dict:
     """Every verdict from the summary tables (what the ``claims`` rule runs); the audit of deployed
     policies joins them when ``policies`` (the policies summary) is given, the real-model section
     when ``realmodel`` (the per-head summary; ``realmodel_outputs`` the per-run output summary) is,
@@ -87,13 +88,17 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
     ``confidence_level``: the statistics
     section's, the level of every CI the tolerances are read from. ``tidy_collapse`` (the tidy collapse
     table) and ``stats_cfg`` (the statistics section) let the robustness tables recompute C4's knees
-    and C6's TOST at the alternative values of ``claims.<id>.alternatives``, from the same data."""
+    and C6's TOST at the alternative values of ``claims.<id>.alternatives``, from the same data;
+    ``realmodel_tensors`` (the captured ``layer{L}/v`` arrays) gives the real model's sink-value norms
+    beside C5's norm grid."""
     fmt = str(collapse["fmt"].iloc[0]) if len(collapse) and "fmt" in collapse else "e4m3fn"
     k = int(collapse["ksink"].iloc[0]) if len(collapse) and "ksink" in collapse else 4
     onset = theory.critical_delta(float(claims_cfg["C3"]["scale"]), k=k, fmt=fmt)
     lv = float(confidence_level)
     grid_max = float(collapse["delta"].max()) if len(collapse) else float("inf")
-    c5 = claim_c5(paired, claims_cfg["C5"], baseline_fraction(collapse, claims_cfg["C5"]["baseline"]))
+    norms = sink_value_norms(realmodel_tensors, realmodel) if realmodel_tensors is not None and realmodel is not None \
+        else None
+    c5 = claim_c5(paired, claims_cfg["C5"], baseline_fraction(collapse, claims_cfg["C5"]["baseline"]), sink_norms=norms)
     out = {
         "C1": claim_c1(collapse, claims_cfg["C1"], level=lv),
         "C2": claim_c2(collapse, claims_cfg["C2"], level=lv),

@@ -12,7 +12,8 @@ from pcast import theory
 from pcast.analysis.text import format_runs, intervals, short
 from pcast.analysis.verdicts.common import Choice, Subcase, across_readings, combine, result, subcase_verdict
 
-__all__ = ["claim_c5", "claim_c6", "c6_domain_limit", "tost_pvalues", "moderate_windows", "BAND_RULES"]
+__all__ = ["claim_c5", "claim_c6", "c6_domain_limit", "tost_pvalues", "moderate_windows", "sink_value_norms",
+           "norm_source", "BAND_RULES"]
 
 #: How a (reading, norm, fix) cell meets the band: the peak over the reading's Δ (the claim's number is
 #: the improvement the fix brings there), or any Δ of the reading (the ratio passes through the band).
@@ -82,7 +83,8 @@ def _c5_judge(p: pd.DataFrame, windows, baseline_fraction, band, far: float, rul
     return readings, cells
 
 
-def claim_c5(paired: pd.DataFrame, cfg: Mapping, baseline_fraction: pd.Series | None = None) -> dict:
+def claim_c5(paired: pd.DataFrame, cfg: Mapping, baseline_fraction: pd.Series | None = None, *,
+             sink_norms: pd.DataFrame | None = None) -> dict:
     """Improvement ratio MSE(baseline) / MSE(fix) against the claimed band, per reading of "moderate"
     and sink_v_scale (readings), every fix (settings).
 
@@ -93,7 +95,8 @@ def claim_c5(paired: pd.DataFrame, cfg: Mapping, baseline_fraction: pd.Series | 
     inside each ``cfg['moderate']`` window, at each sink-value norm. A reading combines its fixes by
     the strict rule; the verdict combines the readings by :func:`.common.across_readings`. The
     robustness table recomputes it at ``cfg['alternatives']`` (far_above, moderate) and under the
-    other band rule ("passes through").
+    other band rule ("passes through"), and per sink-value norm alone (``sink_norms``: the real model's
+    measured norms, :func:`sink_value_norms`, printed as that row's source).
     """
     base, fixes = cfg["baseline"], list(cfg["fixes"])
     band = tuple(float(v) for v in cfg["band"])
@@ -140,12 +143,41 @@ def claim_c5(paired: pd.DataFrame, cfg: Mapping, baseline_fraction: pd.Series | 
     if "sink_v_scale" in p.columns and p["sink_v_scale"].nunique() > 1:
         norms = sorted(float(v) for v in p["sink_v_scale"].unique())
         robust.append(Choice("the sinks' value norms tested (the grid's sink_v_scale)", ", ".join(f"{v:g}" for v in norms),
-                             "the generator's range: 0 (learned sinks that carry no value) to 1 (unit-norm values)",
-                             {f"only {v:g}": verdict(norms=[v]) for v in norms}))
+                             norm_source(sink_norms), {f"only {v:g}": verdict(norms=[v]) for v in norms}))
     details = [f"{nums['in_band']} of {len(cells)} cells (reading x fix) in band; the readings' verdicts and each "
                "cell are listed above", _open_parameters(p)]
     return result("C5", across_readings(readings), crit, nums, details, scoped=cells, tolerances=tols,
                   readings=readings, robustness=robust, kinds=kinds)
+
+
+def sink_value_norms(tensors: Mapping, heads: pd.DataFrame) -> pd.DataFrame:
+    """The sinks' value norm of each clean-sink head of a real model, in the generator's units: per (layer,
+    head), the mean over passages of mean ‖v‖ of the sink keys over mean ‖v‖ of the other keys (the
+    generator's ``sink_v_scale`` is exactly this ratio). ``tensors``: ``layer{L}/v`` arrays [P, H, N, d]
+    (results/inputs/realmodel/tensors.safetensors); ``heads``: the realmodel heads summary (its ``sinks``,
+    ``;``-joined key indices, and ``sink_type``)."""
+    rows = []
+    h = heads[heads["sink_type"] == "clean"].drop_duplicates(["layer", "head"])
+    for _, r in h.iterrows():
+        v = tensors.get(f"layer{int(r['layer'])}/v")
+        sinks = [int(x) for x in str(r["sinks"]).split(";") if x.strip() not in ("", "nan")]
+        if v is None or not sinks:
+            continue
+        norms = np.linalg.norm(np.asarray(v, dtype=np.float64)[:, int(r["head"])], axis=-1)  # [P, N]
+        other = np.setdiff1d(np.arange(norms.shape[1]), sinks)
+        ratio = norms[:, sinks].mean(axis=1) / norms[:, other].mean(axis=1)
+        rows.append({"layer": int(r["layer"]), "head": int(r["head"]), "sink_v_norm": float(ratio.mean())})
+    return pd.DataFrame(rows, columns=["layer", "head", "sink_v_norm"])
+
+
+def norm_source(norms: pd.DataFrame | None) -> str:
+    """Where the tested sink-value norms come from: the generator's range, and the real model's measurement."""
+    text = "the generator's range: 0 (learned sinks that carry no value) to 1 (unit-norm values)"
+    if norms is not None and len(norms):
+        v = norms["sink_v_norm"]
+        text += (f"; measured in the real model's {len(v)} clean-sink heads: {short(v.min(), 2)}–{short(v.max(), 2)}"
+                 f" (median {short(v.median(), 2)}) × the other keys' value norm")
+    return text
 
 
 def _open_parameters(p: pd.DataFrame) -> str:
