@@ -184,9 +184,13 @@ def test_c2_at_the_bound_exactly_is_pass(cfgs, tmp_path):
 # ----------------------------------------------------------------------------- C6: the domain from the theory
 
 
+C6_PAIRS = [("forward S=256", "reverse S=256"), ("reverse S=1", "reverse S=256"), ("forward S=1", "reverse S=256")]
+
+
 def _c6_paired(tidy, stats_cfg):
-    return paired_tests(tidy, [tuple(p) for p in stats_cfg["pairs"]], margin=float(stats_cfg["tost_margin"]),
-                        alpha=float(stats_cfg["alpha"]), n_resamples=100, seed=1)
+    """The T1 rows C6 reads (its pairs and the trivial pair), with a small bootstrap."""
+    return paired_tests(tidy, C6_PAIRS, margin=float(stats_cfg["tost_margin"]), alpha=float(stats_cfg["alpha"]),
+                        n_resamples=100, seed=1)
 
 
 def test_c6_unchanged_by_data_beyond_forward_256s_critical_delta(cfgs):
@@ -213,14 +217,13 @@ def test_c6_tost_recomputed_at_the_chosen_margin_is_the_statistics_steps(cfgs):
     stats_cfg, claims_cfg = cfgs
     tidy = make_collapse(svs_values=(0.0,), seeds=6, deltas=GRID, floor_gap=1.15, floor_gap_from=4.0)
     paired = _c6_paired(tidy, stats_cfg)
-    redo = tost_pvalues(tidy, [tuple(p) for p in stats_cfg["pairs"]], float(stats_cfg["tost_margin"]),
-                          float(claims_cfg["C6"]["alpha"]))
+    redo = tost_pvalues(tidy, C6_PAIRS, float(stats_cfg["tost_margin"]), float(claims_cfg["C6"]["alpha"]))
     keys = ["a", "b", "delta", "sink_v_scale"]
     merged = paired.merge(redo, on=keys, suffixes=("", "_redo"))
     assert len(merged) == len(paired)
     np.testing.assert_allclose(merged["p_tost_redo"], merged["p_tost"], rtol=1e-12)
     cfg = dict(claims_cfg["C6"], alternatives={"tost_margin": [0.3]})
-    r = C.claim_c6(paired, cfg, tidy=tidy, stats_cfg=stats_cfg)
+    r = C.claim_c6(paired, cfg, tidy=tidy, stats_cfg=dict(stats_cfg, pairs=C6_PAIRS))
     wide = C.claim_c6(_c6_paired(tidy, dict(stats_cfg, tost_margin=0.3)), claims_cfg["C6"])
     row = [c for c in r["robustness"] if c["choice"].startswith("the TOST equivalence margin")][0]
     assert row["value"] == "0.1" and row["verdicts"] == {"0.3": wide["verdict"]}

@@ -18,9 +18,9 @@ WINDOW_HATCHES = ("////", "\\\\\\\\", "....", "xxxx")
 
 
 def _ratio_panels(top, paired: pd.DataFrame, svs_values, baseline: str, fixes, band,
-                  windows: list[tuple[str, list[float]]] = ()) -> list[dict]:
+                  windows: list[tuple[str, list[float]]] = (), half: float = 0.1) -> list[dict]:
     """(a, b, ...) MSE(baseline)/MSE(fix) against Δ, one panel per sink_v_scale, band shaded; each of C5's
-    windows of "moderate" (``windows``: (label, its Δ)) hatched over its Δ span."""
+    windows of "moderate" (``windows``: (label, its Δ)) hatched over its Δ, ± ``half`` a grid step."""
     rows: list[dict] = []
     p = paired[(paired["a"] == baseline) & paired["b"].isin(fixes)]
     ymax = max(p["ci_high"].replace(np.inf, np.nan).max() if len(p) else 10, band[1]) * 1.5
@@ -30,7 +30,7 @@ def _ratio_panels(top, paired: pd.DataFrame, svs_values, baseline: str, fixes, b
         ax.axhline(1.0, color="#999999", lw=0.5)
         for j, (label, ds) in enumerate(windows):
             if ds:
-                ax.axvspan(min(ds) - 0.1, max(ds) + 0.1, facecolor="none", edgecolor="#777777", lw=0,
+                ax.axvspan(min(ds) - half, max(ds) + half, facecolor="none", edgecolor="#777777", lw=0,
                            hatch=WINDOW_HATCHES[j % len(WINDOW_HATCHES)], alpha=0.5, zorder=0)
                 if i == 0:
                     rows += series("a", f"C5 window {label}", [min(ds), max(ds)], [band[0], band[0]],
@@ -130,7 +130,9 @@ def fig_improvement(paired: pd.DataFrame, scales: pd.DataFrame, collapse: pd.Dat
     gtop = outer[0].subgridspec(1, ntop, wspace=0.3)
     gbot = outer[1].subgridspec(1, nbot + 1, width_ratios=[1.0] * nbot + [0.035], wspace=0.18)
     top = [fig.add_subplot(gtop[0, i]) for i in range(ntop)]
-    rows = _ratio_panels(top, paired, svs_values, baseline, fixes, band, windows)
+    steps = np.diff(sorted(paired["delta"].unique())) if len(paired) else np.array([])
+    half = float(steps.min()) / 2 if len(steps) else 0.1
+    rows = _ratio_panels(top, paired, svs_values, baseline, fixes, band, windows, half)
     bottom = [fig.add_subplot(gbot[0, j]) for j in range(nbot)]
     cax = fig.add_subplot(gbot[0, nbot])
     vals = scales["improvement"].replace([np.inf, -np.inf], np.nan) if len(scales) else pd.Series(dtype=float)
