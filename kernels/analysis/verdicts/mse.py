@@ -122,28 +122,7 @@ def claim_c5(paired: pd.DataFrame, cfg: Mapping, baseline_fraction: pd.Series | 
         for v, g in peaks.groupby(level=0):
             nums[f"peak_min[sink_v_scale={v:g}]"] = float(g.min())
             nums[f"peak_max[sink_v_scale={v:g}]"] = float(g.max())
-    alt = cfg.get("alternatives") or {}
-
-    def verdict(**kw) -> str:
-        args = {"windows": windows, "baseline_fraction": baseline_fraction, "band": band, "far": far, **kw}
-        return across_readings(_c5_judge(p, **args)[0])
-
-    robust = [Choice("how a fix meets the band", "peak", "the paper's words (\"show 3–10× improvement\": the "
-                     "improvement at a moderate strength, read at its largest)",
-                     {"passes through (any Δ of the window)": verdict(rule="passes through")})]
-    if alt.get("far_above"):
-        robust.append(Choice("'far above' the band (claims.C5.far_above)", f"{far:g}",
-                             "a stated reason: a gain several times the band's top is no longer the claimed one",
-                             {f"{float(a):g}": verdict(far=float(a)) for a in alt["far_above"]}))
-    if alt.get("moderate"):
-        label = lambda ws: "; ".join(f"[{lo:g}, {hi:g}]" for lo, hi in ws)  # noqa: E731
-        robust.append(Choice("the windows of 'moderate' (claims.C5.moderate)", label(windows),
-                             "the theory: the baseline's predicted underflow from the onset to Δc, and from Δc on",
-                             {label(ws): verdict(windows=[tuple(w) for w in ws]) for ws in alt["moderate"]}))
-    if "sink_v_scale" in p.columns and p["sink_v_scale"].nunique() > 1:
-        norms = sorted(float(v) for v in p["sink_v_scale"].unique())
-        robust.append(Choice("the sinks' value norms tested (the grid's sink_v_scale)", ", ".join(f"{v:g}" for v in norms),
-                             norm_source(sink_norms), {f"only {v:g}": verdict(norms=[v]) for v in norms}))
+    robust = _c5_robustness(p, cfg.get("alternatives") or {}, windows, baseline_fraction, band, far, sink_norms)
     details = [f"{nums['in_band']} of {len(cells)} cells (reading x fix) in band; the readings' verdicts and each "
                "cell are listed above", _open_parameters(p)]
     return result("C5", across_readings(readings), crit, nums, details, scoped=cells, tolerances=tols,
@@ -178,6 +157,32 @@ def norm_source(norms: pd.DataFrame | None) -> str:
         text += (f"; measured in the real model's {len(v)} clean-sink heads: {short(v.min(), 2)}–{short(v.max(), 2)}"
                  f" (median {short(v.median(), 2)}) × the other keys' value norm")
     return text
+
+
+def _c5_robustness(p: pd.DataFrame, alt: Mapping, windows, baseline_fraction, band, far: float,
+                   sink_norms: pd.DataFrame | None) -> list[Choice]:
+    """C5's choices, each recomputed from ``p``: the band rule, far_above, the windows, each norm alone."""
+    def verdict(**kw) -> str:
+        args = {"windows": windows, "baseline_fraction": baseline_fraction, "band": band, "far": far, **kw}
+        return across_readings(_c5_judge(p, **args)[0])
+
+    robust = [Choice("how a fix meets the band", "peak", "the paper's words (\"show 3–10× improvement\": the "
+                     "improvement at a moderate strength, read at its largest)",
+                     {"passes through (any Δ of the window)": verdict(rule="passes through")})]
+    if alt.get("far_above"):
+        robust.append(Choice("'far above' the band (claims.C5.far_above)", f"{far:g}",
+                             "a stated reason: a gain several times the band's top is no longer the claimed one",
+                             {f"{float(a):g}": verdict(far=float(a)) for a in alt["far_above"]}))
+    if alt.get("moderate"):
+        label = lambda ws: "; ".join(f"[{lo:g}, {hi:g}]" for lo, hi in ws)  # noqa: E731
+        robust.append(Choice("the windows of 'moderate' (claims.C5.moderate)", label(windows),
+                             "the theory: the baseline's predicted underflow from the onset to Δc, and from Δc on",
+                             {label(ws): verdict(windows=[tuple(w) for w in ws]) for ws in alt["moderate"]}))
+    if "sink_v_scale" in p.columns and p["sink_v_scale"].nunique() > 1:
+        norms = sorted(float(v) for v in p["sink_v_scale"].unique())
+        robust.append(Choice("the sinks' value norms tested (the grid's sink_v_scale)", ", ".join(f"{v:g}" for v in norms),
+                             norm_source(sink_norms), {f"only {v:g}": verdict(norms=[v]) for v in norms}))
+    return robust
 
 
 def _open_parameters(p: pd.DataFrame) -> str:
@@ -286,6 +291,27 @@ def _by_norm(cells: list[Subcase]) -> list[Subcase]:
     return out
 
 
+def _c6_robustness(inside: pd.DataFrame, pairs, cfg: Mapping, alpha: float, holm: bool, margin: float, limit: float,
+                   tidy: pd.DataFrame | None, stats_cfg: Mapping | None) -> list[Choice]:
+    """C6's choices: the TOST margin (p-values recomputed from ``tidy`` inside the domain) and Holm."""
+    def verdict(rows: pd.DataFrame, h: bool) -> str:
+        return across_readings(_by_norm(_c6_cells(rows, pairs, cfg["trivial_pair"], alpha, h)))
+
+    robust = [Choice("Holm adjustment over the domain's T1 rows (claims.C6.holm)", str(holm).lower(),
+                     "the data's noise: a family of tests at one level", {str(not holm).lower(): verdict(inside, not holm)})]
+    alt = cfg.get("alternatives") or {}
+    if tidy is not None and stats_cfg is not None and alt.get("tost_margin"):
+        family = [tuple(x) for x in stats_cfg["pairs"]]
+        verdicts = {}
+        for m in alt["tost_margin"]:
+            p = tost_pvalues(tidy[tidy["delta"] < limit], family, float(m), alpha)
+            keys = [c for c in p.columns if c != "p_tost"]
+            verdicts[f"{float(m):g}"] = verdict(inside.drop(columns=["p_tost"]).merge(p, on=keys, how="left"), holm)
+        robust.insert(0, Choice("the TOST equivalence margin (statistics.tost_margin)", f"{margin:g}",
+                                "a stated tolerance: floors within a factor 1 + margin either way", verdicts))
+    return robust
+
+
 def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None, *, tidy: pd.DataFrame | None = None,
              stats_cfg: Mapping | None = None) -> dict:
     """Same precision floor: TOST equivalence of each fix with the combined fix, per Δ, over the claim's domain.
@@ -332,21 +358,6 @@ def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None, 
     if not cells:
         return result("C6", "INCONCLUSIVE", crit, nums, details or ["no pairs measured"], tolerances=tols,
                       readings=[], kinds=kinds, beyond_domain=beyond_lines)
-    robust = [Choice("Holm adjustment over the domain's T1 rows (claims.C6.holm)", str(holm).lower(),
-                     "the data's noise: a family of tests at one level",
-                     {str(not holm).lower(): across_readings(_by_norm(_c6_cells(inside, pairs, cfg["trivial_pair"],
-                                                                                  alpha, not holm)))})]
-    alt = cfg.get("alternatives") or {}
-    if tidy is not None and stats_cfg is not None and alt.get("tost_margin"):
-        family = [tuple(x) for x in stats_cfg["pairs"]]
-        verdicts = {}
-        for m in alt["tost_margin"]:
-            p = tost_pvalues(tidy[tidy["delta"] < limit], family, float(m), alpha)
-            keys = [c for c in p.columns if c != "p_tost"]
-            redone = inside.drop(columns=["p_tost"]).merge(p, on=keys, how="left")
-            verdicts[f"{float(m):g}"] = across_readings(_by_norm(_c6_cells(redone, pairs, cfg["trivial_pair"],
-                                                                           alpha, holm)))
-        robust.insert(0, Choice("the TOST equivalence margin (statistics.tost_margin)", f"{margin:g}",
-                                "a stated tolerance: floors within a factor 1 + margin either way", verdicts))
+    robust = _c6_robustness(inside, pairs, cfg, alpha, holm, margin, limit, tidy, stats_cfg)
     return result("C6", across_readings(readings), crit, nums, details, scoped=cells, tolerances=tols,
                   readings=readings, robustness=robust, beyond_domain=beyond_lines, kinds=kinds)

@@ -100,6 +100,44 @@ def _c4_readings(crossings: list[Subcase], knee_subs: list[Subcase]) -> list[Sub
     return out
 
 
+def _c4_tolerances(thresholds: pd.DataFrame, level: float, onset: float, w: float) -> list[str]:
+    """C4's tolerances and where each comes from."""
+    ks = sorted(int(k) for k in thresholds["ksink"].unique()) if len(thresholds) else []
+    return [f"crossing: the side of the measured Δc's bootstrap CI (level {level:g}) facing the prediction, × "
+            f"z(family)/z = {short(family_z(level, max(len(thresholds), 1)) / family_z(level, 1), 3)} over "
+            f"{len(thresholds)} (ksink, S), + the closed form's own offset at the crossing μ3(M_k)/6 (third central "
+            f"moment of the sinks' max; the second-order term vanishes there): "
+            + ", ".join(f"k={k}: {short(closed_form_offset(k), 3)}" for k in ks),
+            f"precision loss: ±σ·|Φ⁻¹({onset:g})| = ±{short(w, 3)}σ, the Δ span over which the leading-order "
+            f"fraction rises from {onset:g} (the collapse's onset) to 1/2 (Δc)",
+            "no knee: INCONCLUSIVE when the peak MSE ratio is within the reference's seed-to-seed MSE spread "
+            "(mse_hi / mse_lo over seeds at statistics.seed_interval), FAIL above it"]
+
+
+def _c4_robustness(judge, knees: pd.DataFrame, onset: float, alt: Mapping, paired: pd.DataFrame | None,
+                   stats_cfg: Mapping | None) -> list[Choice]:
+    """C4's choices: the knee factor (knees recomputed from ``paired``), the onset fraction, the no-knee rule;
+    ``judge(knees, onset, rule)`` gives the readings."""
+    robust = []
+    if paired is not None and stats_cfg is not None and alt.get("knee_factor"):
+        from pcast.analysis.summaries import knee_summary
+
+        robust.append(Choice("the MSE knee's factor (statistics.knee_factor)", f"{float(stats_cfg['knee_factor']):g}",
+                             "a physical reason: the P cast's error at least equal to the reference's whole error",
+                             {f"{float(f):g}": across_readings(judge(knee_summary(
+                                 paired, reference=stats_cfg["reference"], factor=float(f)), onset))
+                              for f in alt["knee_factor"]}))
+    if alt.get("knee_onset_fraction"):
+        robust.append(Choice("the collapse's onset fraction (claims.C4.knee_onset_fraction)", f"{onset:g}",
+                             "the theory: the Δ span over which the fraction rises from the onset to 1/2",
+                             {f"{float(o):g}": across_readings(judge(knees, float(o)))
+                              for o in alt["knee_onset_fraction"]}))
+    robust.append(Choice("no knee, peak MSE ratio within the seed-to-seed spread", "INCONCLUSIVE",
+                         "the data's noise: a loss one run cannot tell from the spread over seeds",
+                         {"FAIL (no knee ⇒ FAIL)": across_readings(judge(knees, onset, "FAIL"))}))
+    return robust
+
+
 def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping, *, level: float = 0.95,
              grid_max: float = math.inf, paired: pd.DataFrame | None = None, collapse: pd.DataFrame | None = None,
              stats_cfg: Mapping | None = None) -> dict:
@@ -119,16 +157,7 @@ def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping,
     w = onset_span(onset)
     crit = (f"|measured Δc − (6.93 + ln S − δk)| within the crossing's widened bootstrap CI for every (ksink, S); "
             f"the MSE knee within ±{short(w, 3)}σ of Δc for every forward combination, per sink_v_scale")
-    ks = sorted(int(k) for k in thresholds["ksink"].unique()) if len(thresholds) else []
-    tols = [f"crossing: the side of the measured Δc's bootstrap CI (level {level:g}) facing the prediction, × "
-            f"z(family)/z = {short(family_z(level, max(len(thresholds), 1)) / family_z(level, 1), 3)} over "
-            f"{len(thresholds)} (ksink, S), + the closed form's own offset at the crossing μ3(M_k)/6 (third central "
-            f"moment of the sinks' max; the second-order term vanishes there): "
-            + ", ".join(f"k={k}: {short(closed_form_offset(k), 3)}" for k in ks),
-            f"precision loss: ±σ·|Φ⁻¹({onset:g})| = ±{short(w, 3)}σ, the Δ span over which the leading-order "
-            f"fraction rises from {onset:g} (the collapse's onset) to 1/2 (Δc)",
-            "no knee: INCONCLUSIVE when the peak MSE ratio is within the reference's seed-to-seed MSE spread "
-            "(mse_hi / mse_lo over seeds at statistics.seed_interval), FAIL above it"]
+    tols = _c4_tolerances(thresholds, level, onset, w)
     kinds = ["settings: the crossing of every (ksink, S) measured; the knee of every forward combination (the "
              "closed form covers every S and ksink)",
              "readings: what \"precision loss\" measures (the paper does not say): half the non-sink P lost (the "
@@ -157,24 +186,7 @@ def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping,
             "knees_within": sum(s.verdict == "PASS" for s in knee_subs), "knees": len(knee_subs),
             "knees_inconclusive": sum(s.verdict == "INCONCLUSIVE" for s in knee_subs),
             "max_abs_diff": float(thresholds["diff"].abs().max()), "onset_span": w}
-    robust = []
-    alt = cfg.get("alternatives") or {}
-    if knee_subs and paired is not None and stats_cfg is not None and alt.get("knee_factor"):
-        from pcast.analysis.summaries import knee_summary
-
-        robust.append(Choice("the MSE knee's factor (statistics.knee_factor)", f"{float(stats_cfg['knee_factor']):g}",
-                             "a physical reason: the P cast's error at least equal to the reference's whole error",
-                             {f"{float(f):g}": across_readings(judge(knee_summary(
-                                 paired, reference=stats_cfg["reference"], factor=float(f)), onset))
-                              for f in alt["knee_factor"]}))
-    if alt.get("knee_onset_fraction"):
-        robust.append(Choice("the collapse's onset fraction (claims.C4.knee_onset_fraction)", f"{onset:g}",
-                             "the theory: the Δ span over which the fraction rises from the onset to 1/2",
-                             {f"{float(o):g}": across_readings(judge(knees, float(o)))
-                              for o in alt["knee_onset_fraction"]}))
-    if knee_subs:
-        robust.append(Choice("no knee, peak MSE ratio within the seed-to-seed spread", "INCONCLUSIVE",
-                             "the data's noise: a loss one run cannot tell from the spread over seeds",
-                             {"FAIL (no knee ⇒ FAIL)": across_readings(judge(knees, onset, "FAIL"))}))
+    robust = _c4_robustness(judge, knees, onset, cfg.get("alternatives") or {}, paired, stats_cfg) if knee_subs \
+        else []
     return result("C4", across_readings(readings), crit, nums, details, scoped=subs, tolerances=tols,
                   readings=readings, robustness=robust, kinds=kinds)
