@@ -6,7 +6,12 @@ time of the steps its command runs (the sum of their jobs' wall times: what the 
 core; two cores overlap them). ``--json docs/data/default_run.json`` writes the same summary; the
 README's runtime and verdict columns are checked against that file by ``tests/project/test_docs.py``.
 
-Usage: python tools/claims_table.py [--run DIR] [--json PATH]
+The verdict cell of each claim is generated, never typed: its verdict, then the preset's expected-verdict
+``why`` (``presets.<name>.expected_verdicts`` in config.yaml, stored in claims.json), a template whose
+slots are filled from the run's numbers (:mod:`pcast.analysis.verdicts.templates`). ``--readme README.md``
+writes those cells into the README's claims table.
+
+Usage: python tools/claims_table.py [--run DIR] [--json PATH] [--readme PATH]
 """
 
 from __future__ import annotations
@@ -14,9 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
+from pcast.analysis.verdicts.templates import verdict_cell
 from pcast.pipeline.tables import benchmark_groups
+
+README_TABLE = ("<!-- claims-table -->", "<!-- /claims-table -->")
 
 
 def _chain(experiment: str) -> list[str]:
@@ -68,10 +77,11 @@ def summarize(run: str | os.PathLike = ".") -> dict:
     if missing:
         raise ValueError(f"no benchmark files for steps {missing} in {run}/results/benchmarks")
     claims = {}
+    cells = verdict_cells(doc)
     for cid, c in doc["claims"].items():
         if cid not in STEPS:
             raise ValueError(f"claim {cid!r} of claims.json has no entry in tools/claims_table.py STEPS")
-        claims[cid] = {"verdict": c["verdict"], "evidence": list(c["evidence"]),
+        claims[cid] = {"verdict": c["verdict"], "evidence": list(c["evidence"]), "cell": cells[cid],
                        "job_s": round(sum(sum(groups[s]) for s in STEPS[cid]), 1)}
     steps = {k: {"jobs": len(v), "total_s": round(sum(v), 1), "slowest_s": round(max(v), 1)}
              for k, v in sorted(groups.items())}
@@ -80,12 +90,50 @@ def summarize(run: str | os.PathLike = ".") -> dict:
             "all_jobs": sum(len(v) for v in groups.values())}
 
 
+def verdict_cells(doc: dict) -> dict[str, str]:
+    """Claim -> the README's verdict cell, from claims.json (``doc``): verdict and the filled ``why`` template."""
+    expected = doc.get("expected") or {}
+    return {cid: verdict_cell(cid, doc["claims"], (expected.get(cid) or {}).get("why")) for cid in doc["claims"]}
+
+
+def write_readme(path: str | os.PathLike, cells: dict[str, str]) -> int:
+    """Replace the verdict column of the README's claims table by ``cells`` (claim id -> cell); returns the rows
+    changed. A row's claim is the first word of its first cell (``C1 forward order ...``, ``audit: ...``)."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    head, rest = text.split(README_TABLE[0], 1)
+    table, tail = rest.split(README_TABLE[1], 1)
+    out, changed = [], 0
+    for line in table.split("\n"):
+        cols = _split_row(line)
+        cid = cols[0].split()[0].rstrip(":") if cols and cols[0].split() else ""
+        if cid in cells and len(cols) == 5:
+            if cols[4] != cells[cid]:
+                changed += 1
+            line = "| " + " | ".join(cols[:4] + [cells[cid]]) + " |"
+        out.append(line)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(head + README_TABLE[0] + "\n".join(out) + README_TABLE[1] + tail)
+    return changed
+
+
+def _split_row(line: str) -> list[str]:
+    """The cells of a Markdown table row (an escaped ``\\|`` stays inside its cell)."""
+    if not line.strip().startswith("|"):
+        return []
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", default=".", help="the finished run's root (holding figures/ and results/)")
     ap.add_argument("--json", help="write the summary here (docs/data/default_run.json for the default preset)")
+    ap.add_argument("--readme", help="write each claim's generated verdict cell into this README's claims table")
     args = ap.parse_args(argv)
     summary = summarize(args.run)
+    if args.readme:
+        n = write_readme(args.readme, {cid: c["cell"] for cid, c in summary["claims"].items()})
+        print(f"{args.readme}: {n} verdict cells changed")
     for cid, c in summary["claims"].items():
         print(f"{cid:12s} {c['verdict']:13s} {fmt_seconds(c['job_s']):>12s}  {' '.join(c['evidence'])}")
     print(f"{'all':12s} {'':13s} {fmt_seconds(summary['all_job_s']):>12s}  ({summary['all_jobs']} jobs)")

@@ -61,6 +61,22 @@ def check_analysis(config: Mapping) -> None:
     _check_finite("claims", claims)
     _check_statistics(stats, exps)
     _check_claims(claims, stats, exps)
+    preset = (config.get("presets") or {}).get(config.get("preset"), {}) if isinstance(config.get("presets"), Mapping) \
+        else {}
+    _check_templates(preset.get("expected_verdicts") or {}, config.get("preset"))
+
+
+def _check_templates(expected: Mapping, preset) -> None:
+    """Every slot of an expected-verdict ``why`` names a claim of the registry (the run fills its number)."""
+    from pcast.analysis.registry import CLAIMS
+    from pcast.analysis.verdicts.templates import slots
+
+    ids = {c.id for c in CLAIMS}
+    for key, e in expected.items():
+        for claim, field in slots(str((e or {}).get("why", ""))):
+            if claim not in ids:
+                raise _Error(f"config key 'presets.{preset}.expected_verdicts.{key}.why': slot {{{claim}.{field}}} "
+                             f"names no claim; allowed: {{ID.key}} with ID one of {', '.join(sorted(ids))}")
 
 
 # ----------------------------------------------------------------------------- what runs
@@ -182,6 +198,14 @@ def _check_claims(claims: Mapping, stats: Mapping, exps: Mapping) -> None:
     _in_pairs("claims.C6.trivial_pair", claims["C6"]["trivial_pair"], pairs, "the pair")
     for i, window in enumerate(c5["moderate"]):
         _check_band(f"claims.C5.moderate[{i}]", window)
+    alt = c5.get("alternatives") or {}
+    for i, windows in enumerate(alt.get("moderate", [])):
+        for j, window in enumerate(windows):
+            _check_band(f"claims.C5.alternatives.moderate[{i}][{j}]", window)
+    for i, far in enumerate(alt.get("far_above", [])):
+        if far < c5["band"][1]:
+            raise _Error(f"config key 'claims.C5.alternatives.far_above[{i}]': {far:g} is below claims.C5.band[1] = "
+                         f"{c5['band'][1]:g}; allowed: far_above >= the band's high end")
     _check_band("claims.paper.band", claims["paper"]["band"])
     variants = list(exps[POLICY_EXPERIMENT]["variants"])
     for field in ("variant", "floor_variant"):

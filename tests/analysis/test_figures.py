@@ -77,8 +77,9 @@ RENDER = textwrap.dedent("""
         "fig_theory_scale": lambda: P.fig_theory_scale(t["scales"]),
         "fig_collapse": lambda: P.fig_collapse(t["collapse"]),
         "fig_mse": lambda: P.fig_mse(t["collapse"], t["paired"]),
-        "fig_improvement": lambda: P.fig_improvement(t["paired"], t["scales"]),
-        "fig_threshold": lambda: P.fig_threshold(t["thresholds"], t["knees"]),
+        "fig_improvement": lambda: P.fig_improvement(t["paired"], t["scales"], t["collapse"],
+                                                     moderate=[[0.01, 0.5], [0.5, 0.99]]),
+        "fig_threshold": lambda: P.fig_threshold(t["thresholds"], t["knees"], onset_fraction=0.01),
         "fig_conformance": lambda: P.fig_conformance(t["conformance"]),
         "fig_policies": lambda: P.fig_policies(t["policies"]),
         "fig_realmodel_heads": lambda: P.fig_realmodel_heads(t["realmodel_heads"]),
@@ -118,6 +119,29 @@ def test_two_renders_are_byte_identical(summaries, tmp_path):
 
 def _load(summaries):
     return {p.stem: pd.read_csv(p) for p in summaries.glob("*.csv")}
+
+
+def test_figures_draw_what_the_verdicts_test(summaries):
+    """F5 (c) shades the knee window C4 accepts (Δc ± the onset span); F4 hatches C5's windows of 'moderate',
+    read on the baseline's predicted underflow exactly as C5 reads them, beside the claimed band."""
+    from pcast.analysis.verdicts import baseline_fraction
+    from pcast.analysis.verdicts.mse import moderate_windows
+    from pcast.analysis.verdicts.threshold import onset_span
+
+    t = _load(summaries)
+    _, d = P.fig_threshold(t["thresholds"], t["knees"], onset_fraction=0.01)
+    w = d[d["series"] == "knee window (C4): Δc ± onset span"]
+    assert len(w) == 2 and ((w["y_hi"] - w["y"]).round(9) == round(onset_span(0.01), 9)).all()
+    _, none = P.fig_threshold(t["thresholds"], t["knees"])
+    assert not none["series"].str.startswith("knee window").any()
+    moderate = [[0.01, 0.5], [0.5, 0.99]]
+    _, d = P.fig_improvement(t["paired"], t["scales"], t["collapse"], moderate=moderate)
+    grid = sorted(t["paired"]["delta"].unique())
+    expect = moderate_windows([tuple(m) for m in moderate], baseline_fraction(t["collapse"], "forward S=1"), grid)
+    for (lo, hi), (_, ds) in zip(moderate, expect):
+        rows = d[d["series"] == f"C5 window [{lo:g}, {hi:g}]"]
+        assert ds and list(rows["x"]) == [min(ds), max(ds)] and (rows["y_lo"] == 3).all() and (rows["y_hi"] == 10).all()
+    plt.close("all")
 
 
 def test_figure_data_tables(summaries):

@@ -430,6 +430,26 @@ ANALYSIS_BAD = {
                                      "0 < low < high"),
     "paper_band_out_of_order": case({"claims.paper.band": [10, 3]}, "claims.paper.band", "0 < low < high"),
     "C5_far_above_below_the_band": case({"claims.C5.far_above": 5}, "claims.C5.far_above", "claims.C5.band[1] = 10"),
+    "C5_alternative_far_above_below_the_band": case({"claims.C5.alternatives.far_above": [20, 5]},
+                                                    "claims.C5.alternatives.far_above[1]", "claims.C5.band[1] = 10"),
+    "C5_alternative_window_out_of_order": case({"claims.C5.alternatives.moderate": [[[0.5, 0.1]]]},
+                                               "claims.C5.alternatives.moderate[0][0]", "0 < low < high"),
+    "C6_alternative_margin_zero": case({"claims.C6.alternatives.tost_margin": [0]}, "claims.C6.alternatives.tost_margin[0]",
+                                       "> 0"),
+    "C1_alternative_level_above_one": case({"claims.C1.alternatives.confidence_level": [0.9, 1.5]},
+                                           "claims.C1.alternatives.confidence_level[1]", "(0, 1)"),
+    "C2_alternative_level_zero": case({"claims.C2.alternatives.confidence_level": [0]},
+                                      "claims.C2.alternatives.confidence_level[0]", "(0, 1)"),
+    "C3_alternative_compare_scale_negative": case({"claims.C3.alternatives.compare_scale": [-1]},
+                                                  "claims.C3.alternatives.compare_scale[0]", "> 0"),
+    "C4_alternative_knee_factor_one": case({"claims.C4.alternatives.knee_factor": [1]},
+                                           "claims.C4.alternatives.knee_factor[0]", "> 1"),
+    "C4_alternative_onset_half": case({"claims.C4.alternatives.knee_onset_fraction": [0.5]},
+                                      "claims.C4.alternatives.knee_onset_fraction[0]", "(0, 0.5)"),
+    "C4_alternative_unknown_choice": case({"claims.C4.alternatives.knee_width": [1]}, "claims.C4.alternatives.knee_width",
+                                          "knee_width"),
+    "expected_why_slot_names_no_claim": case({"presets.default.expected_verdicts.C5.why": "{C9.cells} cells"},
+                                             "presets.default.expected_verdicts.C5.why", "{C9.cells}"),
     "realmodel_band_out_of_order": case({"claims.realmodel.band": [10.0, 3.0]}, "claims.realmodel.band",
                                         "0 < low < high"),
     # claims: combinations, scales and variants, against the experiment each is read from
@@ -516,7 +536,7 @@ def test_every_statistics_and_claims_key_has_a_bad_case():
     """A key added to either section without a bad-value case above fails here."""
     covered = {re.sub(r"\[\d+\]", "", c[2]) for c in ANALYSIS_BAD.values()}
     leaves = [leaf for section in ("statistics", "claims") for leaf in _leaves(CONFIG[section], section)]
-    assert len(leaves) == 49
+    assert len(leaves) == 57
     assert [leaf for leaf in leaves if leaf not in covered] == []
 
 

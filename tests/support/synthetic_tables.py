@@ -53,15 +53,15 @@ def _bump(delta, peak):
 
 def make_collapse(*, ratio_peak=6.0, floor_gap=1.0, floor_gap_from=-math.inf, cell_peaks=None, uf_shift=0.0,
                   reverse_leak=0, reverse_zero=False, seeds=8, deltas=tuple(np.arange(0.0, 16.01, 1.0)),
-                  svs_values=(0.0, 1.0)):
+                  svs_values=(0.0, 1.0), seed_spread=0.3):
     """Collapse tidy table built from the theory: underflow = exact prediction (+ ``uf_shift`` for
     forward S=1); MSE(forward S=1) = floor x a bump peaking at ``ratio_peak`` near Δ = 7; the fixes sit
     on the floor, forward S=256 at ``floor_gap`` x the floor from Δ = ``floor_gap_from`` on;
     ``cell_peaks[(sink_v_scale, fix label)]`` sets that fix's own peak ratio MSE(forward S=1) / MSE(fix);
     ``reverse_zero`` zeroes reverse S=256's underflow (the paper's guarantee); ``reverse_leak`` underflow
-    events are added to reverse S=256 at Δ = 0."""
+    events are added to reverse S=256 at Δ = 0; ``seed_spread``: the log-normal spread of the seeds' MSE."""
     rng = np.random.default_rng(0)
-    base = rng.lognormal(-12, 0.3, seeds)
+    base = rng.lognormal(-12, seed_spread, seeds)
     rows = []
     for order in ("forward", "reverse"):
         for scale in (1, 256):

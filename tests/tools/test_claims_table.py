@@ -67,3 +67,24 @@ def test_json_and_seconds_format(tmp_path, capsys):
     assert "C4" in capsys.readouterr().out
     assert [fmt_seconds(x) for x in (0.4, 46, 59.6, 60, 125.2, 946.1)] == \
         ["0 s", "46 s", "1 min 00 s", "1 min 00 s", "2 min 05 s", "15 min 46 s"]
+
+
+def test_readme_verdict_cells_are_filled_from_claims_json(tmp_path, capsys):
+    """--readme writes each claim's verdict and its expected-verdict template, filled from the run, into the
+    README's claims table; a claim without a template gets its verdict and headline."""
+    _run(tmp_path)
+    doc = json.loads((tmp_path / "figures" / "claims.json").read_text())
+    doc["claims"]["C1"].update(numbers={"points": 66}, headline="PASS the claim as stated")
+    doc["expected"] = {"C1": {"verdict": "PASS", "why": "within tolerance at {C1.points} distinct points"}}
+    (tmp_path / "figures" / "claims.json").write_text(json.dumps(doc))
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- claims-table -->\n| claim | figure | command | runtime | verdict |\n|---|---|---|---|---|\n"
+                      "| C1 law | F2 | `snakemake --cores 2 fig_collapse` | 1 s | PASS: typed 198 points |\n"
+                      "| C4 knee | F5 | `snakemake --cores 2 fig_threshold` | 1 s | FAIL: typed |\n"
+                      "<!-- /claims-table -->\ny\n")
+    assert main(["--run", str(tmp_path), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "| PASS: within tolerance at 66 distinct points |" in text and "typed 198" not in text
+    assert "| C4 knee | F5 | `snakemake --cores 2 fig_threshold` | 1 s | PASS |" in text
+    assert text.startswith("x\n<!-- claims-table -->") and text.endswith("<!-- /claims-table -->\ny\n")
+    assert "2 verdict cells changed" in capsys.readouterr().out

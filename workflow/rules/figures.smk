@@ -68,6 +68,7 @@ rule fig_improvement:
     input:
         paired=rules.stats_paired.output.paired,
         scales=rules.stats_scales.output.summary,
+        collapse=rules.stats_collapse.output.summary,
     output:
         **figure_outputs("fig_improvement"),
     log:
@@ -82,6 +83,7 @@ rule fig_improvement:
         baseline=STATS_CFG["baseline"],
         fixes=STATS_CFG["fixes"],
         band=CRITERIA["C5"]["band"],
+        moderate=CRITERIA["C5"]["moderate"],
     script:
         "../scripts/fig_improvement.py"
 
@@ -102,6 +104,7 @@ rule fig_threshold:
     params:
         code=library_code("fig_threshold"),
         level=float(STATS_CFG["confidence_level"]),
+        onset_fraction=float(CRITERIA["C4"]["knee_onset_fraction"]),
     script:
         "../scripts/fig_threshold.py"
 

@@ -10,6 +10,7 @@
 rule claims:
     input:
         collapse=rules.stats_collapse.output.summary,
+        tidy_collapse=TIDY.format("collapse"),
         paired=rules.stats_paired.output.paired,
         knees=rules.stats_paired.output.knees,
         scales=rules.stats_scales.output.summary,
@@ -18,6 +19,7 @@ rule claims:
         policies=rules.stats_policies.output.summary,
         realmodel=rules.stats_realmodel.output.heads,
         realmodel_outputs=rules.stats_realmodel.output.outputs,
+        realmodel_tensors=rules.realmodel_capture.output.tensors,
         fp4=rules.stats_fp4.output.summary,
         cases=rules.table_cases.output.csv,
         tensorcore=rules.tensorcore.output.summary,
@@ -37,6 +39,7 @@ rule claims:
         code=library_code("claims"),
         claims=CRITERIA,
         confidence_level=float(config["statistics"]["confidence_level"]),
+        statistics=STATS_CFG,
         preset=config["preset"],
         expected=config["presets"][config["preset"]].get("expected_verdicts", {}),
     script:

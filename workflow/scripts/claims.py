@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+from safetensors.numpy import load_file
 
 from pcast.analysis import verdicts
 from pcast.pipeline.logs import rule_log
@@ -19,7 +20,8 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
         realmodel_outputs=pd.read_csv(inp.realmodel_outputs), fp4=pd.read_csv(inp.fp4),
         cases=pd.read_csv(inp.cases, dtype=str, keep_default_na=False),
         decode=pd.read_csv(inp.decode), decode_partition=pd.read_csv(inp.decode_partition),
-        confidence_level=params.confidence_level,
+        confidence_level=params.confidence_level, tidy_collapse=pd.read_csv(inp.tidy_collapse),
+        stats_cfg=dict(params.statistics), realmodel_tensors=load_file(inp.realmodel_tensors),
         tensorcore=(pd.read_csv(inp.tensorcore), json.loads(Path(inp.tensorcore_check).read_text())),
     )
     for key, r in result.items():

@@ -14,8 +14,13 @@ from pcast.analysis.plots.style import BAND_COLOR, COMBO_STYLE, TEXT_WIDTH, figu
 __all__ = ["fig_improvement"]
 
 
-def _ratio_panels(top, paired: pd.DataFrame, svs_values, baseline: str, fixes, band) -> list[dict]:
-    """(a, b, ...) MSE(baseline)/MSE(fix) against Δ, one panel per sink_v_scale, band shaded."""
+WINDOW_HATCHES = ("////", "\\\\\\\\", "....", "xxxx")
+
+
+def _ratio_panels(top, paired: pd.DataFrame, svs_values, baseline: str, fixes, band,
+                  windows: list[tuple[str, list[float]]] = (), half: float = 0.1) -> list[dict]:
+    """(a, b, ...) MSE(baseline)/MSE(fix) against Δ, one panel per sink_v_scale, band shaded; each of C5's
+    windows of "moderate" (``windows``: (label, its Δ)) hatched over its Δ, ± ``half`` a grid step."""
     rows: list[dict] = []
     p = paired[(paired["a"] == baseline) & paired["b"].isin(fixes)]
     ymax = max(p["ci_high"].replace(np.inf, np.nan).max() if len(p) else 10, band[1]) * 1.5
@@ -23,6 +28,13 @@ def _ratio_panels(top, paired: pd.DataFrame, svs_values, baseline: str, fixes, b
     for i, (ax, svs) in enumerate(zip(top, svs_values)):
         ax.axhspan(*band, color=BAND_COLOR, alpha=0.35, lw=0, zorder=0)
         ax.axhline(1.0, color="#999999", lw=0.5)
+        for j, (label, ds) in enumerate(windows):
+            if ds:
+                ax.axvspan(min(ds) - half, max(ds) + half, facecolor="none", edgecolor="#777777", lw=0,
+                           hatch=WINDOW_HATCHES[j % len(WINDOW_HATCHES)], alpha=0.5, zorder=0)
+                if i == 0:
+                    rows += series("a", f"C5 window {label}", [min(ds), max(ds)], [band[0], band[0]],
+                                   [band[0], band[0]], [band[1], band[1]])
         for fix in fixes:
             g = p[(p["sink_v_scale"] == svs) & (p["b"] == fix)].sort_values("delta")
             if g.empty:
@@ -42,7 +54,10 @@ def _ratio_panels(top, paired: pd.DataFrame, svs_values, baseline: str, fixes, b
     handles = [Line2D([], [], color=COMBO_STYLE[f]["color"], ls=COMBO_STYLE[f]["linestyle"],
                       marker=COMBO_STYLE[f]["marker"], ms=3, label=f"{baseline} / {f}") for f in fixes]
     handles.append(plt.Rectangle((0, 0), 1, 1, color=BAND_COLOR, alpha=0.35,
-                                 label=f"{band[0]:g}–{band[1]:g}× (claimed)"))
+                                 label=f"{band[0]:g}–{band[1]:g}× (claimed, C5's band)"))
+    handles += [plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="#777777", lw=0,
+                              hatch=WINDOW_HATCHES[j % len(WINDOW_HATCHES)], label=f"C5: {label}")
+                for j, (label, ds) in enumerate(windows) if ds]
     top[-1].legend(handles=handles, loc="upper right", fontsize=6, handlelength=1.8)
     return rows
 
@@ -89,12 +104,24 @@ def _colorbar(fig, cax, im, lim: float, baseline: str) -> None:
     cb.outline.set_visible(False)
 
 
-def fig_improvement(paired: pd.DataFrame, scales: pd.DataFrame, *, baseline: str = "forward S=1",
-                    fixes=("forward S=256", "reverse S=1", "reverse S=256"), band=(3.0, 10.0)):
+def fig_improvement(paired: pd.DataFrame, scales: pd.DataFrame, collapse: pd.DataFrame | None = None, *,
+                    baseline: str = "forward S=1", fixes=("forward S=256", "reverse S=1", "reverse S=256"),
+                    band=(3.0, 10.0), moderate=()):
     """F4: improvement ratio MSE(baseline)/MSE(fix) vs Δ with paired-bootstrap 95% CIs, one
-    panel per sink_v_scale (top); heatmaps of the median paired improvement over (Δ, S) from the
-    scales experiment, one per sink_v_scale, columns per (order, Δ) (bottom)."""
+    panel per sink_v_scale (top), C5's band shaded and its windows of "moderate" hatched (``moderate``:
+    ``claims.C5.moderate``, read on the baseline's predicted underflow in ``collapse``, as C5 reads
+    them); heatmaps of the median paired improvement over (Δ, S) from the scales experiment, one per
+    sink_v_scale, columns per (order, Δ) (bottom)."""
     use_style()
+    windows = []
+    if collapse is not None and len(moderate):
+        from pcast.analysis.verdicts import baseline_fraction
+        from pcast.analysis.verdicts.mse import moderate_windows
+
+        grid = sorted(paired["delta"].unique())
+        frac = baseline_fraction(collapse, baseline)
+        windows = [(f"[{lo:g}, {hi:g}]", ds) for (lo, hi), (_, ds) in
+                   zip(moderate, moderate_windows([tuple(w) for w in moderate], frac, grid))] if frac is not None else []
     svs_values = sorted(paired["sink_v_scale"].unique())
     svs_scales = sorted(scales["sink_v_scale"].unique()) if len(scales) else []
     ntop, nbot = max(len(svs_values), 1), max(len(svs_scales), 1)
@@ -103,7 +130,9 @@ def fig_improvement(paired: pd.DataFrame, scales: pd.DataFrame, *, baseline: str
     gtop = outer[0].subgridspec(1, ntop, wspace=0.3)
     gbot = outer[1].subgridspec(1, nbot + 1, width_ratios=[1.0] * nbot + [0.035], wspace=0.18)
     top = [fig.add_subplot(gtop[0, i]) for i in range(ntop)]
-    rows = _ratio_panels(top, paired, svs_values, baseline, fixes, band)
+    steps = np.diff(sorted(paired["delta"].unique())) if len(paired) else np.array([])
+    half = float(steps.min()) / 2 if len(steps) else 0.1
+    rows = _ratio_panels(top, paired, svs_values, baseline, fixes, band, windows, half)
     bottom = [fig.add_subplot(gbot[0, j]) for j in range(nbot)]
     cax = fig.add_subplot(gbot[0, nbot])
     vals = scales["improvement"].replace([np.inf, -np.inf], np.nan) if len(scales) else pd.Series(dtype=float)

@@ -68,8 +68,9 @@ def _panel_residuals(ax, t: pd.DataFrame, scales_, ks, tolerance: float) -> list
     return rows
 
 
-def _panel_knee(ax, knees: pd.DataFrame) -> list[dict]:
-    """(c) the MSE knee of the collapse experiment against the predicted Δc, per sink_v_scale."""
+def _panel_knee(ax, knees: pd.DataFrame, span: float | None = None) -> list[dict]:
+    """(c) the MSE knee of the collapse experiment against the predicted Δc, per sink_v_scale; shaded, the
+    window C4 accepts a knee in: Δc ± ``span`` (the onset span)."""
     rows: list[dict] = []
     kn = knees.sort_values(["scale", "sink_v_scale"])
     svs_v = sorted(kn["sink_v_scale"].unique())
@@ -84,6 +85,12 @@ def _panel_knee(ax, knees: pd.DataFrame) -> list[dict]:
         rows[-len(g):] = [dict(r, scale=float(s)) for r, s in zip(rows[-len(g):], g["scale"])]
     lo_k = np.nanmin(np.r_[kn["dc_pred"], kn["knee"]]) - 1
     hi_k = np.nanmax(np.r_[kn["dc_pred"], kn["knee"]]) + 1
+    if span is not None and np.isfinite(span):
+        lo_k, hi_k = min(lo_k, np.nanmin(kn["dc_pred"]) - span - 0.5), max(hi_k, np.nanmax(kn["dc_pred"]) + span + 0.5)
+        ax.fill_between([lo_k, hi_k], [lo_k - span, hi_k - span], [lo_k + span, hi_k + span], color="#999999",
+                        alpha=0.15, lw=0, zorder=0)
+        rows += series("c", "knee window (C4): Δc ± onset span", [lo_k, hi_k], [lo_k, hi_k],
+                       [lo_k - span, hi_k - span], [lo_k + span, hi_k + span])
     ax.plot([lo_k, hi_k], [lo_k, hi_k], color="#999999", lw=0.7, zorder=0)
     ax.set_xlim(lo_k, hi_k)
     ax.set_ylim(lo_k, hi_k)
@@ -96,16 +103,20 @@ def _panel_knee(ax, knees: pd.DataFrame) -> list[dict]:
     note = f"knee: first Δ with\nMSE ≥ {kn['factor'].iloc[0]:g}×\n{kn['reference'].iloc[0]}"
     if len(missing):
         note += f"\n({len(missing)} of {len(kn)}: never)"
+    if span is not None and np.isfinite(span):
+        note += f"\nshaded: Δc ± {span:.2f}σ (C4)"
     # upper left, under the legend: knees lie below the diagonal, so this corner stays empty
     ax.text(0.03, 0.66, note, transform=ax.transAxes, ha="left", va="top", fontsize=6, color="#555555")
     return rows
 
 
-def fig_threshold(thresholds: pd.DataFrame, knees: pd.DataFrame, *, level: float = 0.95):
+def fig_threshold(thresholds: pd.DataFrame, knees: pd.DataFrame, *, level: float = 0.95,
+                  onset_fraction: float | None = None):
     """F5: (a) measured vs predicted Δc across ksink and S, identity line, bootstrap 95% CIs;
     (b) measured − predicted vs ksink with the ±tolerance band (C4's largest per-row tolerance: the
     crossing's CI at ``level`` widened over the rows); (c) the MSE knee of the collapse experiment
-    against the predicted Δc, per sink_v_scale."""
+    against the predicted Δc, per sink_v_scale, with the window C4's knee reading accepts (Δc ±
+    σ·|Φ⁻¹(``onset_fraction``)|, ``claims.C4.knee_onset_fraction``)."""
     use_style()
     tol = crossing_tolerances(thresholds, level) if len(thresholds) else np.array([])
     tolerance = float(np.nanmax(tol)) if np.isfinite(tol).any() else 0.0
@@ -116,7 +127,12 @@ def fig_threshold(thresholds: pd.DataFrame, knees: pd.DataFrame, *, level: float
     rows = _panel_identity(axes[0], t, scales_, ks, tolerance)
     rows += _panel_residuals(axes[1], t, scales_, ks, tolerance)
     if knees is not None and len(knees):
-        rows += _panel_knee(axes[2], knees)
+        span = None
+        if onset_fraction is not None:
+            from pcast.analysis.verdicts.threshold import onset_span
+
+            span = onset_span(float(onset_fraction), float(knees["sigma"].iloc[0]) if "sigma" in knees else 1.0)
+        rows += _panel_knee(axes[2], knees, span)
     axes[2].set_xlabel("predicted Δc (ksink = 4)")
     panel_label(axes[2], "c")
     handles = [Line2D([], [], color="#555555", marker=KSINK_MARKERS.get(k, "o"), ls="none", mfc="white",

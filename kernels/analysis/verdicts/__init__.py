@@ -7,11 +7,17 @@ config.yaml, and returns a dict::
     {"claim": "C1", "statement": ..., "verdict": "PASS" | "PARTIAL" | "FAIL" | "INCONCLUSIVE",
      "criterion": <the rule applied, with the config's numbers>, "numbers": {...},
      "details": [<lines>], "evidence": [<figure/table targets>],
-     "scoped": [{"scope", "verdict", "domain"}], "tolerances": [<each tolerance and its source>]}
+     "scoped": [{"scope", "verdict", "domain"}], "tolerances": [<each tolerance and its source>],
+     # C1–C6 also:
+     "readings": [{"reading", "verdict", "domain"}], "headline": <the readings under which it holds>,
+     "robustness": [{"choice", "value", "source", "verdicts": {<alternative>: <verdict>}}],
+     "kinds": [<which sub-cases are settings, which readings, and why>],
+     "beyond_domain": [{"scope", "verdict", "domain"}]}   # C6: outside the claim's domain
 
 The statement (for C1–C6 the abstract's sentence) and the evidence come from
 :mod:`pcast.analysis.registry`. The verdict is on the claim as stated, by the one strict rule
-of :func:`.common.combine`; the scoped verdicts beneath never replace it. Tolerances come from the
+of :mod:`.common`: settings combine strictly, readings by :func:`.common.across_readings`; the
+scoped verdicts beneath never replace it. Tolerances come from the
 data (bootstrap CIs, standard errors at ``statistics.confidence_level``) or from a stated physical
 reason; the config holds the rest, and ``claims.paper`` the abstract's own numbers. ``INCONCLUSIVE`` means the data cannot
 evaluate the criterion at all (e.g. a Δ grid too coarse to contain a crossing, as on the smoke
@@ -37,11 +43,12 @@ from pcast.analysis import stats
 from pcast.analysis.text import intervals
 from pcast.analysis.verdicts.audit import AUDIT, claim_audit
 from pcast.analysis.verdicts.cases import CASES_ID, claim_cases
-from pcast.analysis.verdicts.common import VERDICTS, Subcase, ci_tolerance, combine, family_z, subcase_verdict
+from pcast.analysis.verdicts.common import (VERDICTS, Choice, Subcase, across_readings, ci_tolerance, combine, family_z,
+                                            subcase_verdict)
 from pcast.analysis.verdicts.conformance import conformance_check
 from pcast.analysis.verdicts.decode import DECODE, claim_decode
 from pcast.analysis.verdicts.fp4 import FP4, claim_fp4
-from pcast.analysis.verdicts.mse import claim_c5, claim_c6
+from pcast.analysis.verdicts.mse import claim_c5, claim_c6, sink_value_norms
 from pcast.analysis.verdicts.paper import claim_paper
 from pcast.analysis.verdicts.realmodel import REALMODEL, claim_realmodel
 from pcast.analysis.verdicts.scale import claim_c3
@@ -50,14 +57,14 @@ from pcast.analysis.verdicts.threshold import claim_c4
 from pcast.analysis.verdicts.underflow import claim_c1, claim_c2
 
 __all__ = [
-    "VERDICTS", "Subcase", "combine", "subcase_verdict", "family_z", "ci_tolerance",
+    "VERDICTS", "Subcase", "Choice", "combine", "across_readings", "subcase_verdict", "family_z", "ci_tolerance",
     "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
-    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "render_markdown", "to_json",
+    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "baseline_fraction", "render_markdown", "to_json",
     "intervals",
 ]
 
 
-def _baseline_fraction(collapse: pd.DataFrame, baseline: str) -> pd.Series | None:
+def baseline_fraction(collapse: pd.DataFrame, baseline: str) -> pd.Series | None:
     """Δ -> the exact model's non-sink underflow fraction of the baseline (C5's readings of 'moderate')."""
     b = collapse[collapse["combo"] == baseline].dropna(subset=["pred_exact"]) if len(collapse) else collapse
     return b.groupby("delta")["pred_exact"].mean() if len(b) else None
@@ -69,7 +76,9 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
              realmodel: pd.DataFrame | None = None, realmodel_outputs: pd.DataFrame | None = None,
              fp4: pd.DataFrame | None = None, cases: pd.DataFrame | None = None,
              confidence_level: float = 0.95, tensorcore: tuple[pd.DataFrame, Mapping] | None = None,
-             decode: pd.DataFrame | None = None, decode_partition: pd.DataFrame | None = None) -> dict:
+             decode: pd.DataFrame | None = None, decode_partition: pd.DataFrame | None = None,
+             tidy_collapse: pd.DataFrame | None = None, stats_cfg: Mapping | None = None,
+             realmodel_tensors: Mapping | None = None) -> dict:
     """Every verdict from the summary tables (what the ``claims`` rule runs); the audit of deployed
     policies joins them when ``policies`` (the policies summary) is given, the real-model section
     when ``realmodel`` (the per-head summary; ``realmodel_outputs`` the per-run output summary) is,
@@ -77,21 +86,28 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
     the tensor-core section when ``tensorcore`` (its summary and mmasim check) is, the decode section
     when ``decode`` (the decode Δc summary; ``decode_partition`` its P-cast error table) is.
     ``confidence_level``: the statistics
-    section's, the level of every CI the tolerances are read from."""
+    section's, the level of every CI the tolerances are read from. ``tidy_collapse`` (the tidy collapse
+    table) and ``stats_cfg`` (the statistics section) let the robustness tables recompute C4's knees
+    and C6's TOST at the alternative values of ``claims.<id>.alternatives``, from the same data;
+    ``realmodel_tensors`` (the captured ``layer{L}/v`` arrays) gives the real model's sink-value norms
+    beside C5's norm grid."""
     fmt = str(collapse["fmt"].iloc[0]) if len(collapse) and "fmt" in collapse else "e4m3fn"
     k = int(collapse["ksink"].iloc[0]) if len(collapse) and "ksink" in collapse else 4
     onset = theory.critical_delta(float(claims_cfg["C3"]["scale"]), k=k, fmt=fmt)
     lv = float(confidence_level)
     grid_max = float(collapse["delta"].max()) if len(collapse) else float("inf")
+    norms = sink_value_norms(realmodel_tensors, realmodel) if realmodel_tensors is not None and realmodel is not None \
+        else None
+    c5 = claim_c5(paired, claims_cfg["C5"], baseline_fraction(collapse, claims_cfg["C5"]["baseline"]), sink_norms=norms)
     out = {
         "C1": claim_c1(collapse, claims_cfg["C1"], level=lv),
         "C2": claim_c2(collapse, claims_cfg["C2"], level=lv),
         "C3": claim_c3(scales, claims_cfg["C3"], fmt=fmt),
-        "C4": claim_c4(thresholds, knees, claims_cfg["C4"], level=lv, grid_max=grid_max),
-        "C5": claim_c5(paired, claims_cfg["C5"], _baseline_fraction(collapse, claims_cfg["C5"]["baseline"])),
-        "C6": claim_c6(paired, claims_cfg["C6"], dc_onset=onset),
-        "paper": claim_paper(claims_cfg["paper"], thresholds, paired, baseline=claims_cfg["C5"]["baseline"],
-                             fmt=fmt, level=lv),
+        "C4": claim_c4(thresholds, knees, claims_cfg["C4"], level=lv, grid_max=grid_max, paired=paired,
+                       collapse=collapse, stats_cfg=stats_cfg),
+        "C5": c5,
+        "C6": claim_c6(paired, claims_cfg["C6"], dc_onset=onset, tidy=tidy_collapse, stats_cfg=stats_cfg),
+        "paper": claim_paper(claims_cfg["paper"], thresholds, c5, fmt=fmt, level=lv),
     }
     if policies is not None:
         out[AUDIT] = claim_audit(policies, claims_cfg[AUDIT], confidence=lv)
@@ -118,7 +134,8 @@ def evaluate_tidy(tidy: Mapping[str, pd.DataFrame], stats_cfg: Mapping, claims_c
                     scales=stats.scales(tidy["scales"], stats_cfg),
                     thresholds=stats.threshold(tidy["threshold"], stats_cfg), knees=knees,
                     conformance=tidy.get("conformance"), claims_cfg=claims_cfg, policies=policies,
-                    confidence_level=float(stats_cfg["confidence_level"]))
+                    confidence_level=float(stats_cfg["confidence_level"]), tidy_collapse=tidy["collapse"],
+                    stats_cfg=stats_cfg)
 
 
 def to_json(result: Mapping) -> str:
@@ -134,9 +151,26 @@ def _table(rows: list[dict]) -> list[str]:
 
 def _section(key: str, r: Mapping) -> list[str]:
     quote = "the abstract's sentence" if key in ("C1", "C2", "C3", "C4", "C5", "C6") else "claim"
+    rule = ("settings combined strictly; across readings PASS if it holds under every reading, PARTIAL under "
+            "some, FAIL under none" if "readings" in r else
+            "strict rule: PASS only if every sub-case passes, FAIL if any fails, PARTIAL otherwise")
     lines = [f"## {key}: {r['verdict']}", "", f"*Claim ({quote}).* “{r['statement']}”", "",
-             f"*Verdict on the claim as stated:* **{r['verdict']}** (strict rule: PASS only if every sub-case "
-             "passes, FAIL if any fails, PARTIAL otherwise)", "", f"*Criterion.* {r['criterion']}", ""]
+             f"*Verdict on the claim as stated:* **{r['verdict']}** ({rule})", ""]
+    if r.get("headline"):
+        lines += [f"*Headline.* {r['headline']}", ""]
+    lines += [f"*Criterion.* {r['criterion']}", ""]
+    if r.get("kinds"):
+        lines += ["*Settings and readings.*", ""] + [f"- {k}" for k in r["kinds"]] + [""]
+    if r.get("readings"):
+        lines += ["*Readings (each over the claim's domain).*", ""]
+        lines += _table([{"reading": x["reading"], "verdict": f"**{x['verdict']}**", "domain": x["domain"] or "—"}
+                         for x in r["readings"]])
+    if "robustness" in r:
+        lines += ["*Robustness (every choice that can decide the verdict; alternatives computed from the same "
+                  "data).*", ""]
+        lines += _table([{"choice": c["choice"], "value": c["value"], "source": c["source"],
+                          "verdict at alternatives": "; ".join(f"{k}: {v}" for k, v in c["verdicts"].items()) or "—"}
+                         for c in r["robustness"]]) if r["robustness"] else ["none", ""]
     if r.get("tolerances"):
         lines += ["*Tolerances.*", ""] + [f"- {t}" for t in r["tolerances"]] + [""]
     if r.get("table"):
@@ -145,6 +179,10 @@ def _section(key: str, r: Mapping) -> list[str]:
         lines += ["*Scoped verdicts (each over its own domain; they never replace the verdict above).*", ""]
         lines += [f"- {s['scope']}: **{s['verdict']}**" + (f" — {s['domain']}" if s["domain"] else "")
                   for s in r["scoped"]] + [""]
+    if r.get("beyond_domain"):
+        lines += ["*Beyond the claim's domain (shown, never in the verdict).*", ""]
+        lines += [f"- {s['scope']}: {s['verdict']}" + (f" — {s['domain']}" if s["domain"] else "")
+                  for s in r["beyond_domain"]] + [""]
     lines += ["*Details.*", ""] + [f"- {d}" for d in r["details"]] + [""]
     return lines
 
@@ -168,7 +206,10 @@ def render_markdown(result: Mapping, *, preset: str | None = None, expected: Map
 
 
 def expected_section(result: Mapping, expected: Mapping, preset: str | None) -> list[str]:
-    """Markdown lines: per claim the preset's expected verdict, this run's, and why it is expected."""
+    """Markdown lines: per claim the preset's expected verdict, this run's, and why it is expected (each ``why`` a
+    template filled from this run's numbers, :mod:`.templates`)."""
+    from pcast.analysis.verdicts.templates import fill
+
     differ = [k for k, e in expected.items() if k in result and result[k]["verdict"] != e["verdict"]]
     lines = [f"## Expected verdicts of the `{preset}` preset", "",
              ("This run gives every expected verdict." if not differ else
@@ -176,5 +217,6 @@ def expected_section(result: Mapping, expected: Mapping, preset: str | None) -> 
              "| claim | expected | this run | why |", "|---|---|---|---|"]
     for key, e in expected.items():
         got = result[key]["verdict"] if key in result else "not run"
-        lines.append(f"| {key} | {e['verdict']} | {got}{' (differs)' if key in differ else ''} | {e['why']} |")
+        why = fill(e["why"], result).replace("|", "\\|")
+        lines.append(f"| {key} | {e['verdict']} | {got}{' (differs)' if key in differ else ''} | {why} |")
     return lines + [""]

@@ -15,6 +15,22 @@ its own domain (usually the Δ grid) by the claim's module:
 if any sub-case fails (the claim as stated is contradicted in a setting its sentence covers),
 PARTIAL otherwise. INCONCLUSIVE sub-cases are left out; all of them INCONCLUSIVE is INCONCLUSIVE.
 
+**Settings and readings.** A claim's sub-cases are of two kinds. A **setting** is one its sentence
+covers (both forward combinations of C1's law, every fix of C5): settings combine by
+:func:`combine`, strictly. A **reading** is one interpretation of a word or parameter the paper
+leaves open (the sinks' value norm, what "moderate" or "precision loss" means): each reading gets
+the strict verdict over its own settings, and :func:`across_readings` combines the readings: PASS
+when the claim holds under every reading, FAIL when it holds under none, PARTIAL when it holds
+under some (:func:`headline` names them). Adding a reading can turn PASS into PARTIAL, never
+PARTIAL into FAIL: a grid value is never a hidden requirement. A claim that leaves nothing open has
+one reading, the claim as stated. Settings are judged over the claim's **domain**; what lies
+outside it (where the paper's own theory says the claim cannot hold) is shown separately as
+``beyond_domain`` and never enters the verdict.
+
+**Robustness.** Every choice of the artifact that can decide a verdict (a margin, a factor, a
+window, a rule) is a :class:`Choice`: its value, its source, and the verdict at alternative values,
+computed from the same data.
+
 Tolerances come from the data (:mod:`pcast.analysis.tolerance`): :func:`family_z` widens a
 confidence level over the points a claim tests at once (Bonferroni), :func:`ci_tolerance` turns
 a bootstrap CI into the half-width a prediction must lie within.
@@ -22,15 +38,20 @@ a bootstrap CI into the half-width a prediction must lie within.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from pcast.analysis import registry
 from pcast.analysis.text import json_number
 from pcast.analysis.tolerance import ci_tolerance, family_z
 
-__all__ = ["VERDICTS", "Subcase", "result", "combine", "subcase_verdict", "scoped_lines", "family_z",
-           "ci_tolerance"]
+__all__ = ["VERDICTS", "Subcase", "Choice", "result", "combine", "across_readings", "headline", "holds_under",
+           "subcase_verdict", "scoped_lines", "reading_lines", "robustness_lines", "family_z", "ci_tolerance",
+           "exact_fraction", "AS_STATED"]
+
+#: The one reading of a claim that leaves nothing open.
+AS_STATED = "the claim as stated"
 
 VERDICTS = ("PASS", "PARTIAL", "FAIL", "INCONCLUSIVE")
 
@@ -80,21 +101,91 @@ def combine(subcases: Iterable[Subcase | str]) -> str:
     return "PARTIAL"
 
 
+def holds_under(verdict: str) -> bool:
+    """Whether a reading's verdict says the claim holds under it (wholly or in part)."""
+    return verdict in ("PASS", "PARTIAL")
+
+
+def across_readings(readings: Iterable[Subcase | str]) -> str:
+    """The rule across readings: PASS if the claim holds under every reading, FAIL if under none,
+    PARTIAL if under some. INCONCLUSIVE readings are left out; all INCONCLUSIVE is INCONCLUSIVE."""
+    v = [r.verdict if isinstance(r, Subcase) else r for r in readings]
+    v = [x for x in v if x != "INCONCLUSIVE"]
+    if not v:
+        return "INCONCLUSIVE"
+    if all(x == "PASS" for x in v):
+        return "PASS"
+    if not any(holds_under(x) for x in v):
+        return "FAIL"
+    return "PARTIAL"
+
+
+def headline(readings: Sequence[Subcase]) -> str:
+    """One line naming the readings under which the claim holds (and those where it does not)."""
+    if len(readings) == 1:
+        r = readings[0]
+        return f"{r.verdict} {r.name}" + (f" ({r.domain})" if r.domain else "")
+    by = {v: [r.name for r in readings if r.verdict == v] for v in VERDICTS}
+    parts = [f"{v} under {len(by[v])} of {len(readings)} readings: {'; '.join(by[v])}" for v in VERDICTS if by[v]]
+    return ". ".join(parts)
+
+
+def exact_fraction(count, total) -> Fraction:
+    """An exact fraction of two integer counts (a bound check compares these, never printed floats)."""
+    c, t = int(count), int(total)
+    assert c == count and t == total and t > 0, (count, total)
+    return Fraction(c, t)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A choice that can decide a verdict: its ``value``, its ``source`` (the data's noise, the paper's
+    words, a physical reason, a measurement) and ``verdicts``: alternative value -> the claim's verdict."""
+    choice: str
+    value: str
+    source: str
+    verdicts: Mapping[str, str]
+
+
+def reading_lines(readings: Iterable[Subcase]) -> list[dict]:
+    """claims.json's ``readings``: one entry per reading, with its verdict and domain."""
+    return [{"reading": r.name, "verdict": r.verdict, "domain": r.domain} for r in readings]
+
+
+def robustness_lines(choices: Iterable[Choice]) -> list[dict]:
+    """claims.json's ``robustness``: one entry per choice."""
+    return [{"choice": c.choice, "value": c.value, "source": c.source, "verdicts": dict(c.verdicts)}
+            for c in choices]
+
+
 def scoped_lines(subcases: Iterable[Subcase]) -> list[dict]:
     """The scoped verdicts listed beneath a claim: one per sub-case, with its domain."""
     return [{"scope": s.name, "verdict": s.verdict, "domain": s.domain} for s in subcases]
 
 
 def result(claim_id: str, verdict: str, criterion: str, numbers: dict, details, *,
-           scoped: Sequence[Subcase] = (), tolerances: Sequence[str] = ()) -> dict:
+           scoped: Sequence[Subcase] = (), tolerances: Sequence[str] = (),
+           readings: Sequence[Subcase] | None = None, robustness: Sequence[Choice] = (),
+           beyond_domain: Sequence[Subcase] | None = None, kinds: Sequence[str] = ()) -> dict:
     """A verdict dict; the statement and the evidence come from :mod:`pcast.analysis.registry`.
 
     ``scoped``: the sub-cases (listed beneath the verdict on the claim as stated, never replacing
-    it); ``tolerances``: each numeric tolerance used and where it comes from.
+    it); ``tolerances``: each numeric tolerance used and where it comes from; ``readings``: each
+    reading and its verdict (given: the verdict must be :func:`across_readings` of them);
+    ``robustness``: the choices that can decide it; ``beyond_domain``: what lies outside the
+    claim's domain (never in the verdict); ``kinds``: lines saying which sub-cases are settings and
+    which readings, and why.
     """
     assert verdict in VERDICTS, verdict
     c = registry.claim(claim_id)
-    return {"claim": claim_id, "statement": c.statement, "verdict": verdict,
-            "criterion": criterion, "numbers": {k: json_number(v) for k, v in numbers.items()},
-            "details": list(details), "evidence": list(c.outputs), "scoped": scoped_lines(scoped),
-            "tolerances": list(tolerances)}
+    out = {"claim": claim_id, "statement": c.statement, "verdict": verdict,
+           "criterion": criterion, "numbers": {k: json_number(v) for k, v in numbers.items()},
+           "details": list(details), "evidence": list(c.outputs), "scoped": scoped_lines(scoped),
+           "tolerances": list(tolerances)}
+    if readings is not None:
+        assert verdict == across_readings(readings), (claim_id, verdict, [r.verdict for r in readings])
+        out.update(readings=reading_lines(readings), headline=headline(readings),
+                   robustness=robustness_lines(robustness), kinds=list(kinds))
+    if beyond_domain is not None:
+        out["beyond_domain"] = scoped_lines(beyond_domain)
+    return out

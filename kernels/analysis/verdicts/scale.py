@@ -11,7 +11,7 @@ import pandas as pd
 from pcast import theory
 from pcast.formats import get_format
 from pcast.analysis.text import short
-from pcast.analysis.verdicts.common import Subcase, combine, result, subcase_verdict
+from pcast.analysis.verdicts.common import AS_STATED, Choice, Subcase, across_readings, combine, result, subcase_verdict
 
 __all__ = ["claim_c3"]
 
@@ -121,4 +121,17 @@ def claim_c3(scales: pd.DataFrame, cfg: Mapping, fmt: str = "e4m3fn") -> dict:
     tols = ["theoretical checks: exact (the format's number line, no tolerance)",
             "measured: a scale beats S only when its paired-bootstrap improvement CI (statistics.confidence_level) "
             "lies wholly above S's"]
-    return result("C3", combine(stated), crit, nums, details, scoped=scoped, tolerances=tols)
+    kinds = ["settings: the sentence's properties of S (bit-exact, on the dp envelope, widest coverage among powers "
+             "of two) and of the compare scale (more coverage, not bit-exact); all are properties of the number line",
+             "readings: none (the sentence names its scales): one reading, the claim as stated; the measured MSE "
+             "comparison is beyond the sentence and listed beneath, never in the verdict"]
+    readings = [Subcase(AS_STATED, combine(stated),
+                        f"{sum(x.verdict == 'PASS' for x in stated)} of {len(stated)} properties hold exactly")]
+    alts = {}
+    for a in list((cfg.get("alternatives") or {}).get("compare_scale", [])):
+        c, _, _ = _theory_checks(S, float(a), fmt)
+        alts[f"{float(a):g}"] = combine("PASS" if v else "FAIL" for v in c.values())
+    robust = [Choice("the compare scale (claims.C3.compare_scale)", f"{S2:g}",
+                     "the paper's words (\"a non-bit-exact scale such as 448\")", alts)] if alts else []
+    return result("C3", across_readings(readings), crit, nums, details, scoped=scoped, tolerances=tols,
+                  readings=readings, robustness=robust, kinds=kinds)

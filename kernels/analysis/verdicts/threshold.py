@@ -11,9 +11,9 @@ from scipy import stats as sps
 
 from pcast.analysis.text import short
 from pcast.analysis.tolerance import closed_form_offset, crossing_tolerances
-from pcast.analysis.verdicts.common import Subcase, combine, family_z, result
+from pcast.analysis.verdicts.common import Choice, Subcase, across_readings, combine, family_z, result
 
-__all__ = ["claim_c4", "crossing_tolerances", "onset_span"]
+__all__ = ["claim_c4", "crossing_tolerances", "onset_span", "reference_noise"]
 
 
 def onset_span(onset_fraction: float, sigma: float = 1.0) -> float:
@@ -37,9 +37,23 @@ def _crossings(t: pd.DataFrame, level: float) -> tuple[list[Subcase], list[str]]
     return subs, details
 
 
-def _knees(knees: pd.DataFrame, onset: float, grid_max: float) -> tuple[list[Subcase], list[str]]:
-    """One sub-case per MSE knee: the precision loss inside the collapse's onset span around Δc."""
-    subs, details = [], []
+def reference_noise(collapse: pd.DataFrame | None, reference: str) -> dict:
+    """(sink_v_scale, Δ) -> the reference combination's seed-to-seed MSE spread, ``mse_hi / mse_lo`` (the
+    central ``statistics.seed_interval`` over seeds): the smallest MSE ratio one run can tell from noise."""
+    if collapse is None or collapse.empty or "mse_hi" not in collapse:
+        return {}
+    r = collapse[collapse["combo"] == reference]
+    svs = r["sink_v_scale"] if "sink_v_scale" in r else pd.Series(0.0, index=r.index)
+    return {(float(v), float(d)): float(hi / lo) if lo > 0 else math.inf
+            for v, d, hi, lo in zip(svs, r["delta"], r["mse_hi"], r["mse_lo"])}
+
+
+def _knees(knees: pd.DataFrame, onset: float, grid_max: float, noise: Mapping,
+           no_knee_below_noise: str = "INCONCLUSIVE") -> list[Subcase]:
+    """One sub-case per MSE knee: the precision loss inside the collapse's onset span around Δc. No knee
+    although Δc lies on the grid: FAIL, unless the peak MSE ratio is below the reference's seed-to-seed
+    spread (``noise``): then the lost P mass is below what the measurement resolves (``no_knee_below_noise``)."""
+    subs = []
     for _, k in knees.sort_values([c for c in ("scale", "sink_v_scale") if c in knees]).iterrows():
         w = onset_span(onset, float(k.get("sigma", 1.0)))
         svs = f", sink_v_scale={k['sink_v_scale']:g}" if "sink_v_scale" in k else ""
@@ -49,48 +63,130 @@ def _knees(knees: pd.DataFrame, onset: float, grid_max: float) -> tuple[list[Sub
                  f"peak ratio {short(k['peak_ratio'], 3)} at Δ={short(k['peak_delta'], 3)}")
         if np.isfinite(k["knee"]):
             v = "PASS" if abs(k["knee_minus_dc"]) <= w else "FAIL"
+        elif k["dc_pred"] + w > grid_max:
+            v = "INCONCLUSIVE"
+            words += "; no knee on the grid, and Δc is not on it"
         else:
-            v = "FAIL" if k["dc_pred"] + w <= grid_max else "INCONCLUSIVE"
-            words += "; no knee on the grid" + (" although Δc lies on it" if v == "FAIL" else "")
+            spread = noise.get((float(k.get("sink_v_scale", 0.0)), float(k["peak_delta"])), math.nan)
+            if np.isfinite(spread) and k["peak_ratio"] <= spread:
+                v = no_knee_below_noise
+                words += (f"; no knee on the grid although Δc lies on it, and the peak ratio is within the "
+                          f"reference's seed-to-seed MSE spread ({short(spread, 3)}×): the lost P mass is below "
+                          "the measurement's noise")
+            else:
+                v = "FAIL"
+                words += "; no knee on the grid although Δc lies on it" + (
+                    f" (peak ratio above the seed-to-seed spread {short(spread, 3)}×)" if np.isfinite(spread) else "")
         subs.append(Subcase(name, v, words))
-    return subs, details
+    return subs
 
 
-def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping, *, level: float = 0.95,
-             grid_max: float = math.inf) -> dict:
-    """Δc against the measured underflow crossing (per ksink, S) and the measured precision loss.
+def _c4_readings(crossings: list[Subcase], knee_subs: list[Subcase]) -> list[Subcase]:
+    """The readings of "precision loss": half the non-sink P lost (the crossing), and the MSE knee per sink-value
+    norm (the norm is open in the paper); each the strict rule over its settings."""
+    out = []
+    if crossings:
+        out.append(Subcase("precision loss = half the non-sink P underflows (the crossing)", combine(crossings),
+                           f"{sum(c.verdict == 'PASS' for c in crossings)} of {len(crossings)} (ksink, S) within "
+                           "tolerance"))
+    norms = sorted({s.name.split("sink_v_scale=")[1] for s in knee_subs if "sink_v_scale=" in s.name}, key=float)
+    groups = [(f", sink_v_scale={v}", [s for s in knee_subs if s.name.endswith(f"sink_v_scale={v}")]) for v in norms]
+    if knee_subs and not norms:
+        groups = [("", knee_subs)]
+    for tag, these in groups:
+        out.append(Subcase(f"precision loss = the MSE knee{tag}", combine(these),
+                           f"{sum(c.verdict == 'PASS' for c in these)} of {len(these)} forward combinations' knees "
+                           f"within the onset span; {sum(c.verdict == 'INCONCLUSIVE' for c in these)} INCONCLUSIVE"))
+    return out
 
-    Crossing sub-cases: ``|measured − predicted Δc|`` within the measured crossing's bootstrap CI
-    (the side facing the prediction, widened over the rows). Precision-loss sub-cases ("kernel-level
-    precision loss", the sentence's words): the MSE knee (:func:`pcast.analysis.summaries.knee_summary`)
-    within ±σ·``|Φ⁻¹(knee_onset_fraction)|`` of Δc, the span over which the theory's fraction rises from
-    the onset to 1/2; no knee although Δc lies on the grid (``grid_max``) fails.
-    """
-    onset = float(cfg["knee_onset_fraction"])
-    w = onset_span(onset)
-    crit = (f"|measured Δc − (6.93 + ln S − δk)| within the crossing's widened bootstrap CI for every (ksink, S); "
-            f"the MSE knee within ±{short(w, 3)}σ of Δc for every forward combination and sink_v_scale")
+
+def _c4_tolerances(thresholds: pd.DataFrame, level: float, onset: float, w: float) -> list[str]:
+    """C4's tolerances and where each comes from."""
     ks = sorted(int(k) for k in thresholds["ksink"].unique()) if len(thresholds) else []
-    tols = [f"crossing: the side of the measured Δc's bootstrap CI (level {level:g}) facing the prediction, × "
+    return [f"crossing: the side of the measured Δc's bootstrap CI (level {level:g}) facing the prediction, × "
             f"z(family)/z = {short(family_z(level, max(len(thresholds), 1)) / family_z(level, 1), 3)} over "
             f"{len(thresholds)} (ksink, S), + the closed form's own offset at the crossing μ3(M_k)/6 (third central "
             f"moment of the sinks' max; the second-order term vanishes there): "
             + ", ".join(f"k={k}: {short(closed_form_offset(k), 3)}" for k in ks),
             f"precision loss: ±σ·|Φ⁻¹({onset:g})| = ±{short(w, 3)}σ, the Δ span over which the leading-order "
-            f"fraction rises from {onset:g} (the collapse's onset) to 1/2 (Δc)"]
+            f"fraction rises from {onset:g} (the collapse's onset) to 1/2 (Δc)",
+            "no knee: INCONCLUSIVE when the peak MSE ratio is within the reference's seed-to-seed MSE spread "
+            "(mse_hi / mse_lo over seeds at statistics.seed_interval), FAIL above it"]
+
+
+def _c4_robustness(judge, knees: pd.DataFrame, onset: float, alt: Mapping, paired: pd.DataFrame | None,
+                   stats_cfg: Mapping | None) -> list[Choice]:
+    """C4's choices: the knee factor (knees recomputed from ``paired``), the onset fraction, the no-knee rule;
+    ``judge(knees, onset, rule)`` gives the readings."""
+    robust = []
+    if paired is not None and stats_cfg is not None and alt.get("knee_factor"):
+        from pcast.analysis.summaries import knee_summary
+
+        robust.append(Choice("the MSE knee's factor (statistics.knee_factor)", f"{float(stats_cfg['knee_factor']):g}",
+                             "a physical reason: the P cast's error at least equal to the reference's whole error",
+                             {f"{float(f):g}": across_readings(judge(knee_summary(
+                                 paired, reference=stats_cfg["reference"], factor=float(f)), onset))
+                              for f in alt["knee_factor"]}))
+    if alt.get("knee_onset_fraction"):
+        robust.append(Choice("the collapse's onset fraction (claims.C4.knee_onset_fraction)", f"{onset:g}",
+                             "the theory: the Δ span over which the fraction rises from the onset to 1/2",
+                             {f"{float(o):g}": across_readings(judge(knees, float(o)))
+                              for o in alt["knee_onset_fraction"]}))
+    robust.append(Choice("no knee, peak MSE ratio within the seed-to-seed spread", "INCONCLUSIVE",
+                         "the data's noise: a loss one run cannot tell from the spread over seeds",
+                         {"FAIL (no knee ⇒ FAIL)": across_readings(judge(knees, onset, "FAIL"))}))
+    return robust
+
+
+def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping, *, level: float = 0.95,
+             grid_max: float = math.inf, paired: pd.DataFrame | None = None, collapse: pd.DataFrame | None = None,
+             stats_cfg: Mapping | None = None) -> dict:
+    """Δc against the measured underflow crossing (per ksink, S) and the measured precision loss.
+
+    Crossing settings: ``|measured − predicted Δc|`` within the measured crossing's bootstrap CI
+    (the side facing the prediction, widened over the rows). Precision-loss settings ("kernel-level
+    precision loss", the sentence's words): the MSE knee (:func:`pcast.analysis.summaries.knee_summary`)
+    within ±σ·``|Φ⁻¹(knee_onset_fraction)|`` of Δc, the span over which the theory's fraction rises from
+    the onset to 1/2; no knee although Δc lies on the grid (``grid_max``) fails, unless the peak MSE
+    ratio is within the reference's seed-to-seed spread (``collapse``'s seed interval): INCONCLUSIVE.
+    Readings: what "precision loss" measures (the crossing; the knee per sink-value norm), combined by
+    :func:`.common.across_readings`. ``paired`` and ``stats_cfg`` (reference, knee_factor) recompute the
+    knees at the alternative knee factors of ``cfg['alternatives']``.
+    """
+    onset = float(cfg["knee_onset_fraction"])
+    w = onset_span(onset)
+    crit = (f"|measured Δc − (6.93 + ln S − δk)| within the crossing's widened bootstrap CI for every (ksink, S); "
+            f"the MSE knee within ±{short(w, 3)}σ of Δc for every forward combination, per sink_v_scale")
+    tols = _c4_tolerances(thresholds, level, onset, w)
+    kinds = ["settings: the crossing of every (ksink, S) measured; the knee of every forward combination (the "
+             "closed form covers every S and ksink)",
+             "readings: what \"precision loss\" measures (the paper does not say): half the non-sink P lost (the "
+             "crossing) or the MSE rise (the knee); and, for the knee, the sinks' value norm, open in the paper"]
     if thresholds.empty:
-        return result("C4", "INCONCLUSIVE", crit, {}, ["no threshold data"], tolerances=tols)
-    subs, details = _crossings(thresholds.sort_values(["scale", "ksink"]), level)
-    if knees is not None and len(knees):
-        more, lines = _knees(knees, onset, grid_max)
-        subs += more
-        details += lines
-    details.append(f"underflow crossings within tolerance: {sum(x.verdict == 'PASS' for x in subs[:len(thresholds)])} "
-                   f"of {len(thresholds)}; largest |measured − predicted| {short(thresholds['diff'].abs().max())}")
-    if knees is not None and len(knees):
-        within = sum(x.verdict == "PASS" for x in subs[len(thresholds):])
-        details.append(f"MSE knees within ±{short(w, 3)}σ of Δc: {within} of {len(knees)}")
-    nums = {"crossings_within": sum(s.verdict == "PASS" for s in subs if s.name.startswith("underflow")),
-            "knees_within": sum(s.verdict == "PASS" for s in subs if s.name.startswith("precision")),
+        return result("C4", "INCONCLUSIVE", crit, {}, ["no threshold data"], tolerances=tols, readings=[],
+                      kinds=kinds)
+    crossings, _ = _crossings(thresholds.sort_values(["scale", "ksink"]), level)
+    reference = knees["reference"].iloc[0] if knees is not None and len(knees) else None
+    noise = reference_noise(collapse, reference) if reference else {}
+
+    def judge(kn, on: float, rule: str = "INCONCLUSIVE") -> list[Subcase]:
+        ksubs = _knees(kn, on, grid_max, noise, rule) if kn is not None and len(kn) else []
+        return _c4_readings(crossings, ksubs)
+
+    knee_subs = _knees(knees, onset, grid_max, noise) if knees is not None and len(knees) else []
+    readings = _c4_readings(crossings, knee_subs)
+    subs = crossings + knee_subs
+    details = [f"underflow crossings within tolerance: {sum(x.verdict == 'PASS' for x in crossings)} of "
+               f"{len(thresholds)}; largest |measured − predicted| {short(thresholds['diff'].abs().max())}"]
+    if knee_subs:
+        within = sum(x.verdict == "PASS" for x in knee_subs)
+        details.append(f"MSE knees within ±{short(w, 3)}σ of Δc: {within} of {len(knees)}; "
+                       f"{sum(x.verdict == 'INCONCLUSIVE' for x in knee_subs)} INCONCLUSIVE (no knee, loss below noise)")
+    nums = {"crossings_within": sum(s.verdict == "PASS" for s in crossings), "crossings": len(crossings),
+            "knees_within": sum(s.verdict == "PASS" for s in knee_subs), "knees": len(knee_subs),
+            "knees_inconclusive": sum(s.verdict == "INCONCLUSIVE" for s in knee_subs),
             "max_abs_diff": float(thresholds["diff"].abs().max()), "onset_span": w}
-    return result("C4", combine(subs), crit, nums, details, scoped=subs, tolerances=tols)
+    robust = _c4_robustness(judge, knees, onset, cfg.get("alternatives") or {}, paired, stats_cfg) if knee_subs \
+        else []
+    return result("C4", across_readings(readings), crit, nums, details, scoped=subs, tolerances=tols,
+                  readings=readings, robustness=robust, kinds=kinds)
