@@ -311,6 +311,6 @@ def default_probes() -> tuple[Probe, ...]:
 def small_probes() -> tuple[Probe, ...]:
     """A smaller probe set with the same kinds of rows (at most 512 keys, seven calls, 50 rows) for slow black boxes
     such as Triton's interpreter; it still tells every preset apart."""
-    return (mass(512, depths=(0.0, 4.0, 5.0, 6.0, 6.5, 7.0, 8.0, 9.0, 10.0)),
+    return (mass(512, depths=(0.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 12.0)),  # 12: S = 128 and 256 part
             two_hot(128, gaps=(0.5, 1.25, 2.0, 2.5, 3.0, 4.0, 5.0)), lagging_max(256, slopes=(0.3, 0.9, 2.0, 3.0)),
             sink_tail(256, depths=(3.0, 5.0, 7.0, 11.0)), boundary(129), learned_sink(128), decode_mix())
