@@ -215,8 +215,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
         order, scale, fmt, rowsum, block_m, block_n, scale_mode, rescale_threshold, sink_mode, qk_fmt: the
             policy's keywords, with v_fmt, qk_scale, v_scale; explicit ones override it. Defaults: order "forward",
             scale S = 1.0, fmt "e4m3fn" (None: no rounding), rowsum "unrounded", block_m = block_n = 64 (any
-            positive multiple of 16; the Triton kernels take powers of two 16..256, and ``backend="auto"`` runs
-            the emulator for another block_n), scale_mode "multiply", rescale_threshold 0.0, sink_mode "final", qk_fmt = v_fmt = None.
+            positive multiple of 16; the Triton kernels take block_n up to 256, and ``backend="auto"`` runs the
+            emulator for a larger one), scale_mode "multiply", rescale_threshold 0.0, sink_mode "final", qk_fmt = v_fmt = None.
         causal: causal mask, top-left aligned (key j visible to query i iff j <= i, as SDPA's ``is_causal``)
             unless ``causal_align="bottom_right"`` (j <= i + Nk - Nq); Nq < Nk needs causal_align.
         num_splits, split_layout, p_normalize: split-KV decode and partition-normalised P, merged by the
@@ -291,15 +291,14 @@ def _stamp(results, dtype):
 
 
 def triton_blocks(block_m: int, block_n: int, backend: str, ran: str) -> tuple[str, int]:
-    """What runs for a block size the Triton kernels may not take (they tile by powers of two 16..256):
-    ``backend="auto"`` runs the emulator for any other block_n, ``"triton"`` raises; the Triton launch of a
-    block_m that is no power of two takes the largest power of two below it (block_m moves no number).
-    Returns ``(backend that runs, the Triton kernel's block_m)``."""
-    if ran.startswith("triton") and block_n not in BLOCK_SIZES:
+    """What runs for a block size: the Triton kernels take block_n up to 256 (any multiple of 16, held in a
+    power-of-two tile whose extra lanes are masked); for a larger one ``backend="auto"`` runs the emulator and
+    ``"triton"`` raises. The Triton launch of a block_m that is no power of two up to 256 takes the largest power
+    of two below it up to 256 (block_m moves no number). Returns ``(backend that runs, the Triton block_m)``."""
+    if ran.startswith("triton") and block_n > BLOCK_SIZES[-1]:
         if backend == "triton":
-            raise ValueError(f"block_n={block_n!r} is not allowed with backend='triton'; allowed there: "
-                             f"{', '.join(map(str, BLOCK_SIZES))} (the Triton kernels tile by powers of two); "
-                             "backend='emulator' or 'auto' takes any multiple of 16")
+            raise ValueError(f"block_n={block_n!r} is not allowed with backend='triton'; allowed there: a multiple "
+                             f"of 16 up to {BLOCK_SIZES[-1]}; backend='emulator' or 'auto' takes any multiple of 16")
         ran = "emulator"
     return ran, min(BLOCK_SIZES[-1], 1 << (block_m.bit_length() - 1))
 

@@ -111,7 +111,8 @@ HEAD_DIMS = (16, 32, 64, 128, 256)  # head dimension d of the generator and the 
 # head dimension d that pcast.attention accepts: a multiple of 16 up to 256 (the Triton kernel pads
 # it to the next power of two; real models use 80, 96, ...)
 ATTENTION_HEAD_DIMS = tuple(range(16, 257, 16))
-# The Triton kernels' and the pipeline's tiles: powers of two (tl.arange, tl.dot >= 16).
+# The pipeline's shapes' blocks and the Triton kernels' tiles: powers of two (tl.arange, tl.dot >= 16); a block
+# of another multiple of 16 keys is held in the next of them, its extra lanes masked.
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 # block_m, block_n of the contract (pcast.attention, the emulator, the theory, the policies, the probes): any
 # positive multiple of 16, real kernels' tiles included (FlashAttention-3's FP8 tiles are 192 x 160).

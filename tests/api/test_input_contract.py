@@ -76,12 +76,25 @@ def test_dtype_names():
         parse_dtype("int8")
 
 
-def test_the_triton_kernels_take_powers_of_two_and_auto_runs_the_emulator_for_other_tiles():
-    assert triton_blocks(192, 128, "auto", "triton-compiled") == ("triton-compiled", 128)  # block_m moves nothing
-    assert triton_blocks(64, 160, "auto", "triton-compiled") == ("emulator", 64)
-    assert triton_blocks(64, 160, "emulator", "emulator") == ("emulator", 64)
-    with pytest.raises(ValueError, match="block_n=96 is not allowed with backend='triton'"):
-        triton_blocks(64, 96, "triton", "triton-interpreted")
+def test_the_triton_kernels_take_blocks_up_to_256_and_auto_runs_the_emulator_for_larger_ones():
+    assert triton_blocks(192, 160, "auto", "triton-compiled") == ("triton-compiled", 128)  # block_m moves nothing
+    assert triton_blocks(64, 320, "auto", "triton-compiled") == ("emulator", 64)
+    assert triton_blocks(512, 320, "emulator", "emulator") == ("emulator", 256)
+    with pytest.raises(ValueError, match="block_n=320 is not allowed with backend='triton'"):
+        triton_blocks(64, 320, "triton", "triton-interpreted")
+
+
+def test_the_interpreted_triton_kernel_at_tiles_no_power_of_two_equals_the_emulator():
+    # 96 keys held in a 128-key tile, its last 32 lanes masked: bit for bit the emulator (the interpreter runs
+    # the kernel's float32 operations on the CPU)
+    q, k, v = _inputs(nq=16, nk=200, d=16)
+    for kw in (dict(order="reverse", scale=256.0, scale_mode="exp2_offset", block_n=96, block_m=48),
+               dict(order="forward", scale=16.0, block_n=80, rescale_threshold=4.0, num_splits=2)):
+        t = pcast.attention(q, k, v, ksink=1, backend="triton", **kw)
+        e = pcast.attention(q, k, v, ksink=1, backend="emulator", **kw)
+        assert t.backend == "triton-interpreted"
+        assert all(torch.equal(getattr(t, n), getattr(e, n)) for n in DIAGNOSTICS), kw
+        assert float((t.out - e.out).abs().max()) <= 1e-6 * float(e.out.abs().max()), kw
 
 
 @pytest.mark.parametrize("order, block_n, options", [

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import pcast
-from pcast.contract import BLOCK_SIZES
 from pcast.policies import POLICIES
 from pcast.probes import ProbeError, assert_policy, default_probes, fingerprint, small_probes
 
@@ -108,8 +107,9 @@ def test_explicit_candidates_and_a_preset_found_among_them():
 
 
 # Every option value of the presets at least once: order, S (1, 256, 448), scale mode, tau (0, 8), sink mode,
-# P format (e4m3fn, e5m2, bf16), block size (32, 64, 128, 256), splits (1, 4, 16, 32), layout, normalisation.
-TRITON_COVER = ("fa4", "vllm-unified", "triton-tutorial", "fa3-decode", "xqa-sm90", "aiter-pa-ragged",
+# P format (e4m3fn, e5m2, bf16), block size (32, 64, 128, 160 in a 256-key tile, 256), splits (1, 4, 16, 32),
+# layout, normalisation.
+TRITON_COVER = ("fa3", "fa4", "vllm-unified", "triton-tutorial", "fa3-decode", "xqa-sm90", "aiter-pa-ragged",
                 "vllm-paged-v2")
 
 
@@ -120,16 +120,10 @@ def _triton_identified(name):
     assert len(fp.distance) == len(ALL)
 
 
-# The Triton kernels tile by powers of two: a preset with another tile (fa3's 160 keys) runs on the emulator only.
-TRITON_TILES = tuple(n for n in ALL if POLICIES[n].block_n in BLOCK_SIZES)
-
-
 def test_the_triton_cover_holds_every_option_value_of_the_presets():
     for option in ("order", "scale", "scale_mode", "rescale_threshold", "sink_mode", "fmt", "block_n",
                    "num_splits", "split_layout", "p_normalize"):
-        want = {getattr(POLICIES[n], option) for n in TRITON_TILES}
-        assert {getattr(POLICIES[n], option) for n in TRITON_COVER} == want, option
-    assert set(ALL) - set(TRITON_TILES) == {"fa3"}
+        assert {getattr(POLICIES[n], option) for n in TRITON_COVER} == {getattr(p, option) for p in POLICIES.values()}, option
 
 
 def test_the_small_probe_set_tells_every_preset_apart():
@@ -144,7 +138,7 @@ def test_presets_through_the_interpreted_triton_kernel(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in TRITON_TILES if n not in TRITON_COVER])
+@pytest.mark.parametrize("name", [n for n in ALL if n not in TRITON_COVER])
 def test_the_other_presets_through_the_interpreted_triton_kernel(name):
     _triton_identified(name)
 
