@@ -7,9 +7,14 @@ black-box kernel implements (docs/probes.md).
   and observable; :func:`default_probes` and, for slow black boxes, :func:`small_probes`.
 - :mod:`pcast.probes.expect`: a policy's expected output and diagnostics on a probe (the emulator), the
   exact output (the reference), and a black box run on a probe with its output checked.
-- :func:`fingerprint`: the preset (or the group no probe tells apart) a callable matches, its distance to
-  each candidate, and its options one by one, each with a confidence.
-- :func:`assert_policy`: a pytest helper that fails naming the probe, the expected and the actual value.
+- :class:`Shape`: a probe laid out as a kernel takes it (head dimension, input dtype, B, H, grouped-query heads,
+  a causal mask).
+- :func:`fingerprint`: the preset (or the group no probe tells apart) a callable matches, or a near match with
+  the rows it misses and the options that explain them; whether it takes learned sinks; its distance to each
+  candidate with the worst row; and its options one by one, each with a confidence.
+- :func:`assert_policy`: a pytest helper that fails giving the declared policy in full, every failing probe and
+  the options the kernel looks like it has instead.
+- :func:`check_policy`: the one criterion both apply.
 - :mod:`pcast.probes.cases`: the public 2026 reports of FP8-P failures, rebuilt and checked (table T9);
   its public name is :mod:`pcast.cases`.
 

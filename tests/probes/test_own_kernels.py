@@ -66,6 +66,18 @@ def test_an_s128_variant_is_never_labelled_fa3_and_is_near_it(found):
     assert "the kernel looks like scale = 128; declared 256" in msg
 
 
+@pytest.mark.parametrize("name", ["fa3-no-sinks", "fa3-s128"])
+def test_a_preset_is_named_exactly_when_assert_policy_passes_on_the_same_probes(found, name):
+    fp, fn = found[name], make_kernel(**KERNELS[name][0])
+    for preset in POLICIES:
+        try:
+            assert_policy(fn, preset, sinks=fp.sinks.supported, diagnose=False, **AT)
+            passed = True
+        except AssertionError:
+            passed = False
+        assert passed == (preset == fp.policy), (preset, fp.policy, fp.distance[preset])
+
+
 def test_the_fingerprint_names_a_preset_exactly_when_assert_policy_passes(found):
     fn = make_kernel(**KERNELS["reverse-s256-multiply"][0])
     for name in ("fa3", "flashinfer-hopper", "reverse-s256"):
