@@ -9,7 +9,7 @@ import torch
 from pcast.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
                        causal_offset, is_allowed, is_block_size)
 from pcast.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
-from pcast.api_inputs import as_policy, check_dtype, check_inputs, widen
+from pcast.api_inputs import as_policy, check_dtype, stamp_dtype as _stamp, triton_blocks, widen, widen_call
 from pcast.emulator.tensorcore import check_pv_arith
 from pcast.result import AttentionResult
 from pcast.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
@@ -208,22 +208,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     Details: docs/interfaces.md ("P policies"); step names: :data:`pcast.contract.STEPS`.
 
     Args:
-        q: [B, H, Nq, d]; k, v: [B, H_kv, Nk, d], H_kv dividing H (grouped-query attention: query head h
-            reads key/value head h // (H / H_kv)); d a multiple of 16 up to 256. float32, bfloat16 or float16,
-            all three alike (:func:`pcast.api_inputs.check_inputs`: widened exactly to float32; the result's
-            ``input_dtype`` says which).
+        q: [B, H, Nq, d]; k, v: [B, H_kv, Nk, d], H_kv dividing H (query head h reads key/value head h // (H / H_kv));
+            d a multiple of 16 up to 256; float32, bf16 or fp16 alike (:func:`pcast.api_inputs.check_inputs`).
         order, scale, fmt, rowsum, block_m, block_n, scale_mode, rescale_threshold, sink_mode, qk_fmt: the
             policy's keywords, with v_fmt, qk_scale, v_scale; explicit ones override it. Defaults: order "forward",
-            scale S = 1.0, fmt "e4m3fn" (None: no rounding), rowsum "unrounded", block_m = block_n = 64 (any
-            positive multiple of 16; the Triton kernels take block_n up to 256, and ``backend="auto"`` runs the
-            emulator for a larger one), scale_mode "multiply", rescale_threshold 0.0, sink_mode "final", qk_fmt = v_fmt = None.
+            scale S = 1.0, fmt "e4m3fn" (None: no rounding), rowsum "unrounded", block_m = block_n = 64 (multiples of 16), scale_mode "multiply", rescale_threshold 0.0, sink_mode "final", qk_fmt = v_fmt = None.
         causal: causal mask, top-left aligned (key j visible to query i iff j <= i, as SDPA's ``is_causal``)
             unless ``causal_align="bottom_right"`` (j <= i + Nk - Nq); Nq < Nk needs causal_align.
         num_splits, split_layout, p_normalize: split-KV decode and partition-normalised P, merged by the
             float32 log-sum-exp (docs/decode.md); defaults 1, "contiguous", "online".
         ksink: keys at positions < ksink are sink keys (splits the diagnostics only).
-        sm_scale: score scale, default 1/sqrt(d). sink_logit: None, or [H] or [B, H] on q's device
-            (float32, bfloat16 or float16).
+        sm_scale: score scale, default 1/sqrt(d). sink_logit: None, or [H] or [B, H] on q's device.
         backend: "auto" (compiled Triton on a CUDA GPU with capability >= 8.9, else "emulator"), "triton"
             (interpreted on CPU), "emulator", or "reference" (float64 of the unquantized inputs).
         policy: None, a name of :data:`pcast.policies.POLICIES`, a ``Policy`` or a dict of Policy fields.
@@ -264,43 +259,6 @@ def _check_values(values) -> None:
             raise ValueError(f"values[{i}] ({what}) is not allowed; allowed: a {v0.dtype} tensor of values[0]'s shape "
                              f"{tuple(v0.shape)} on {v0.device}")
         _check_finite(f"values[{i}]", t)
-
-
-def widen_call(q, k, values: tuple, args: dict):
-    """The input contract (:func:`pcast.api_inputs.check_inputs`) on one call: q, k, the value tensors and the
-    sink logit widened to float32, the policy resolved (a dict of Policy fields included); returns
-    ``(q, k, values, args, input dtype)``. Raises ValueError naming a bad argument."""
-    if not isinstance(values[0], torch.Tensor):
-        check_dtype("v", values[0])
-    inp = check_inputs(q, k, values[0], policy=args.get("policy"))
-    sink = args.get("sink_logit")
-    if isinstance(sink, torch.Tensor) and sink.dtype in (torch.bfloat16, torch.float16):
-        args = {**args, "sink_logit": widen(sink)}
-    values = (inp.v, *(widen(t) if isinstance(t, torch.Tensor) and t.dtype == inp.dtype else t for t in values[1:]))
-    return inp.q, inp.k, values, {**args, "policy": inp.policy}, inp.dtype
-
-
-def _stamp(results, dtype):
-    """Set ``input_dtype`` on every result (nested lists of them too); returns ``results``."""
-    for r in results:
-        if isinstance(r, list):
-            _stamp(r, dtype)
-        else:
-            r.input_dtype = dtype
-    return results
-
-
-def triton_blocks(block_m: int, block_n: int, backend: str, ran: str) -> tuple[str, int]:
-    """What runs for a block size: the Triton kernels take block_n up to 256 (any multiple of 16, held in a
-    power-of-two tile whose extra lanes are masked); for a larger one ``backend="auto"`` runs the emulator and
-    ``"triton"`` raises. The Triton launch of a block_m that is no power of two up to 256 takes the largest power
-    of two below it up to 256 (block_m moves no number). Returns ``(backend that runs, the Triton block_m)``."""
-    if ran.startswith("triton") and block_n > BLOCK_SIZES[-1]:
-        if backend == "triton":
-            raise ValueError(f"block_n={block_n!r} is not allowed with backend='triton'; allowed there: a multiple "
-                             f"of 16 up to {BLOCK_SIZES[-1]}; backend='emulator' or 'auto' takes any multiple of 16")
-        ran = "emulator"
-    return ran, min(BLOCK_SIZES[-1], 1 << (block_m.bit_length() - 1))
 
 
 def _prepare(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:

@@ -6,6 +6,9 @@ audit: which tensors and which policies they accept, checked and normalised once
   tensors. A learned sink logit may have any of these dtypes too.
 - Policies: None, a preset name (:data:`pcast.policies.POLICIES`), a :class:`~pcast.policies.Policy`, or a
   dict of Policy fields (an explicit option set, named ``"options"`` unless a name is given).
+- Block sizes: any positive multiple of 16 (:func:`pcast.contract.is_block_size`, checked by the policies and
+  :func:`pcast.attention`); :func:`triton_blocks` says what runs where the Triton kernels cannot take one.
+- Results state the inputs' dtype (:func:`stamp_dtype`).
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from pcast.contract import INPUT_DTYPES
+from pcast.contract import BLOCK_SIZES, INPUT_DTYPES
 
-__all__ = ["Inputs", "check_inputs", "as_policy", "check_dtype", "parse_dtype", "TORCH_DTYPES"]
+__all__ = ["Inputs", "check_inputs", "as_policy", "check_dtype", "parse_dtype", "TORCH_DTYPES", "widen", "widen_call",
+           "stamp_dtype", "triton_blocks"]
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in INPUT_DTYPES}  # name -> torch dtype
 _ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
@@ -112,3 +116,40 @@ def check_inputs(q, k, v, *, policy=None) -> Inputs:
 def widen(t):
     """``t`` as float32 (exact for bf16 and fp16; float32 comes back as itself)."""
     return t if t is None or t.dtype == torch.float32 else t.to(torch.float32)
+
+
+def widen_call(q, k, values: tuple, args: dict):
+    """The input contract (:func:`pcast.api_inputs.check_inputs`) on one call: q, k, the value tensors and the
+    sink logit widened to float32, the policy resolved (a dict of Policy fields included); returns
+    ``(q, k, values, args, input dtype)``. Raises ValueError naming a bad argument."""
+    if not isinstance(values[0], torch.Tensor):
+        check_dtype("v", values[0])
+    inp = check_inputs(q, k, values[0], policy=args.get("policy"))
+    sink = args.get("sink_logit")
+    if isinstance(sink, torch.Tensor) and sink.dtype in (torch.bfloat16, torch.float16):
+        args = {**args, "sink_logit": widen(sink)}
+    values = (inp.v, *(widen(t) if isinstance(t, torch.Tensor) and t.dtype == inp.dtype else t for t in values[1:]))
+    return inp.q, inp.k, values, {**args, "policy": inp.policy}, inp.dtype
+
+
+def stamp_dtype(results, dtype):
+    """Set ``input_dtype`` on every result (nested lists of them too); returns ``results``."""
+    for r in results:
+        if isinstance(r, list):
+            stamp_dtype(r, dtype)
+        else:
+            r.input_dtype = dtype
+    return results
+
+
+def triton_blocks(block_m: int, block_n: int, backend: str, ran: str) -> tuple[str, int]:
+    """What runs for a block size: the Triton kernels take block_n up to 256 (any multiple of 16, held in a
+    power-of-two tile whose extra lanes are masked); for a larger one ``backend="auto"`` runs the emulator and
+    ``"triton"`` raises. The Triton launch of a block_m that is no power of two up to 256 takes the largest power
+    of two below it up to 256 (block_m moves no number). Returns ``(backend that runs, the Triton block_m)``."""
+    if ran.startswith("triton") and block_n > BLOCK_SIZES[-1]:
+        if backend == "triton":
+            raise ValueError(f"block_n={block_n!r} is not allowed with backend='triton'; allowed there: a multiple "
+                             f"of 16 up to {BLOCK_SIZES[-1]}; backend='emulator' or 'auto' takes any multiple of 16")
+        ran = "emulator"
+    return ran, min(BLOCK_SIZES[-1], 1 << (block_m.bit_length() - 1))

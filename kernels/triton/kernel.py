@@ -109,8 +109,7 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
                     offs_m, offs_d,  # query positions, head-dimension offsets
                     N_K, sm_scale, p_scale, KSINK, tau, log2s, scale_ptr,  # as in _attn_fwd (scale_ptr: s_q, s_k, s_v)
                     HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
-                    BLOCK_N: tl.constexpr,  # keys per KV block (a multiple of 16)
-                    TILE_N: tl.constexpr,  # the block's tile: BLOCK_N rounded up to a power of two (tl.arange)
+                    BLOCK_N: tl.constexpr, TILE_N: tl.constexpr,  # keys per KV block; its power-of-two tile
                     REVERSE: tl.constexpr,  # visit KV blocks last to first
                     CAUSAL: tl.constexpr,  # top-left causal mask: key j visible to query i iff j <= i
                     QUANT: tl.constexpr,  # round p*S to the FP8 grid (False: no rounding)
@@ -131,9 +130,8 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
     n_iter, blk0, stride = split_range(tl.cdiv(N_K, BLOCK_N), split, SPLITS, INTERLEAVED)
     for i in range(0, n_iter):
         blk = blk0 + (n_iter - 1 - i if REVERSE else i) * stride
-        lane = tl.arange(0, TILE_N)
-        offs_n = blk * BLOCK_N + lane
-        key_ok = (lane < BLOCK_N) & (offs_n < N_K)  # the tile's lanes past BLOCK_N hold no key
+        offs_n = blk * BLOCK_N + tl.arange(0, TILE_N)
+        key_ok = (tl.arange(0, TILE_N) < BLOCK_N) & (offs_n < N_K)  # the tile's lanes past BLOCK_N hold no key
         kT = _load_operand(k_base + offs_n[None, :] * stride_kn + offs_d[:, None], key_ok[None, :], scale_ptr + 1,
                            QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
         v = _load_operand(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok[:, None], scale_ptr + 2,
@@ -196,8 +194,7 @@ def _attn_fwd(Q, K, V, Out, Diag,
               log2s,  # pcast.contract.log2_scale(S): the exp2 offset (EXP2_OFFSET only)
               HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
               BLOCK_M: tl.constexpr,  # query rows per program
-              BLOCK_N: tl.constexpr,  # keys per KV block (a multiple of 16)
-              TILE_N: tl.constexpr,  # BLOCK_N rounded up to a power of two
+              BLOCK_N: tl.constexpr, TILE_N: tl.constexpr,  # keys per KV block (a multiple of 16); its tile (2^k)
               REVERSE: tl.constexpr,  # visit KV blocks last to first
               CAUSAL: tl.constexpr,  # top-left causal mask: key j visible to query i iff j <= i
               QUANT: tl.constexpr,  # round p*S to the FP8 grid (False: no rounding)
