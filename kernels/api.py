@@ -7,8 +7,9 @@ import math
 import torch
 
 from pcast.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
-                       causal_offset, is_allowed)
+                       causal_offset, is_allowed, is_block_size)
 from pcast.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
+from pcast.api_inputs import as_policy, check_dtype, stamp_dtype as _stamp, triton_blocks, widen, widen_call
 from pcast.emulator.tensorcore import check_pv_arith
 from pcast.result import AttentionResult
 from pcast.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
@@ -83,10 +84,7 @@ def _check_mx(fmt, scale, scale_mode, block_n) -> None:
 def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_scale, rowsum, backend,
            sink_logit=None, **options):
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.float32:
-            raise ValueError(f"{name} must be float32, got {t.dtype}")
+        check_dtype(name, t)
         if t.dim() != 4:
             raise ValueError(f"{name} must have shape [B, H, N, d] (4 dims), got {tuple(t.shape)}")
     if not (q.device == k.device == v.device):
@@ -114,8 +112,9 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
     if isinstance(ksink, bool) or not isinstance(ksink, int) or ksink < 0:
         raise ValueError(f"ksink={ksink!r} is not allowed; allowed: an int >= 0")
     for name, b in (("block_m", block_m), ("block_n", block_n)):
-        if not is_allowed(b, BLOCK_SIZES):
-            raise ValueError(f"{name}={b!r} is not allowed; allowed: a power of two from 16 to 256")
+        if not is_block_size(b):
+            raise ValueError(f"{name}={b!r} is not allowed; allowed: a positive multiple of 16 (e.g. 64, 96, 128, 160, "
+                             "192)")
     if sm_scale is not None and not _positive(sm_scale):
         raise ValueError(f"sm_scale={sm_scale!r} is not allowed; allowed: None or a finite number > 0")
     if backend not in BACKENDS:
@@ -152,12 +151,12 @@ def _check_policy_options(q, *, scale_mode, rescale_threshold, sink_logit, sink_
     if sink_logit is None:
         return
     B, H = q.shape[:2]
-    if (not isinstance(sink_logit, torch.Tensor) or sink_logit.dtype != torch.float32
+    if (not isinstance(sink_logit, torch.Tensor) or sink_logit.dtype not in (torch.float32, torch.bfloat16, torch.float16)
             or tuple(sink_logit.shape) not in ((H,), (B, H))):
         what = f"{sink_logit.dtype} {tuple(sink_logit.shape)}" if isinstance(sink_logit, torch.Tensor) else \
             type(sink_logit).__name__
-        raise ValueError(f"sink_logit ({what}) is not allowed; allowed: None or a float32 tensor of shape [H]=({H},) "
-                         f"or [B, H]=({B}, {H})")
+        raise ValueError(f"sink_logit ({what}) is not allowed; allowed: None or a float32, bfloat16 or float16 tensor "
+                         f"of shape [H]=({H},) or [B, H]=({B}, {H})")
     if sink_logit.device != q.device:
         raise ValueError(f"sink_logit must be on q's device {q.device}, got {sink_logit.device}")
     if not bool(torch.isfinite(sink_logit).all()):
@@ -168,13 +167,8 @@ def _resolve(given: dict, policy) -> dict:
     """The policy keywords: each one given explicitly, else the policy's value, else the default."""
     fields = {}
     if policy is not None:
-        if isinstance(policy, str):
-            from pcast.policies import get_policy
-
-            policy = get_policy(policy)
         if not callable(getattr(policy, "attention_kwargs", None)):
-            raise ValueError(f"policy={policy!r} is not allowed; allowed: None, a name of pcast.policies.POLICIES "
-                             "or a pcast.policies.Policy")
+            policy = as_policy(policy)
         fields = dict(policy.attention_kwargs())
         unknown = sorted(set(fields) - set(_D))
         if unknown:
@@ -214,21 +208,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     Details: docs/interfaces.md ("P policies"); step names: :data:`pcast.contract.STEPS`.
 
     Args:
-        q: float32 [B, H, Nq, d]; k, v: float32 [B, H_kv, Nk, d], H_kv dividing H (grouped-query
-            attention: query head h reads key/value head h // (H / H_kv)); d a multiple of 16 up to 256.
+        q: [B, H, Nq, d]; k, v: [B, H_kv, Nk, d], H_kv dividing H (query head h reads key/value head h // (H / H_kv));
+            d a multiple of 16 up to 256; float32, bf16 or fp16 alike (:func:`pcast.api_inputs.check_inputs`).
         order, scale, fmt, rowsum, block_m, block_n, scale_mode, rescale_threshold, sink_mode, qk_fmt: the
             policy's keywords, with v_fmt, qk_scale, v_scale; explicit ones override it. Defaults: order "forward",
-            scale S = 1.0, fmt "e4m3fn" (None: no rounding), rowsum "unrounded", block_m = block_n = 64 (powers of
-            two 16..256), scale_mode "multiply", rescale_threshold 0.0, sink_mode "final", qk_fmt = v_fmt = None.
+            scale S = 1.0, fmt "e4m3fn" (None: no rounding), rowsum "unrounded", block_m = block_n = 64 (multiples of 16), scale_mode "multiply", rescale_threshold 0.0, sink_mode "final", qk_fmt = v_fmt = None.
         causal: causal mask, top-left aligned (key j visible to query i iff j <= i, as SDPA's ``is_causal``)
             unless ``causal_align="bottom_right"`` (j <= i + Nk - Nq); Nq < Nk needs causal_align.
         num_splits, split_layout, p_normalize: split-KV decode and partition-normalised P, merged by the
             float32 log-sum-exp (docs/decode.md); defaults 1, "contiguous", "online".
         ksink: keys at positions < ksink are sink keys (splits the diagnostics only).
-        sm_scale: score scale, default 1/sqrt(d). sink_logit: None, or float32 [H] or [B, H] on q's device.
+        sm_scale: score scale, default 1/sqrt(d). sink_logit: None, or [H] or [B, H] on q's device.
         backend: "auto" (compiled Triton on a CUDA GPU with capability >= 8.9, else "emulator"), "triton"
             (interpreted on CPU), "emulator", or "reference" (float64 of the unquantized inputs).
-        policy: None, a name of :data:`pcast.policies.POLICIES`, or a ``Policy``.
+        policy: None, a name of :data:`pcast.policies.POLICIES`, a ``Policy`` or a dict of Policy fields.
         reference: True: also compute the float64 reference of the same call and give the result's ``mse``
             and ``mse_heads`` (one call instead of a second :func:`pcast.reference.reference_attention`).
         pv_arith: step 5 in "fp32", or on an FP8 tensor core (:data:`pcast.contract.PV_ARITHS`; emulator only).
@@ -240,7 +233,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
         raise ValueError(f"reference={reference!r} is not allowed; allowed: True or False")
     result = _run(q, k, (v,), args)[0]
     if reference:
-        _add_mse(result, q, k, v, args)
+        sink = args["sink_logit"]
+        _add_mse(result, widen(q), widen(k), widen(v), {**args, "sink_logit": None if sink is None else widen(sink)})
     return result
 
 
@@ -260,9 +254,9 @@ def _check_values(values) -> None:
     """values[1:] against values[0] (which :func:`_check` has checked as ``v``)."""
     v0 = values[0]
     for i, t in enumerate(values[1:], start=1):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.shape != v0.shape or t.device != v0.device:
+        if not isinstance(t, torch.Tensor) or t.dtype != v0.dtype or t.shape != v0.shape or t.device != v0.device:
             what = f"{t.dtype} {tuple(t.shape)} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"values[{i}] ({what}) is not allowed; allowed: a float32 tensor of values[0]'s shape "
+            raise ValueError(f"values[{i}] ({what}) is not allowed; allowed: a {v0.dtype} tensor of values[0]'s shape "
                              f"{tuple(v0.shape)} on {v0.device}")
         _check_finite(f"values[{i}]", t)
 
@@ -278,7 +272,7 @@ def _prepare(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
            **o)
     offset = check_decode(q, k, {**o, **dec}, causal=causal, causal_align=args["causal_align"], backend=backend)
     _check_values(values)
-    ran = resolve_backend(backend, q.device)
+    ran, block_m = triton_blocks(o["block_m"], o["block_n"], backend, resolve_backend(backend, q.device))
     if ran.startswith("triton") and offset and (is_mx(o["fmt"]) or o["scale_mode"] == "per_row"):
         raise ValueError(f"backend={backend!r} with causal_align='bottom_right' takes an FP8, bf16, fp16 or no P "
                          "cast; allowed: backend='emulator' for microscaled P")
@@ -288,7 +282,7 @@ def _prepare(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
           "causal_offset": offset}
     pv = args.get("pv_arith", "fp32")
     check_pv_arith(pv, fmt=o["fmt"], v_fmt=o["v_fmt"], block_n=o["block_n"], backend=ran, split=is_split_call(kw))
-    return (kw if pv == "fp32" else {**kw, "pv_arith": pv}), ran, o["block_m"]
+    return (kw if pv == "fp32" else {**kw, "pv_arith": pv}), ran, block_m
 
 
 def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
@@ -297,10 +291,16 @@ def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
     ``scales`` (:func:`attention_scales`; ``args["scale"]`` is the first): run at each of them and return
     one list of results per scale, sharing steps 1-2 on the emulator with ``scale_mode="multiply"``, else
     one run per scale."""
+    q, k, values, args, dtype = widen_call(q, k, values, args)
+    return _stamp(_run_checked(q, k, values, args, scales), dtype)
+
+
+def _run_checked(q, k, values: tuple, args: dict, scales: tuple | None = None):
+    """:func:`_run` on float32 inputs and a resolved policy."""
     kw, ran, block_m = _prepare(q, k, values, args)
     if scales is not None:
         if ran != "emulator" or kw["scale_mode"] != "multiply" or is_split_call(kw):  # exp2: step 2 depends on S
-            return [_run(q, k, values, {**args, "scale": s}) for s in scales]
+            return [_run_checked(q, k, values, {**args, "scale": s}) for s in scales]
         from pcast.emulator.core import emulate_attention_scales
 
         del kw["scale"], kw["num_splits"], kw["split_layout"], kw["p_normalize"]

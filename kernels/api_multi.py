@@ -14,7 +14,8 @@ from collections.abc import Mapping
 import torch
 
 from pcast.api_decode import is_split_call
-from pcast.api import AttentionResult, _emulator_results, _execute, _positive, _prepare, _run, attention
+from pcast.api import (AttentionResult, _emulator_results, _execute, _positive, _prepare, _run, _stamp, attention,
+                        widen_call)
 
 __all__ = ["attention_values", "attention_scales", "attention_calls"]
 
@@ -87,12 +88,13 @@ def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -
     if not isinstance(calls, (list, tuple)) or not calls:
         raise ValueError(f"calls={calls!r} is not allowed; allowed: a non-empty list or tuple of dicts of keywords "
                          "of pcast.attention")
-    prepared = []
+    prepared, dtype, q0, k0, values0 = [], None, q, k, values
     for i, call in enumerate(calls):
         if not isinstance(call, Mapping):
             raise ValueError(f"calls[{i}]={call!r} is not allowed; allowed: a dict of keywords of pcast.attention")
-        args = _bound_args(f"attention_calls: calls[{i}]", q, k, values, {**common, **call})
+        args = _bound_args(f"attention_calls: calls[{i}]", q0, k0, values0, {**common, **call})
         try:
+            q, k, values, args, dtype = widen_call(q0, k0, tuple(values0), args)
             prepared.append(_prepare(q, k, tuple(values), args))
         except ValueError as e:
             raise ValueError(f"calls[{i}]: {e}") from None
@@ -107,7 +109,7 @@ def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -
     for i, (kw, ran, block_m) in enumerate(prepared):
         if results[i] is None:
             results[i] = _execute(q, k, tuple(values), kw, ran, block_m)
-    return results
+    return _stamp(results, dtype)
 
 
 def _bound_args(who: str, q, k, values, kwargs: dict) -> dict:

@@ -34,6 +34,8 @@ class AttentionResult:
         mse_heads: with ``reference=True``, float64 [B, H]: the same per (batch, head); None otherwise.
         lse: float32 [B, H, Nq] (float64 for the reference): each row's natural-log softmax normaliser,
             the sink logit included; None where the backend does not produce it.
+        input_dtype: the dtype of the q, k, v the caller passed (float32, bfloat16 or float16; every backend
+            computes from them widened to float32).
     """
 
     out: torch.Tensor
@@ -48,6 +50,7 @@ class AttentionResult:
     mse: float | None = None
     mse_heads: torch.Tensor | None = None
     lse: torch.Tensor | None = None
+    input_dtype: torch.dtype = torch.float32
 
     def __post_init__(self):  # a result built without the microscaling diagnostics: zeros
         for name in ("underflow_scale", "groups_flushed"):

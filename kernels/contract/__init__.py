@@ -13,7 +13,8 @@ import struct
 __all__ = [
     "SCALE_MODES", "SINK_MODES", "MX_FORMAT_NAMES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
     "DIAGNOSTICS", "ORDERS", "BACKENDS", "BACKENDS_RAN", "ROWSUMS", "PAPER_SCALES", "COMBOS",
-    "COMBO_LABELS", "combo_label", "HEAD_DIMS", "ATTENTION_HEAD_DIMS", "BLOCK_SIZES", "is_allowed",
+    "COMBO_LABELS", "combo_label", "HEAD_DIMS", "ATTENTION_HEAD_DIMS", "BLOCK_SIZES", "BLOCK_MULTIPLE", "is_block_size",
+    "INPUT_DTYPES", "is_allowed",
     "SWEEP_EXPERIMENTS", "scale_keyword",
     "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
@@ -110,7 +111,19 @@ HEAD_DIMS = (16, 32, 64, 128, 256)  # head dimension d of the generator and the 
 # head dimension d that pcast.attention accepts: a multiple of 16 up to 256 (the Triton kernel pads
 # it to the next power of two; real models use 80, 96, ...)
 ATTENTION_HEAD_DIMS = tuple(range(16, 257, 16))
-BLOCK_SIZES = (16, 32, 64, 128, 256)  # block_m, block_n: powers of two (tl.arange, tl.dot >= 16)
+# The pipeline's shapes' blocks and the Triton kernels' tiles: powers of two (tl.arange, tl.dot >= 16); a block
+# of another multiple of 16 keys is held in the next of them, its extra lanes masked.
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+# block_m, block_n of the contract (pcast.attention, the emulator, the theory, the policies, the probes): any
+# positive multiple of 16, real kernels' tiles included (FlashAttention-3's FP8 tiles are 192 x 160).
+BLOCK_MULTIPLE = 16
+# The dtypes q, k and v may have (torch dtype names); bf16 and fp16 widen exactly to float32.
+INPUT_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def is_block_size(value) -> bool:
+    """True when ``value`` is an int (not a bool) that is a positive multiple of :data:`BLOCK_MULTIPLE`."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0 and value % BLOCK_MULTIPLE == 0
 
 
 def is_allowed(value, allowed) -> bool:

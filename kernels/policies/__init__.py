@@ -19,8 +19,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pcast.contract import (BLOCK_SIZES, MX_FORMAT_NAMES, ORDERS, OPERAND_SCALES, P_NORMALIZE, ROWSUMS, SCALE_MODES,
-                              SINK_MODES, SPLIT_LAYOUTS, is_allowed)
+from pcast.contract import (MX_FORMAT_NAMES, ORDERS, OPERAND_SCALES, P_NORMALIZE, ROWSUMS, SCALE_MODES,
+                              SINK_MODES, SPLIT_LAYOUTS, is_allowed, is_block_size)
 from pcast.formats import FORMATS, HALF_FORMATS
 
 __all__ = ["Policy", "POLICIES", "POLICY_KEYS", "DECODE_PRESETS", "allowed_values", "get_policy", "policy_from_config",
@@ -65,8 +65,8 @@ _RULES = {
     "qk_scale": (_operand_scale, f"{', '.join(OPERAND_SCALES)} or a finite number > 0"),
     "v_fmt": (_fmt_or_none, f"None (YAML null), {_FMTS}"),
     "v_scale": (_operand_scale, f"{', '.join(OPERAND_SCALES)} or a finite number > 0"),
-    "block_m": (lambda x: is_allowed(x, BLOCK_SIZES), f"a power of two from {BLOCK_SIZES[0]} to {BLOCK_SIZES[-1]}"),
-    "block_n": (lambda x: is_allowed(x, BLOCK_SIZES), f"a power of two from {BLOCK_SIZES[0]} to {BLOCK_SIZES[-1]}"),
+    "block_m": (is_block_size, "a positive multiple of 16 (e.g. 64, 96, 128, 160, 192)"),
+    "block_n": (is_block_size, "a positive multiple of 16 (e.g. 64, 96, 128, 160, 192)"),
     "num_splits": (lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1, "an int >= 1"),
     "split_layout": (lambda x: isinstance(x, str) and x in SPLIT_LAYOUTS, ", ".join(SPLIT_LAYOUTS)),
     "p_normalize": (lambda x: isinstance(x, str) and x in P_NORMALIZE, ", ".join(P_NORMALIZE)),
@@ -146,18 +146,16 @@ POLICY_KEYS = tuple(f.name for f in dataclasses.fields(Policy) if f.name != "nam
 # Block sizes, FA4's threshold and its FP8 offset were looked up in the public sources named beside
 # each preset (read only, nothing copied). Each source is pinned as owner/repo@commit path: the
 # commit of the version read, so a later change upstream cannot silently change what it cites.
-# Block sizes here must be powers of two in 16..256 (pcast.contract.BLOCK_SIZES); where a kernel
-# uses another tile, the nearest power of two is taken and said so. block_m has no effect on the
-# numbers (query rows are independent); block_n decides where the running max can move.
+# Block sizes are each kernel's own tiles (any multiple of 16, pcast.contract.is_block_size). block_m
+# has no effect on the numbers (query rows are independent); block_n decides where the running max can move.
 
 _HPC_OPS = "Tencent/hpc-ops@5b005f2659a33738e1220f58f00f71de652983c6 src/attention/prefill/kernels.cuh"
 _PRESETS = (
     # FlashAttention-3 FP8: softmax.h scale_apply_exp2 subtracts Max_offset = 8 from the scaled max
     # inside exp2 (x in [0, 256]) -> exp2_offset, S = 2^8; n_block walks from the last block down
     # (mainloop_fwd_sm90_tma_gmma_ws.hpp). Eager max (no lazy rescaling in FA3). Tiles: hopper/
-    # tile_size.h tile_size_fwd_sm90 gives 192 x 160 for FP8 with hdim <= 64 (the paper's d = 64):
-    # block_m 192 is as near 128 as 256, 128 taken; block_n 160 -> 128 (nearest power of two).
-    Policy("fa3", order="reverse", scale=256.0, scale_mode="exp2_offset", block_m=128, block_n=128,
+    # tile_size.h tile_size_fwd_sm90 gives 192 x 160 for FP8 with hdim <= 64 (the paper's d = 64).
+    Policy("fa3", order="reverse", scale=256.0, scale_mode="exp2_offset", block_m=192, block_n=160,
            source="Dao-AILab/flash-attention@7a802796e12ab36fc9830089c418497c1552bd53 hopper/softmax.h",
            read=READ),
     # FlashAttention-4 (Blackwell, CuTe DSL): exp2 offset, reverse block order, lazy rescaling in
@@ -181,9 +179,9 @@ _PRESETS = (
     Policy("sage2", order="forward", scale=448.0, scale_mode="exp2_offset", block_m=128, block_n=64,
            source="thu-ml/SageAttention@ca3dc4074fbdb84071b53c738c0958dc30d935f4 csrc/qattn/attn_utils.cuh", read=READ),
     # FlashInfer Hopper FP8 prefill: P multiplied by 448 (the FP8 type's max) after exp, reverse
-    # order (quantization/mainloop_mma.cuh). Tiles (prefill_sm90.cuh, FP8, hdim 64): CTA_Q = 192
-    # (as near 128 as 256, 128 taken), CTA_KV = 128.
-    Policy("flashinfer-hopper", order="reverse", scale=448.0, scale_mode="multiply", block_m=128, block_n=128,
+    # order (quantization/mainloop_mma.cuh). Tiles (prefill_sm90.cuh, FP8, hdim 64): CTA_Q = 192,
+    # CTA_KV = 128.
+    Policy("flashinfer-hopper", order="reverse", scale=448.0, scale_mode="multiply", block_m=192, block_n=128,
            source=("flashinfer-ai/flashinfer@1cc390cd72d21b923c6c57ba24356865111049e7 "
                    "include/flashinfer/attention/hopper/quantization/mainloop_mma.cuh"),
            read=READ),

@@ -7,9 +7,14 @@ black-box kernel implements (docs/probes.md).
   and observable; :func:`default_probes` and, for slow black boxes, :func:`small_probes`.
 - :mod:`pcast.probes.expect`: a policy's expected output and diagnostics on a probe (the emulator), the
   exact output (the reference), and a black box run on a probe with its output checked.
-- :func:`fingerprint`: the preset (or the group no probe tells apart) a callable matches, its distance to
-  each candidate, and its options one by one, each with a confidence.
-- :func:`assert_policy`: a pytest helper that fails naming the probe, the expected and the actual value.
+- :class:`Shape`: a probe laid out as a kernel takes it (head dimension, input dtype, B, H, grouped-query heads,
+  a causal mask).
+- :func:`fingerprint`: the preset (or the group no probe tells apart) a callable matches, or a near match with
+  the rows it misses and the options that explain them; whether it takes learned sinks; its distance to each
+  candidate with the worst row; and its options one by one, each with a confidence.
+- :func:`assert_policy`: a pytest helper that fails giving the declared policy in full, every failing probe and
+  the options the kernel looks like it has instead.
+- :func:`check_policy`: the one criterion both apply.
 - :mod:`pcast.probes.cases`: the public 2026 reports of FP8-P failures, rebuilt and checked (table T9);
   its public name is :mod:`pcast.cases`.
 
@@ -18,40 +23,75 @@ Sits above the API and the policies, below the analysis and the command line.
 
 from __future__ import annotations
 
-from pcast.probes.expect import ALLOW, ProbeError, exact, expected, row_mismatches, run_box
-from pcast.probes.fingerprint import PARAM_GRID, TOLERANCE_NOTE, Fingerprint, Param, fingerprint
-from pcast.probes.inputs import PROBES, Probe, default_probes, make_probe, small_probes
+import torch
 
-__all__ = ["Probe", "PROBES", "make_probe", "default_probes", "small_probes", "expected", "exact", "run_box", "ProbeError",
-           "fingerprint", "Fingerprint", "Param", "PARAM_GRID", "TOLERANCE_NOTE", "ALLOW", "row_mismatches",
-           "assert_policy"]
+from pcast.probes.expect import (ALLOW, PolicyCheck, ProbeError, ProbeFailure, SinkSupport, check_policy, exact,
+                                 expected, policy_text, row_mismatches, run_box)
+from pcast.probes.fingerprint import (NEAR, PARAM_GRID, TOLERANCE_NOTE, Fingerprint, Param, explain, fingerprint,
+                                      observe)
+from pcast.probes.inputs import PROBES, Probe, Shape, default_probes, make_probe, small_probes
+
+__all__ = ["Probe", "Shape", "PROBES", "make_probe", "default_probes", "small_probes", "expected", "exact", "run_box",
+           "ProbeError", "fingerprint", "Fingerprint", "Param", "PARAM_GRID", "TOLERANCE_NOTE", "ALLOW", "NEAR",
+           "row_mismatches", "assert_policy", "check_policy", "PolicyCheck", "ProbeFailure", "SinkSupport"]
 
 
-def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0) -> None:
+def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0, d: int | None = None,
+                  dtype=torch.float32, small: bool = False, batch: int = 1, heads: int = 1, kv_heads: int | None = None,
+                  causal: bool = False, sinks: bool = True, diagnose: bool = True) -> None:
     """Fail (AssertionError) when ``fn`` does not output what ``policy`` must on the probes.
 
     Args:
         fn: ``fn(q, k, v, *, sink_logit=None) -> out [B, H, Nq, d]``, as :func:`fingerprint`.
         policy: a preset name, a :class:`pcast.policies.Policy` or a dict of Policy fields.
-        probes: the probe set (default :func:`default_probes`). device: where the tensors go.
-        allow: fraction of a probe's rows that may lie outside the tolerance (0: none; a compiled GPU
+        probes: the probe set (default :func:`default_probes`; ``small=True``: :func:`small_probes`).
+        device: where the tensors go. d, dtype, batch, heads, kv_heads, causal: the probes' layout, as
+            :func:`fingerprint`'s. sinks: False leaves the learned-sink probes out (a kernel without sinks).
+        allow: fraction of the probes' rows that may lie outside the tolerance (0: none; a compiled GPU
             kernel may need :data:`~pcast.probes.expect.ALLOW` for an exp error that tips one FP8 rounding).
+            :func:`fingerprint` names a preset by this same criterion (:func:`check_policy`).
+        diagnose: on failure, also search the options from the declared policy and name those the kernel's
+            outputs point to instead.
 
-    The message names the probe, the row and column, the expected value, the actual value and the
-    tolerance. Raises ProbeError when fn raises or returns the wrong shape, dtype or device.
+    The message gives the declared policy in full, every failing probe (what it observes, rows outside, the
+    worst row and column with the expected and the actual value) and the options the kernel looks like it has
+    instead ("the kernel looks like scale = 128; declared 256"). Raises ProbeError when fn raises or returns the
+    wrong shape, dtype or device.
     """
-    from pcast.probes.expect import ATOL, RTOL, as_policy
+    from pcast.api_inputs import as_policy
+    from pcast.probes.fingerprint import _layout, _Scorer
 
     pol = as_policy(policy)
-    for probe in default_probes() if probes is None else probes:
-        obs = run_box(fn, probe, device)
-        got, want = obs.out, expected(probe, pol).out[0, 0]
-        err = row_mismatches(got, want, obs.dtype)
-        bad = int((err > 1).sum())
-        if bad > allow * err.numel():
-            r = int(err.argmax())
-            c = int(((got[r].double() - want[r].double()).abs() / (ATOL + RTOL * want[r].double().abs())).argmax())
-            raise AssertionError(
-                f"probe {probe.name!r} ({probe.observable}): row {r}, column {c}: expected {float(want[r, c]):.9g} "
-                f"(policy {pol.name!r}), actual {float(got[r, c]):.9g}; {bad} of {err.numel()} rows outside "
-                f"|diff| <= {ATOL:g} + {RTOL:g}·|expected|")
+    shape = _layout(d, dtype, batch, heads, kv_heads, causal)
+    probes = tuple((small_probes() if small else default_probes()) if probes is None else probes)
+    if not sinks:
+        probes = tuple(p for p in probes if p.sink_logit is None)
+    observed = [run_box(fn, p, device, shape) for p in probes]
+    sc = _Scorer(observed, probes, shape)
+    chk = sc.check(pol, allow)
+    if chk.passed:
+        return
+    lines = [f"the kernel does not implement policy {policy_text(pol)}: {chk.outside} of {chk.rows} probe rows "
+             f"outside |diff| <= {ATOL_TEXT}, on {len(chk.failures)} of {len(probes)} probes (allowed: "
+             f"{int(allow * chk.rows)} rows, allow={allow:g})"]
+    lines += [f"  {f}" for f in chk.failures]
+    if diagnose:
+        diff = explain(pol, sc.search(pol))
+        if diff:
+            looks = ", ".join(f"{o} = {_g(v)}" for o, (v, _) in diff.items())
+            declared = ", ".join(_g(w) for _, (_, w) in diff.items())
+            lines.append(f"the kernel looks like {looks}; declared {declared}")
+    raise AssertionError("\n".join(lines))
+
+
+def _g(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _tol_text() -> str:
+    from pcast.probes.expect import ATOL, RTOL
+
+    return f"{ATOL:g} + {RTOL:g}·|expected|"
+
+
+ATOL_TEXT = _tol_text()

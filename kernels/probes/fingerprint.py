@@ -1,30 +1,35 @@
 """Which P policy a black-box attention callable implements, read from its outputs on the probes.
 
-:func:`fingerprint` runs the callable once per probe of :func:`pcast.probes.inputs.default_probes`,
-then compares its outputs with what each candidate policy must give (the emulator). The distance to a
-candidate is the fraction of probe rows whose output lies outside the tolerance of
-:mod:`pcast.probes.expect` (float32 summation order, ``ex2.approx``'s 2 ulp); a candidate matches when
-the distance is at most :data:`~pcast.probes.expect.ALLOW`. The options are then identified one at a
-time (:data:`PARAM_GRID`, the splits, their layout and P's normalisation included): starting from the
-nearest candidate, each option in turn takes the value of its grid that is nearest (fewest rows outside,
-then the smallest mean log error), until nothing moves; when that ends on no match, the search starts
-again from the next nearest candidates (:data:`SEARCH_STARTS`) and keeps the best end. An option's
-confidence is 1 when exactly one value of its grid matches, 1/k when k values match (no probe tells them
-apart) and 0 when none does.
+:func:`fingerprint` runs the callable once per probe of :func:`pcast.probes.inputs.default_probes` (or
+:func:`~pcast.probes.inputs.small_probes`), laid out as the kernel takes them (:class:`~pcast.probes.inputs.Shape`:
+its head dimension, input dtype, batch, heads, grouped-query heads, causal mask), then compares its outputs with
+what each candidate policy must give (the emulator). A candidate is named only when it passes
+:func:`~pcast.probes.expect.check_policy`, the criterion :func:`pcast.probes.assert_policy` applies too (by default
+no row outside the tolerance; ``allow`` opens both alike). The distance to a candidate is the fraction of probe
+rows outside the tolerance. Without a named candidate, the nearest one within :data:`NEAR` of the rows is a near
+match, given with the probes it misses and the options that explain them. A callable that refuses
+``sink_logit`` or ignores it is reported as not supporting learned sinks, and the sink probes leave the
+comparison. The options are then identified one at a time (:data:`PARAM_GRID`, the splits, their layout and
+P's normalisation included): starting from the nearest candidate, each option in turn takes the value of its
+grid that is nearest (fewest rows outside, then the smallest mean log error), until nothing moves; when that
+ends on no match, the search starts again from the next nearest candidates (:data:`SEARCH_STARTS`) and keeps
+the best end. An option's confidence is 1 when exactly one value of its grid passes the criterion, 1/k when k
+values do (no probe tells them apart) and 0 when none does.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 import torch
 
 from pcast.policies import POLICIES, Policy
-from pcast.probes.expect import ALLOW, ATOL, RTOL, as_policy, expected, row_mismatches, run_box
-from pcast.probes.inputs import default_probes
+from pcast.probes.expect import (ALLOW, ATOL, RTOL, PolicyCheck, SinkSupport, _digest, as_policy, check_policy,
+                                 expected_out, row_mismatches, run_box, sink_support)
+from pcast.probes.inputs import Shape, default_probes, small_probes
 
-__all__ = ["fingerprint", "Fingerprint", "Param", "PARAM_GRID", "distance", "TOLERANCE_NOTE", "candidate_set"]
+__all__ = ["fingerprint", "Fingerprint", "Param", "PARAM_GRID", "distance", "TOLERANCE_NOTE", "candidate_set",
+           "NEAR", "explain", "observe"]
 
 # The values each option is tried at (block_m is absent: query rows are independent, so it never shows).
 PARAM_GRID = {
@@ -35,7 +40,7 @@ PARAM_GRID = {
     "sink_mode": ("final", "init"),
     "fmt": ("e4m3fn", "e5m2", "bf16", "fp16"),
     "rowsum": ("unrounded", "rounded"),
-    "block_n": (16, 32, 64, 128, 256),
+    "block_n": (16, 32, 64, 96, 128, 160, 192, 256),  # real kernels' tiles: decode 96, FA3 FP8 160, prefill 192
     "num_splits": (1, 2, 4, 8, 16, 32),
     "split_layout": ("contiguous", "interleaved"),
     "p_normalize": ("online", "partition"),
@@ -43,14 +48,13 @@ PARAM_GRID = {
 # Partition-normalised P takes its exact max and sum first: the contract allows it only with these values.
 _PARTITION_ONLY = {"scale_mode": "multiply", "rescale_threshold": 0.0, "rowsum": "unrounded"}
 
-TOLERANCE_NOTE = (f"tolerates a compiled GPU kernel's known differences: float32 summation order and exp by "
-                  f"ex2.approx (2 ulp), as |out - expected| <= {ATOL:g} + {RTOL:g}·|expected| per element, with "
-                  f"up to {ALLOW:.0%} of probe rows outside it (an exp error tipping one P across an FP8 "
-                  "rounding boundary)")
+TOLERANCE_NOTE = (f"tolerance: |out - expected| <= {ATOL:g} + {RTOL:g}·|expected| per element (float32 summation "
+                  f"order and exp by ex2.approx, 2 ulp); a candidate is named only when no row lies outside it, "
+                  f"as assert_policy requires (a compiled GPU kernel may pass allow={ALLOW:g} to both: an exp "
+                  "error can tip one P across an FP8 rounding boundary)")
 
 SEARCH_STARTS = 3  # the option search starts from this many nearest candidates and keeps the best end
-_CACHE: dict = {}  # (probe digest, policy key) -> expected out [Nq, d]
-_CACHE_MAX = 4096
+NEAR = 0.10  # a candidate missing at most this fraction of the rows, when none is named, is a near match
 
 
 @dataclass(frozen=True)
@@ -65,20 +69,48 @@ class Param:
 
 @dataclass
 class Fingerprint:
-    """What :func:`fingerprint` found. ``policy``: a candidate's name, a tuple of names no probe tells apart,
-    or None; ``distance``: candidate -> fraction of probe rows outside tolerance; ``params``: option ->
-    :class:`Param`; ``worst``: candidate -> (probe, row) where it is farthest; ``tolerance``: what is
-    tolerated."""
+    """What :func:`fingerprint` found.
+
+    ``policy``: a candidate's name, a tuple of names no probe tells apart, or None; ``distance``: candidate ->
+    fraction of probe rows outside tolerance; ``params``: option -> :class:`Param`; ``worst``: candidate ->
+    (probe, row, error in units of the tolerance) where it is farthest; ``near``: with no candidate named, the
+    nearest within :data:`NEAR`, with ``near_check`` (its :class:`~pcast.probes.expect.PolicyCheck`: the rows
+    and probes it misses) and ``explains`` (option -> (the kernel's value, the candidate's) where the option
+    search moved away from it); ``sinks``: whether learned sinks are supported; ``shape`` the probes' layout;
+    ``allow`` the criterion's allowance; ``tolerance``: what is tolerated."""
 
     policy: str | tuple | None
     distance: dict
     params: dict = field(default_factory=dict)
     worst: dict = field(default_factory=dict)
+    near: str | None = None
+    near_check: PolicyCheck | None = None
+    explains: dict = field(default_factory=dict)
+    sinks: SinkSupport = field(default_factory=lambda: SinkSupport(True))
+    shape: Shape = field(default_factory=Shape)
+    allow: float = 0.0
     tolerance: str = TOLERANCE_NOTE
 
+    def near_text(self) -> str:
+        """``fa3? 4 of 90 rows outside (mass-2048: 3, two-hot-256: 1): scale looks like 128 (fa3: 256)``, or ''."""
+        if self.near is None:
+            return ""
+        c = self.near_check
+        probes = ", ".join(f"{n}: {b}" for n, b, _ in c.missed)
+        why = "; ".join(f"{o} looks like {_fmt(v)} ({self.near}: {_fmt(w)})" for o, (v, w) in self.explains.items())
+        return f"{self.near}? {c.outside} of {c.rows} rows outside ({probes})" + (f": {why}" if why else "")
+
     def __str__(self) -> str:
-        lines = [f"policy: {self.policy!r}", "distance (fraction of probe rows outside tolerance):"]
-        lines += [f"  {n}: {d:.3f}" for n, d in sorted(self.distance.items(), key=lambda kv: kv[1])]
+        lines = [f"policy: {self.policy!r}"]
+        if self.near is not None:
+            lines.append(f"near: {self.near_text()}")
+        lines.append(f"probes: {self.shape.describe()}")
+        lines.append(str(self.sinks) + ("" if self.sinks.supported else "; the sink probes are left out"))
+        lines.append("distance (fraction of probe rows outside tolerance; the worst row):")
+        for n, d in sorted(self.distance.items(), key=lambda kv: kv[1]):
+            w = self.worst.get(n)
+            at = f"  worst: {w[0]} row {w[1]}, {w[2]:.3g}x the tolerance" if w and w[2] > 1 else ""
+            lines.append(f"  {n}: {d:.3f}{at}")
         lines.append("options:")
         for p in self.params.values():
             alt = "" if len(p.consistent) == 1 else f" (matching: {', '.join(map(str, p.consistent)) or 'none'})"
@@ -87,44 +119,21 @@ class Fingerprint:
         return "\n".join(lines)
 
 
-def _digest(probe) -> str:
-    h = hashlib.sha1(probe.logits.numpy().tobytes())
-    h.update(repr((probe.name, probe.shape, probe.sink_logit)).encode())
-    return h.hexdigest()
+def _fmt(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _key(policy: Policy) -> tuple:
-    kw = policy.attention_kwargs()
-    kw.pop("block_m")
-    return tuple(sorted(kw.items()))
-
-
-def _expected_out(probe, policy: Policy, digest: str):
-    """The emulator's output for ``policy`` on ``probe`` (cached), computed on one torch thread: its matmuls
-    are small, and a thread pool that spins on a busy machine makes them many times slower."""
-    key = (digest, _key(policy))
-    if key not in _CACHE:
-        if len(_CACHE) >= _CACHE_MAX:
-            _CACHE.clear()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            _CACHE[key] = expected(probe, policy).out[0, 0]
-        finally:
-            torch.set_num_threads(threads)
-    return _CACHE[key]
-
-
-def _row_errors(observed, probes, digests, policy: Policy) -> list:
+def _row_errors(observed, probes, digests, policy: Policy, shape: Shape) -> list:
     """Per probe, each row's largest error in units of the tolerance (> 1: outside)."""
-    return [row_mismatches(obs.out, _expected_out(probe, policy, dg), obs.dtype)
+    return [row_mismatches(obs.out, expected_out(probe, policy, shape, dg), obs.dtype)
             for obs, probe, dg in zip(observed, probes, digests)]
 
 
-def distance(observed, probes, digests, policy: Policy) -> tuple[float, tuple]:
+def distance(observed, probes, digests, policy: Policy, shape: Shape | None = None) -> tuple[float, tuple]:
     """Fraction of probe rows outside tolerance, and the (probe, row, error) that is farthest."""
+    shape = Shape() if shape is None else shape
     bad, total, worst = 0, 0, ("", -1, 0.0)
-    for probe, err in zip(probes, _row_errors(observed, probes, digests, policy)):
+    for probe, err in zip(probes, _row_errors(observed, probes, digests, policy, shape)):
         bad += int((err > 1).sum())
         total += err.numel()
         i = int(err.argmax())
@@ -156,73 +165,131 @@ def _moved(cur: Policy, name: str, value) -> Policy:
     return cur.replace(**{name: value, **extra})
 
 
-def _score(observed, probes, digests, policy: Policy) -> tuple[float, float]:
-    """(fraction of rows outside tolerance, mean log(1 + row error)): the second orders option sets that
-    miss the same number of rows; (inf, inf) for an option set the contract refuses (e.g. exp2 offset
-    with partition P)."""
-    try:
-        err = torch.cat(_row_errors(observed, probes, digests, policy))
-    except ValueError:
-        return float("inf"), float("inf")
-    return float((err > 1).double().mean()), float(torch.log1p(err.clamp(max=1e30)).mean())
+class _Scorer:
+    """Scores option sets against one black box's outputs (cached expected outputs per probe)."""
 
+    def __init__(self, observed, probes, shape: Shape):
+        self.observed, self.probes, self.shape = observed, probes, shape
+        self.digests = [_digest(p, shape) for p in probes]
 
-def _search(observed, probes, digests, start: Policy) -> Policy:
-    """Coordinate search over PARAM_GRID from ``start``: each option in turn takes its best value."""
-    cur = start.replace(name="search")
-    for _ in range(4):
-        moved = False
+    def score(self, policy: Policy) -> tuple[float, float]:
+        """(fraction of rows outside tolerance, mean log(1 + row error)): the second orders option sets that
+        miss the same number of rows; (inf, inf) for an option set the contract refuses (e.g. exp2 offset
+        with partition P)."""
+        try:
+            err = torch.cat(_row_errors(self.observed, self.probes, self.digests, policy, self.shape))
+        except ValueError:
+            return float("inf"), float("inf")
+        return float((err > 1).double().mean()), float(torch.log1p(err.clamp(max=1e30)).mean())
+
+    def check(self, policy: Policy, allow: float) -> PolicyCheck:
+        return check_policy(self.observed, self.probes, policy, allow=allow, shape=self.shape, digests=self.digests)
+
+    def passes(self, policy: Policy, allow: float) -> bool:
+        try:
+            return self.check(policy, allow).passed
+        except ValueError:  # an option set the contract refuses
+            return False
+
+    def search(self, start: Policy) -> Policy:
+        """Coordinate search over PARAM_GRID from ``start``: each option in turn takes its best value."""
+        cur = start.replace(name="search")
+        for _ in range(4):
+            moved = False
+            for name, grid in PARAM_GRID.items():
+                scores = {v: self.score(_moved(cur, name, v)) for v in grid}
+                if scores[getattr(cur, name)] > min(scores.values()):
+                    cur = _moved(cur, name, min(scores, key=scores.get))
+                    moved = True
+            if not moved:
+                break
+        return cur
+
+    def identify(self, starts, allow: float) -> tuple[dict[str, Param], Policy]:
+        """The best end point of a coordinate search from each of ``starts`` in turn (stopping at the first
+        that passes); each option's values that pass. Returns (params, the end point)."""
+        ends = []
+        for start in starts:
+            ends.append(self.search(start))
+            if self.passes(ends[-1], allow):
+                break
+        cur = min(ends, key=self.score)
+        params = {}
         for name, grid in PARAM_GRID.items():
-            scores = {v: _score(observed, probes, digests, _moved(cur, name, v)) for v in grid}
-            if scores[getattr(cur, name)] > min(scores.values()):
-                cur = _moved(cur, name, min(scores, key=scores.get))
-                moved = True
-        if not moved:
-            break
-    return cur
+            ok = tuple(v for v in grid if self.passes(_moved(cur, name, v), allow))
+            params[name] = Param(name, getattr(cur, name), (1.0 / len(ok)) if ok else 0.0, ok)
+        return params, cur
 
 
-def _identify(observed, probes, digests, starts) -> dict[str, Param]:
-    """The best end point of a coordinate search from each of ``starts`` in turn (stopping at the first
-    that matches); each option's matching values."""
-    ends = []
-    for start in starts:
-        ends.append(_search(observed, probes, digests, start))
-        if _score(observed, probes, digests, ends[-1])[0] <= ALLOW:
-            break
-    cur = min(ends, key=lambda p: _score(observed, probes, digests, p))
-    params = {}
-    for name, grid in PARAM_GRID.items():
-        ok = tuple(v for v in grid if _score(observed, probes, digests, _moved(cur, name, v))[0] <= ALLOW)
-        params[name] = Param(name, getattr(cur, name), (1.0 / len(ok)) if ok else 0.0, ok)
-    return params
+def explain(start: Policy, end: Policy) -> dict:
+    """option -> (end's value, start's value) for every option of :data:`PARAM_GRID` the two differ in."""
+    return {n: (getattr(end, n), getattr(start, n)) for n in PARAM_GRID if getattr(end, n) != getattr(start, n)}
 
 
-def fingerprint(fn, *, candidates=None, probes=None, device="cpu", params: bool = True) -> Fingerprint:
+def _layout(d, dtype, batch, heads, kv_heads, causal) -> Shape:
+    return Shape(d=d, dtype=dtype, batch=batch, heads=heads, kv_heads=kv_heads, causal=causal)
+
+
+def observe(fn, probes, device, shape: Shape) -> tuple[list, list, SinkSupport]:
+    """Run ``fn`` on every probe; returns (the probes kept, their outputs, the sink support). When ``fn`` refuses
+    or ignores ``sink_logit`` on the first learned-sink probe, every sink probe is left out."""
+    sinks, tried, kept, observed = SinkSupport(True), False, [], []
+    for p in probes:
+        if p.sink_logit is not None and not tried:
+            tried = True
+            sinks, obs = sink_support(fn, p, device, shape)
+        elif p.sink_logit is None or sinks.supported:
+            obs = run_box(fn, p, device, shape)
+        if p.sink_logit is not None and not sinks.supported:
+            continue
+        kept.append(p)
+        observed.append(obs)
+    return kept, observed, sinks
+
+
+def fingerprint(fn, *, candidates=None, probes=None, device="cpu", params: bool = True, d: int | None = None,
+                dtype=torch.float32, small: bool = False, batch: int = 1, heads: int = 1,
+                kv_heads: int | None = None, causal: bool = False, allow: float = 0.0) -> Fingerprint:
     """Identify the P policy of ``fn(q, k, v, *, sink_logit=None) -> out [B, H, Nq, d]``.
 
     Args:
-        fn: any attention callable (a GPU kernel on CUDA tensors, anything on the CPU); it gets float32 q,
-            k, v on ``device`` with B = H = 1 and must use the default score scale 1/sqrt(d).
+        fn: any attention callable (a GPU kernel on CUDA tensors, anything on the CPU); it gets q, k, v on
+            ``device`` laid out as below and must use the default score scale 1/sqrt(d).
         candidates: None (every preset of :data:`pcast.policies.POLICIES`), or names, Policies, option
             dicts (Policy fields), or a mapping name -> any of those.
-        probes: the probe set (default :func:`~pcast.probes.inputs.default_probes`).
-        device: where the probe tensors go. params: also identify the options one by one.
+        probes: the probe set (default :func:`~pcast.probes.inputs.default_probes`, or ``small_probes()``
+            with ``small=True``). device: where the probe tensors go. params: also identify the options.
+        d, dtype, batch, heads, kv_heads, causal: the probes' layout (:class:`~pcast.probes.inputs.Shape`):
+            the kernel's head dimension (None: 16, 64 or 256), input dtype (float32, bf16, fp16 or their
+            names), B, H, H_kv (grouped-query) and a bottom-right causal mask applied by the kernel.
+        allow: the fraction of a probe's rows that may lie outside the tolerance (as in
+            :func:`pcast.probes.assert_policy`; a compiled GPU kernel may need :data:`~pcast.probes.expect.ALLOW`).
 
-    Returns a :class:`Fingerprint`. Raises ProbeError naming the probe when fn raises or returns the
-    wrong shape, dtype or device; ValueError for bad candidates.
+    Returns a :class:`Fingerprint`. Raises ProbeError naming the probe when fn raises (other than refusing
+    ``sink_logit``) or returns the wrong shape, dtype or device; ValueError for bad candidates or layout.
     """
+    if isinstance(allow, bool) or not isinstance(allow, (int, float)) or not 0 <= allow < 1:
+        raise ValueError(f"allow={allow!r} is not allowed; allowed: a fraction in [0, 1)")
     cands = candidate_set(candidates)
-    probes = tuple(default_probes() if probes is None else probes)
-    digests = [_digest(p) for p in probes]
-    observed = [run_box(fn, p, device) for p in probes]
-    dist, worst = {}, {}
+    shape = _layout(d, dtype, batch, heads, kv_heads, causal)
+    probes = tuple((small_probes() if small else default_probes()) if probes is None else probes)
+    kept, observed, sinks = observe(fn, probes, device, shape)
+    sc = _Scorer(observed, kept, shape)
+    dist, worst, checks = {}, {}, {}
     for name, pol in cands.items():
-        dist[name], worst[name] = distance(observed, probes, digests, pol)
-    matches = tuple(sorted(n for n, d in dist.items() if d <= ALLOW))
+        dist[name], worst[name] = distance(observed, kept, sc.digests, pol, shape)
+        checks[name] = sc.check(pol, allow)
+    matches = tuple(sorted(n for n, c in checks.items() if c.passed))
     policy = None if not matches else matches[0] if len(matches) == 1 else matches
-    fp = Fingerprint(policy, dist, worst=worst)
+    fp = Fingerprint(policy, dist, worst=worst, sinks=sinks, shape=shape, allow=float(allow))
+    nearest = sorted(dist, key=dist.get)
+    end = None
     if params:
-        nearest = sorted(dist, key=dist.get)[:SEARCH_STARTS]
-        fp.params = _identify(observed, probes, digests, [cands[n] for n in nearest])
+        fp.params, end = sc.identify([cands[n] for n in nearest[:SEARCH_STARTS]], allow)
+    if policy is None and dist[nearest[0]] <= NEAR:
+        fp.near, fp.near_check = nearest[0], checks[nearest[0]]
+        start = cands[nearest[0]]
+        if end is None or explain(start, end) == {} or not sc.passes(end, allow):
+            end = sc.search(start)
+        fp.explains = explain(start, end)
     return fp

@@ -3,11 +3,16 @@
 A probe is given by its logits, not by q and k: query row r of a probe with logits ``L`` [Nq, Nk] gets
 ``q_r = sqrt(d)·e_r`` and key j gets ``k_j[r] = L[r, j]``, so ``s = q·kᵀ/sqrt(d)`` is ``L`` exactly in
 float32 (one non-zero product, a power-of-two scale) for any implementation that computes the scores
-in float32 with the default ``sm_scale = 1/sqrt(d)``. d is 16, 64 or 256 (the powers of four, whose
-square root is a power of two), the smallest that holds Nq rows. V's columns are the observables:
+in float32 with the default ``sm_scale = 1/sqrt(d)``. By default d is 16, 64 or 256 (the powers of four, whose
+square root is a power of two), the smallest that holds Nq rows. A :class:`Shape` builds a probe as a real
+kernel takes it: at its head dimension (any multiple of 16 from the probe's rows up to 256, not padded), in
+its input dtype (float32, bf16, fp16), with B and H > 1 and grouped-query heads, and with a causal mask. At a d
+that is no power of four, or in bf16 or fp16, the scores are the logits as q and k round them (what every
+expected output is computed from, so nothing is lost). V's columns are the observables:
 column 0 is 1 (``out[..., 0] − 1`` is the mass the row lost), column 1 marks key 0 (the first key's
 weight), column 2 marks the keys after it, columns 3.. hold fixed values in {−1, 0, 1} from a seeded
-generator (a per-key signature that moves when any single weight moves).
+generator (a per-key signature that moves when any single weight moves; one generator per key/value head,
+so a kernel that reads the wrong head under grouped-query attention shows).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Probe", "PROBES", "make_probe", "probe_names", "default_probes", "small_probes", "UNIFORM_SIZES",
+__all__ = ["Probe", "Shape", "PROBES", "make_probe", "probe_names", "default_probes", "small_probes", "UNIFORM_SIZES",
            "BOUNDARY_LENGTHS", "DECODE_TILE"]
 
 UNIFORM_SIZES = (128, 1024, 8192, 131072)  # N of the uniform probes
@@ -25,6 +30,60 @@ BOUNDARY_LENGTHS = (31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)  # Nk 
 DECODE_TILE = 64  # the tile of the interleave probe (TensorRT-LLM XQA deals 64-key tiles to its splits)
 FAR = -60.0  # a logit whose exp is ~1e-26 of the max: every FP8 P cast sends it to 0
 _SEED = 20260  # V's signature columns
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How a probe is laid out for a kernel: head dimension ``d`` (None: 16, 64 or 256, the smallest power of four
+    that holds the rows), input ``dtype``, ``batch``, ``heads`` and ``kv_heads`` (None: ``heads``; a divisor of
+    it, grouped-query attention), and ``causal``: the kernel applies a causal mask aligned bottom right
+    (FlashAttention's convention for Nq < Nk: row i sees keys j <= i + Nk - Nq). A causal probe appends Nq - 1
+    keys at logit -60 with V = 0, so that every row still sees all the probe's keys (row i also sees i of the
+    appended ones, whose weight is below exp(-60)). Every (batch, head) holds the probe's rows."""
+
+    d: int | None = None
+    dtype: torch.dtype = torch.float32
+    batch: int = 1
+    heads: int = 1
+    kv_heads: int | None = None
+    causal: bool = False
+
+    def __post_init__(self):
+        from pcast.api_inputs import parse_dtype
+        from pcast.contract import ATTENTION_HEAD_DIMS
+
+        object.__setattr__(self, "dtype", parse_dtype(self.dtype))
+        if self.d is not None and (isinstance(self.d, bool) or self.d not in ATTENTION_HEAD_DIMS):
+            raise ValueError(f"d={self.d!r} is not allowed; allowed: None or a multiple of 16 from 16 to 256")
+        for name in ("batch", "heads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} is not allowed; allowed: an int >= 1")
+        kv = self.kv_heads
+        if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or self.heads % kv):
+            raise ValueError(f"kv_heads={kv!r} is not allowed; allowed: None or a divisor of heads={self.heads}")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"causal={self.causal!r} is not allowed; allowed: True or False")
+
+    @property
+    def h_kv(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    def head_dim(self, nq: int) -> int:
+        """The head dimension of a probe with ``nq`` rows (ValueError when ``d`` cannot hold them)."""
+        if self.d is None:
+            return next(x for x in (16, 64, 256) if x >= max(nq, 3 + 1))
+        if self.d < max(nq, 4):
+            raise ValueError(f"d={self.d} is not allowed for a probe of {nq} rows; allowed: d >= {max(nq, 4)}")
+        return self.d
+
+    def describe(self) -> str:
+        kv = "" if self.kv_heads in (None, self.heads) else f", H_kv = {self.kv_heads}"
+        return (f"d = {self.d if self.d is not None else 'auto'}, {str(self.dtype).removeprefix('torch.')}, "
+                f"B = {self.batch}, H = {self.heads}{kv}{', causal' if self.causal else ''}")
+
+
+DEFAULT_SHAPE = Shape()
 
 
 @dataclass(frozen=True)
@@ -41,25 +100,33 @@ class Probe:
     def shape(self) -> tuple[int, int]:
         return tuple(self.logits.shape)
 
-    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """q [1, 1, Nq, d], k and v [1, 1, Nk, d] (float32, CPU) and the sink logit ([1] float32 or None)."""
+    def tensors(self, shape: Shape | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                             torch.Tensor | None]:
+        """q [B, H, Nq, d], k and v [B, H_kv, Nk, d] in the shape's dtype on the CPU (default: B = H = 1,
+        float32) and the sink logit ([H] float32, or None)."""
+        shape = DEFAULT_SHAPE if shape is None else shape
         nq, nk = self.shape
-        d = next(x for x in (16, 64, 256) if x >= max(nq, 3 + 1))
-        q = torch.zeros(1, 1, nq, d, dtype=torch.float32)
-        q[0, 0, torch.arange(nq), torch.arange(nq)] = math.sqrt(d)
-        k = torch.zeros(1, 1, nk, d, dtype=torch.float32)
-        k[0, 0, :, :nq] = self.logits.T
-        sink = None if self.sink_logit is None else torch.tensor([self.sink_logit], dtype=torch.float32)
-        return q, k, _values(nk, d), sink
+        d = shape.head_dim(nq)
+        b, h, hkv = shape.batch, shape.heads, shape.h_kv
+        pad = nq - 1 if shape.causal else 0
+        q = torch.zeros(b, h, nq, d, dtype=torch.float32)
+        q[:, :, torch.arange(nq), torch.arange(nq)] = math.sqrt(d)
+        k = torch.zeros(b, hkv, nk + pad, d, dtype=torch.float32)
+        k[:, :, :nk, :nq] = self.logits.T
+        k[:, :, nk:, :nq] = FAR
+        v = torch.stack([torch.stack([_values(nk, d, pad, i * hkv + j) for j in range(hkv)]) for i in range(b)])
+        sink = None if self.sink_logit is None else torch.full((h,), self.sink_logit, dtype=torch.float32)
+        return q.to(shape.dtype), k.to(shape.dtype), v.to(shape.dtype), sink
 
 
-def _values(nk: int, d: int) -> torch.Tensor:
-    v = torch.zeros(1, 1, nk, d, dtype=torch.float32)
-    v[..., 0] = 1.0
-    v[0, 0, 0, 1] = 1.0
-    v[0, 0, 1:, 2] = 1.0
-    g = torch.Generator().manual_seed(_SEED)
-    v[0, 0, :, 3:] = torch.randint(-1, 2, (nk, d - 3), generator=g).to(torch.float32)
+def _values(nk: int, d: int, pad: int = 0, head: int = 0) -> torch.Tensor:
+    """V [nk + pad, d] of one key/value head: the observables, and 0 for the ``pad`` appended keys."""
+    v = torch.zeros(nk + pad, d, dtype=torch.float32)
+    v[:nk, 0] = 1.0
+    v[0, 1] = 1.0
+    v[1:nk, 2] = 1.0
+    g = torch.Generator().manual_seed(_SEED + head)
+    v[:nk, 3:] = torch.randint(-1, 2, (nk, d - 3), generator=g).to(torch.float32)
     return v
 
 
@@ -244,6 +311,6 @@ def default_probes() -> tuple[Probe, ...]:
 def small_probes() -> tuple[Probe, ...]:
     """A smaller probe set with the same kinds of rows (at most 512 keys, seven calls, 50 rows) for slow black boxes
     such as Triton's interpreter; it still tells every preset apart."""
-    return (mass(512, depths=(0.0, 4.0, 5.0, 6.0, 6.5, 7.0, 8.0, 9.0, 10.0)),
+    return (mass(512, depths=(0.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 12.0)),  # 12: S = 128 and 256 part
             two_hot(128, gaps=(0.5, 1.25, 2.0, 2.5, 3.0, 4.0, 5.0)), lagging_max(256, slopes=(0.3, 0.9, 2.0, 3.0)),
             sink_tail(256, depths=(3.0, 5.0, 7.0, 11.0)), boundary(129), learned_sink(128), decode_mix())

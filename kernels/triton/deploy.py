@@ -117,6 +117,9 @@ def deploy_launch(q, k, v, *, reverse, scale, fmt, causal, block_m, block_n, sm_
     """``(grid, args, kwargs, out)`` of the deploy kernel's launch (the keywords: the Triton launcher's) on a
     GPU of compute ``capability`` (89, 90, 100; default: the CUDA tensors' device's)."""
     _check_options(fmt, scale_mode, rescale_threshold, sink_logit, qk_fmt, v_fmt, rowsum_rounded)
+    if block_n & (block_n - 1):
+        raise ValueError(f"block_n={block_n!r} is not allowed with backend='triton-fp8'; allowed: a power of two "
+                         "(the deploy kernel's tile)")
     if capability is None:
         major, minor = torch.cuda.get_device_capability(q.device)
         capability = 10 * major + minor

@@ -109,7 +109,7 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
                     offs_m, offs_d,  # query positions, head-dimension offsets
                     N_K, sm_scale, p_scale, KSINK, tau, log2s, scale_ptr,  # as in _attn_fwd (scale_ptr: s_q, s_k, s_v)
                     HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
-                    BLOCK_N: tl.constexpr,  # keys per KV block
+                    BLOCK_N: tl.constexpr, TILE_N: tl.constexpr,  # keys per KV block; its power-of-two tile
                     REVERSE: tl.constexpr,  # visit KV blocks last to first
                     CAUSAL: tl.constexpr,  # top-left causal mask: key j visible to query i iff j <= i
                     QUANT: tl.constexpr,  # round p*S to the FP8 grid (False: no rounding)
@@ -130,8 +130,8 @@ def _attn_fwd_inner(acc, l_i, m_i,  # running state: [BLOCK_M, HEAD_D] accumulat
     n_iter, blk0, stride = split_range(tl.cdiv(N_K, BLOCK_N), split, SPLITS, INTERLEAVED)
     for i in range(0, n_iter):
         blk = blk0 + (n_iter - 1 - i if REVERSE else i) * stride
-        offs_n = blk * BLOCK_N + tl.arange(0, BLOCK_N)
-        key_ok = offs_n < N_K
+        offs_n = blk * BLOCK_N + tl.arange(0, TILE_N)
+        key_ok = (tl.arange(0, TILE_N) < BLOCK_N) & (offs_n < N_K)  # the tile's lanes past BLOCK_N hold no key
         kT = _load_operand(k_base + offs_n[None, :] * stride_kn + offs_d[:, None], key_ok[None, :], scale_ptr + 1,
                            QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
         v = _load_operand(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok[:, None], scale_ptr + 2,
@@ -194,7 +194,7 @@ def _attn_fwd(Q, K, V, Out, Diag,
               log2s,  # pcast.contract.log2_scale(S): the exp2 offset (EXP2_OFFSET only)
               HEAD_D: tl.constexpr,  # head dimension (power of two, 16..256)
               BLOCK_M: tl.constexpr,  # query rows per program
-              BLOCK_N: tl.constexpr,  # keys per KV block
+              BLOCK_N: tl.constexpr, TILE_N: tl.constexpr,  # keys per KV block (a multiple of 16); its tile (2^k)
               REVERSE: tl.constexpr,  # visit KV blocks last to first
               CAUSAL: tl.constexpr,  # top-left causal mask: key j visible to query i iff j <= i
               QUANT: tl.constexpr,  # round p*S to the FP8 grid (False: no rounding)
@@ -228,9 +228,9 @@ def _attn_fwd(Q, K, V, Out, Diag,
         acc, l_i, m_i, zero, zero, zero, zero, zero, zero, zero, q,
         K + z * stride_kz + h * stride_kh, V + z * stride_vz + h * stride_vh, stride_kn, stride_vn,
         offs_m, offs_d, N_K, sm_scale, p_scale, KSINK, tau, log2s, scale_ptr,
-        HEAD_D, BLOCK_N, REVERSE, CAUSAL, QUANT, MAN_BITS, EMIN, MAX_FINITE, ROWSUM_ROUNDED, EXP2_OFFSET, LAZY,
-        QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE, V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE, MX, GROUP, PER_ROW,
-        0, 0, 1, False, False)
+        HEAD_D, BLOCK_N, TILE_N, REVERSE, CAUSAL, QUANT, MAN_BITS, EMIN, MAX_FINITE, ROWSUM_ROUNDED, EXP2_OFFSET,
+        LAZY, QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE, V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE, MX, GROUP,
+        PER_ROW, 0, 0, 1, False, False)
     # step 6: normalise
     l_i = sink_final(l_i, m_i, Sink + pid_bh, log2s, SINK_MODE, EXP2_OFFSET)
     den = l_i if EXP2_OFFSET else l_i * p_scale
@@ -297,6 +297,12 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def tile_n(block_n: int) -> int:
+    """The KV tile the attention kernels hold a block of ``block_n`` keys in: the next power of two (tl.arange
+    needs one); its lanes past ``block_n`` are masked out like keys past N."""
+    return 1 << (block_n - 1).bit_length()
+
+
 def launch_operands(q, k, v):
     """q, k, v as every attention program reads them: K and V expanded to q's heads (grouped-query
     attention: each query head gets its K, V copy), d zero-padded to the next power of two (tl.arange
@@ -337,14 +343,14 @@ def attention_launch(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | M
             H, Nq, Nk, float(sm_scale), float(scale), int(ksink), float(rescale_threshold),
             log2_scale(scale) if exp2_offset else 0.0)
     kwargs = dict(
-        HEAD_D=dp, BLOCK_M=block_m, BLOCK_N=block_n, REVERSE=reverse, CAUSAL=causal,
+        HEAD_D=dp, BLOCK_M=block_m, BLOCK_N=block_n, TILE_N=tile_n(block_n), REVERSE=reverse, CAUSAL=causal,
         QUANT=fmt is not None and not mx, MAN_BITS=f.man_bits, EMIN=f.emin, MAX_FINITE=f.max_finite,
         ROWSUM_ROUNDED=rowsum_rounded, EXP2_OFFSET=exp2_offset, LAZY=rescale_threshold > 0,
         SINK_MODE=SINK_MODE_CODE[None if sink_logit is None else sink_mode],
         QK_QUANT=qk_fmt is not None, QK_MAN_BITS=fqk.man_bits, QK_EMIN=fqk.emin, QK_MAX_FINITE=fqk.max_finite,
         V_QUANT=v_fmt is not None, V_MAN_BITS=fv.man_bits, V_EMIN=fv.emin, V_MAX_FINITE=fv.max_finite,
         MX=MX_CODE[fmt.name] if mx else 0, GROUP=fmt.group if mx else 1, PER_ROW=scale_mode == "per_row",
-        num_warps=attention_num_warps(block_m, block_n, dp), **LAUNCH_OPTIONS)
+        num_warps=attention_num_warps(block_m, tile_n(block_n), dp), **LAUNCH_OPTIONS)
     return (triton_cdiv(Nq, block_m), B * H), args, kwargs, out, diag
 
 

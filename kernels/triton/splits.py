@@ -21,7 +21,7 @@ from pcast.contract import DIAGNOSTICS, log2_scale
 from pcast.formats import get_format
 from pcast.formats.microscaling import is_mx
 from pcast.triton.kernel import (_attn_fwd_inner, _launch, _load_operand, _store_diagnostics, launch_operands,
-                                   triton_cdiv)
+                                   tile_n, triton_cdiv)
 from pcast.triton.policy import SINK_MODE_CODE, init_state, operand_scales, sink_final, split_range
 
 __all__ = ["triton_split_attention"]
@@ -29,11 +29,12 @@ __all__ = ["triton_split_attention"]
 
 @triton.jit
 def _split_scores(q, k_base, stride_kn, offs_m, offs_d, N_K, sm_scale, blk, causal_off, scale_ptr,
-                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, QK_QUANT: tl.constexpr, QK_MAN_BITS: tl.constexpr,
-                  QK_EMIN: tl.constexpr, QK_MAX_FINITE: tl.constexpr):
+                  BLOCK_N: tl.constexpr, TILE_N: tl.constexpr, CAUSAL: tl.constexpr, QK_QUANT: tl.constexpr,
+                  QK_MAN_BITS: tl.constexpr, QK_EMIN: tl.constexpr, QK_MAX_FINITE: tl.constexpr):
     """The scores of KV block ``blk``, masked keys -inf: the kernel's step 1, for the partition's first pass."""
-    offs_n = blk * BLOCK_N + tl.arange(0, BLOCK_N)
-    key_ok = offs_n < N_K
+    lane = tl.arange(0, TILE_N)
+    offs_n = blk * BLOCK_N + lane
+    key_ok = (lane < BLOCK_N) & (offs_n < N_K)
     kT = _load_operand(k_base + offs_n[None, :] * stride_kn + offs_d[:, None], key_ok[None, :], scale_ptr + 1,
                        QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
     s = tl.dot(q, kT, input_precision="ieee") * sm_scale
@@ -45,7 +46,7 @@ def _split_scores(q, k_base, stride_kn, offs_m, offs_d, N_K, sm_scale, blk, caus
 
 @triton.jit
 def _partition_stats(q, k_base, stride_kn, offs_m, offs_d, N_K, sm_scale, split, causal_off, scale_ptr, m_i,
-                     BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, QK_QUANT: tl.constexpr,
+                     BLOCK_N: tl.constexpr, TILE_N: tl.constexpr, CAUSAL: tl.constexpr, QK_QUANT: tl.constexpr,
                      QK_MAN_BITS: tl.constexpr, QK_EMIN: tl.constexpr, QK_MAX_FINITE: tl.constexpr,
                      SPLITS: tl.constexpr, INTERLEAVED: tl.constexpr):
     """The split's exact row max (from ``m_i``: an init sink's σ or -inf) and ``Σ exp(s - m)`` (+ the seed's)."""
@@ -53,13 +54,13 @@ def _partition_stats(q, k_base, stride_kn, offs_m, offs_d, N_K, sm_scale, split,
     m = m_i
     for i in range(0, n_iter):
         s = _split_scores(q, k_base, stride_kn, offs_m, offs_d, N_K, sm_scale, blk0 + i * stride, causal_off,
-                          scale_ptr, BLOCK_N, CAUSAL, QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
+                          scale_ptr, BLOCK_N, TILE_N, CAUSAL, QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
         m = tl.maximum(m, tl.max(s, 1))
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     l_i = tl.exp(m_i - m_safe)  # the seed's term (0 without one)
     for i in range(0, n_iter):
         s = _split_scores(q, k_base, stride_kn, offs_m, offs_d, N_K, sm_scale, blk0 + i * stride, causal_off,
-                          scale_ptr, BLOCK_N, CAUSAL, QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
+                          scale_ptr, BLOCK_N, TILE_N, CAUSAL, QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE)
         l_i += tl.sum(tl.exp(s - m_safe[:, None]), 1)
     return m, l_i
 
@@ -68,7 +69,8 @@ def _partition_stats(q, k_base, stride_kn, offs_m, offs_d, N_K, sm_scale, split,
 def _attn_fwd_split(Q, K, V, Part, Lse, Diag, Sink, OpScale,
                     stride_qz, stride_qh, stride_qm, stride_kz, stride_kh, stride_kn, stride_vz, stride_vh, stride_vn,
                     H, N_Q, N_K, sm_scale, p_scale, KSINK, tau, log2s, lse_off, causal_off,
-                    HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, REVERSE: tl.constexpr,
+                    HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILE_N: tl.constexpr,
+                    REVERSE: tl.constexpr,
                     CAUSAL: tl.constexpr, QUANT: tl.constexpr, MAN_BITS: tl.constexpr, EMIN: tl.constexpr,
                     MAX_FINITE: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr, EXP2_OFFSET: tl.constexpr,
                     LAZY: tl.constexpr, SINK_MODE: tl.constexpr, QK_QUANT: tl.constexpr, QK_MAN_BITS: tl.constexpr,
@@ -92,7 +94,7 @@ def _attn_fwd_split(Q, K, V, Part, Lse, Diag, Sink, OpScale,
     k_base = K + z * stride_kz + h * stride_kh
     if PARTITION:
         m_i, l_i = _partition_stats(q, k_base, stride_kn, offs_m, offs_d, N_K, sm_scale, split, causal_off,
-                                    scale_ptr, m_i, BLOCK_N, CAUSAL, QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE,
+                                    scale_ptr, m_i, BLOCK_N, TILE_N, CAUSAL, QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE,
                                     SPLITS, INTERLEAVED)
     zero = tl.zeros([BLOCK_M], tl.int32)
     (acc, l_i, m_i, n_underflow, n_underflow_sink, n_saturated, n_terms, n_terms_sink, n_underflow_scale,
@@ -100,7 +102,7 @@ def _attn_fwd_split(Q, K, V, Part, Lse, Diag, Sink, OpScale,
         tl.zeros([BLOCK_M, HEAD_D], tl.float32), l_i, m_i, zero, zero, zero, zero, zero, zero, zero, q,
         k_base, V + z * stride_vz + h * stride_vh, stride_kn, stride_vn,
         offs_m, offs_d, N_K, sm_scale, p_scale, KSINK, tau, log2s, scale_ptr,
-        HEAD_D, BLOCK_N, REVERSE, CAUSAL, QUANT, MAN_BITS, EMIN, MAX_FINITE, ROWSUM_ROUNDED, EXP2_OFFSET, LAZY,
+        HEAD_D, BLOCK_N, TILE_N, REVERSE, CAUSAL, QUANT, MAN_BITS, EMIN, MAX_FINITE, ROWSUM_ROUNDED, EXP2_OFFSET, LAZY,
         QK_QUANT, QK_MAN_BITS, QK_EMIN, QK_MAX_FINITE, V_QUANT, V_MAN_BITS, V_EMIN, V_MAX_FINITE, 0, 1, False,
         split, causal_off, SPLITS, INTERLEAVED, PARTITION)
     m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
@@ -180,7 +182,7 @@ def triton_split_attention(q, k, v, *, reverse, scale, fmt, causal, ksink, block
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), H, Nq, Nk, float(sm_scale), float(scale), int(ksink),
             float(rescale_threshold), log2s, float(log2s * math.log(2.0)), int(causal_offset),
-            HEAD_D=dp, BLOCK_M=block_m, BLOCK_N=block_n, REVERSE=reverse, CAUSAL=causal, QUANT=fmt is not None,
+            HEAD_D=dp, BLOCK_M=block_m, BLOCK_N=block_n, TILE_N=tile_n(block_n), REVERSE=reverse, CAUSAL=causal, QUANT=fmt is not None,
             MAN_BITS=f.man_bits, EMIN=f.emin, MAX_FINITE=f.max_finite, ROWSUM_ROUNDED=rowsum_rounded,
             EXP2_OFFSET=exp2, LAZY=rescale_threshold > 0,
             SINK_MODE=SINK_MODE_CODE[None if sink_logit is None else sink_mode],

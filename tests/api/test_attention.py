@@ -176,7 +176,7 @@ def _qkv(n=8, d=16):
     (dict(scale=-2.0), "scale=-2.0"),
     (dict(scale=float("inf")), "scale=inf"),
     (dict(scale=float("nan")), "scale=nan"),
-    (dict(block_n=48), "block_n=48.*power of two"),
+    (dict(block_n=40), "block_n=40.*multiple of 16"),
     (dict(block_m=8), "block_m=8"),
     (dict(ksink=-1), "ksink=-1"),
     (dict(sm_scale=0.0), "sm_scale=0.0"),

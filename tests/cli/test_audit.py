@@ -73,7 +73,7 @@ def test_named_policies_get_rows_and_verdicts(sink_file, tmp_path, capsys):
     rows = {r["policy"]: r for r in csv.DictReader(open(out))}
     assert list(rows)[5:] == ["fa3", "hpc-ops", "hpc-ops-s1"]
     # the rows really ran each policy's keywords
-    assert (rows["fa3"]["order"], rows["fa3"]["scale_mode"], rows["fa3"]["block_n"]) == ("reverse", "exp2_offset", "128")
+    assert (rows["fa3"]["order"], rows["fa3"]["scale_mode"], rows["fa3"]["block_n"]) == ("reverse", "exp2_offset", "160")
     assert (rows["hpc-ops"]["order"], float(rows["hpc-ops"]["scale"])) == ("forward", 256.0)
     # Δ = 9: past Δc(S=1) = 6.93, short of Δc(S=256) = 12.5: only forward S = 1 (hpc-ops before its fix) collapses
     assert "threshold 50%" in text

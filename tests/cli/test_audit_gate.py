@@ -193,7 +193,7 @@ def test_a_scale_that_looks_like_a_log2_offset_warns_with_both_readings(files, c
 @pytest.mark.parametrize("argv,msg", [
     (["--scale-mode", "lazy"], "--scale-mode='lazy' is not allowed; allowed: multiply, exp2_offset, per_row"),
     (["--rescale-threshold", "-1"], "--rescale-threshold=-1.0 is not allowed; allowed: a finite number >= 0"),
-    (["--block-n", "48"], "--block-n=48 is not allowed; allowed: a power of two"),
+    (["--block-n", "40"], "--block-n=40 is not allowed; allowed: a positive multiple of 16"),
     (["--scale", "x"], "--scale='x' is not allowed; allowed: a number or 2^K"),
 ])
 def test_bad_policy_flag_names_the_flag(files, capsys, argv, msg):

@@ -93,9 +93,9 @@ def _definitions(pattern, reexport=None):
 SHARED_NAMES = ("EXPERIMENTS", "CONFORMANCE", "SCALE_MODES", "SINK_MODES", "OPERAND_SCALES", "LOG2E", "DIAGNOSTICS", "ORDERS", "COMBOS", "COMBO_LABELS", "ROWSUMS", "BACKENDS", "BACKENDS_RAN",
                 "PAPER_SCALES", "STEPS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
                 "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "HEAD_DIMS", "ATTENTION_HEAD_DIMS", "BLOCK_SIZES",
-                "SWEEP_EXPERIMENTS", "POLICY_EXPERIMENT", "SINK_KINDS", "VARIANTS", "POLICY_CONFIG_COLUMNS",
+                "BLOCK_MULTIPLE", "INPUT_DTYPES", "SWEEP_EXPERIMENTS", "POLICY_EXPERIMENT", "SINK_KINDS", "VARIANTS", "POLICY_CONFIG_COLUMNS",
                 "POLICY_TIDY_COLUMNS")
-SHARED_FUNCTIONS = ("combo_label", "step_marker", "is_allowed", "log2_scale")
+SHARED_FUNCTIONS = ("combo_label", "step_marker", "is_allowed", "is_block_size", "log2_scale")
 
 
 def test_the_scan_sees_the_tree():
@@ -137,14 +137,19 @@ def test_contract_values():
     assert contract.combo_label("reverse", 256) == "reverse S=256"
     assert contract.is_allowed(64, contract.HEAD_DIMS) and not contract.is_allowed(64.0, contract.HEAD_DIMS)
     assert not contract.is_allowed(True, (1,)) and not contract.is_allowed(48, contract.BLOCK_SIZES)
+    # the contract's blocks: any positive multiple of 16 (real kernels' 96, 160, 192), never a float or a bool
+    assert all(contract.is_block_size(b) for b in (16, 48, 96, 160, 192, 256, 512))
+    assert not any(contract.is_block_size(b) for b in (0, -16, 8, 100, 96.0, True, "64", None))
 
 
 def test_attention_result_carries_exactly_the_diagnostics_in_order():
     from pcast.api import AttentionResult
 
     fields = [f.name for f in dataclasses.fields(AttentionResult)]
-    # besides the diagnostics: the output, the backend that ran, the MSE of reference=True and the row's lse
-    assert tuple(f for f in fields if f not in ("out", "backend", "mse", "mse_heads", "lse")) == contract.DIAGNOSTICS
+    # besides the diagnostics: the output, the backend that ran, the MSE of reference=True, the row's lse and the
+    # inputs' dtype
+    assert tuple(f for f in fields if f not in ("out", "backend", "mse", "mse_heads", "lse", "input_dtype")) == \
+        contract.DIAGNOSTICS
 
 
 def test_every_backend_reports_a_name_of_backends_ran():

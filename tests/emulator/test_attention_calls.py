@@ -410,7 +410,7 @@ def test_head_dim_80():
     ([{}, None], "calls[1]"),
     ([{}, {"order": "sideways"}], "calls[1]"),
     ([{}, {"bogus": 1}], "calls[1]"),
-    ([{}, {"block_n": 48}], "calls[1]"),
+    ([{}, {"block_n": 40}], "calls[1]"),
     ([{}, {"scale": -1.0}], "calls[1]"),
     ([{}, {"policy": "no-such-policy"}], "calls[1]"),
     ([{}, {}, {"fmt": "e9m9"}], "calls[2]"),

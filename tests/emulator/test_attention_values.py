@@ -97,7 +97,7 @@ def test_diagnostics_are_not_shared_tensors():
     ([], {}, "values must be a non-empty list or tuple"),
     ("v", {}, "values must be a non-empty list or tuple"),
     (None, {}, "values must be a non-empty list or tuple"),
-    ("short", {}, r"values\[1\] .* not allowed; allowed: a float32 tensor of values\[0\]'s shape"),
+    ("short", {}, r"values\[1\] .* not allowed; allowed: a torch.float32 tensor of values\[0\]'s shape"),
     ("float64", {}, r"values\[1\] .*float64"),
     ("nan", {}, r"values\[1\] contains NaN or inf"),
     ("ok", {"ordr": "reverse"}, "attention_values: .*ordr.*allowed keywords: those of pcast.attention"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pcast.contract import BLOCK_SIZES, COMBOS, log2_scale
+from pcast.contract import COMBOS, is_block_size, log2_scale
 from pcast.formats import get_format
 from pcast.policies import DECODE_PRESETS, POLICIES, POLICY_KEYS, Policy, get_policy, policies_from_config, policy_from_config
 
@@ -68,7 +68,7 @@ def test_preset_validates_and_carries_its_source(name):
         assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", repo), f"{name}: source {p.source!r} pins no commit"
     assert path, f"{name}: source {p.source!r} names no file"
     assert p.read == "2026-11"
-    assert p.block_m in BLOCK_SIZES and p.block_n in BLOCK_SIZES
+    assert is_block_size(p.block_m) and is_block_size(p.block_n)  # the kernel's own tile
     assert p.qk_fmt is None and p.v_fmt is None, "presets describe the P path only"
     assert p.rowsum == "unrounded"  # FA3 and FlashInfer sum the unrounded P; none of the presets rounds l
 
@@ -195,8 +195,8 @@ def test_numbers_are_stored_as_floats():
     ("rescale_threshold", -1.0, ">= 0"), ("rescale_threshold", float("nan"), ">= 0"),
     ("sink_mode", "middle", "init, final"), ("fmt", "e4m3", "e4m3fn"), ("rowsum", "both", "unrounded, rounded"),
     ("qk_fmt", "int8", "e5m2"), ("qk_scale", "row", "tensor"), ("qk_scale", -2.0, "tensor"),
-    ("v_fmt", "fp8", "e4m3fn"), ("v_scale", 0.0, "tensor"), ("block_m", 48, "power of two"),
-    ("block_n", 512, "power of two"), ("block_n", 64.0, "power of two"), ("source", None, "string"),
+    ("v_fmt", "fp8", "e4m3fn"), ("v_scale", 0.0, "tensor"), ("block_m", 40, "multiple of 16"),
+    ("block_n", 0, "positive multiple of 16"), ("block_n", 64.0, "multiple of 16"), ("source", None, "string"),
     ("read", 202611, "string"),
 ])
 def test_bad_field_raises_naming_it(field, value, allowed):
@@ -243,7 +243,7 @@ def test_policy_from_config_takes_the_keys_and_defaults_the_rest():
     ({"name": "other"}, r"policies\.mine\.name is not a policy key"),
     ({"scale": -1}, r"policies\.mine\.scale=-1 is not allowed; allowed: a finite number > 0"),
     ({"fmt": "none"}, r"policies\.mine\.fmt='none' is not allowed; allowed: None \(YAML null\)"),
-    ({"block_n": 100}, r"policies\.mine\.block_n=100 is not allowed; allowed: a power of two"),
+    ({"block_n": 100}, r"policies\.mine\.block_n=100 is not allowed; allowed: a positive multiple of 16"),
     (["reverse"], r"policies\.mine must be a mapping"),
 ])
 def test_bad_config_raises_naming_the_key(mapping, msg):
@@ -290,3 +290,11 @@ def test_yaml_policies_take_every_p_format_the_api_takes():
         assert policy_from_config("mine", {"fmt": name}).fmt == name
     with pytest.raises(ValueError, match=r"policies.mine.v_fmt='nvfp4' is not allowed"):
         policy_from_config("mine", {"v_fmt": "nvfp4"})
+
+
+def test_presets_take_their_kernels_own_tiles():
+    # FlashAttention-3's FP8 tiles (hopper/tile_size.h, hdim <= 64) and FlashInfer's Hopper FP8 CTA_Q: not
+    # rounded to a power of two
+    assert (POLICIES["fa3"].block_m, POLICIES["fa3"].block_n) == (192, 160)
+    assert (POLICIES["flashinfer-hopper"].block_m, POLICIES["flashinfer-hopper"].block_n) == (192, 128)
+    assert POLICIES["fa3"].replace(block_n=96).block_n == 96

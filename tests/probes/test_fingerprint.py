@@ -107,8 +107,9 @@ def test_explicit_candidates_and_a_preset_found_among_them():
 
 
 # Every option value of the presets at least once: order, S (1, 256, 448), scale mode, tau (0, 8), sink mode,
-# P format (e4m3fn, e5m2, bf16), block size (32, 64, 128, 256), splits (1, 4, 16, 32), layout, normalisation.
-TRITON_COVER = ("fa4", "vllm-unified", "triton-tutorial", "fa3-decode", "xqa-sm90", "aiter-pa-ragged",
+# P format (e4m3fn, e5m2, bf16), block size (32, 64, 128, 160 in a 256-key tile, 256), splits (1, 4, 16, 32),
+# layout, normalisation.
+TRITON_COVER = ("fa3", "fa4", "vllm-unified", "triton-tutorial", "fa3-decode", "xqa-sm90", "aiter-pa-ragged",
                 "vllm-paged-v2")
 
 

@@ -34,7 +34,7 @@ ALLOWED["cases"] = set(ALLOWED["probes"]) | {"probes"}  # pcast.cases: the publi
 ALLOWED["analysis"] = {"models", "policies", "theory", "contract", "formats"}
 ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes", "cases"}
 ALLOWED["cli"] = set(ALLOWED["pipeline"]) | {"pipeline"}
-ROOT_MODULES = {"pcast", "pcast.api", "pcast.api_multi", "pcast.api_decode", "pcast.aot", "pcast.result"}
+ROOT_MODULES = {"pcast", "pcast.api", "pcast.api_multi", "pcast.api_decode", "pcast.api_inputs", "pcast.aot", "pcast.result"}
 
 
 def _modules() -> dict[str, Path]:

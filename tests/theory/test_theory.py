@@ -295,6 +295,9 @@ MC_CASES = [
     (14.0, 1.0, 4, "e5m2", 1.0, "forward", 512, 128),
     (0.0, 1.0, 4, "e4m3fn", 2.0, "forward", 1024, 64),  # no sink effect: the non-sink maxima alone
     (0.0, 1.0, 4, "e4m3fn", 1.0, "reverse", 1024, 64),  # the Δ-free rate ~1.9e-4 of the early blocks
+    (7.0, 1.0, 4, "e4m3fn", 1.0, "forward", 1000, 96),  # tiles no power of two: decode 96, FA3's 160, prefill 192
+    (8.0, 1.0, 4, "e4m3fn", 1.0, "reverse", 1000, 160),
+    (9.0, 256.0, 4, "e4m3fn", 1.0, "reverse", 1000, 192),
 ]
 
 
