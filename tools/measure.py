@@ -62,12 +62,12 @@ def _du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def measure_run(preset: str, cores: int) -> dict:
+def measure_run(preset: str, cores: int, keep: Path | None = None) -> dict:
     sys.path.insert(0, str(ROOT / "tests" / "support"))
     from repo_copy import copy_repo
 
     with tempfile.TemporaryDirectory() as tmp:
-        where = copy_repo(Path(tmp) / "run")
+        where = copy_repo(keep if keep is not None else Path(tmp) / "run")
         got = _timed(["snakemake", "--cores", str(cores), "--config", f"preset={preset}"], where)
         results = where / "results"
         benches = list((results / "benchmarks").rglob("*.tsv"))
@@ -191,6 +191,7 @@ def main(argv=None) -> int:
     run = sub.add_parser("run", help="a fresh copy of the checkout through one preset, timed")
     run.add_argument("--preset", choices=("smoke", "default"), required=True)
     run.add_argument("--cores", type=int, default=2)
+    run.add_argument("--keep", type=Path, default=None, help="run in this (new) folder and keep it")
     sub.add_parser("install", help="fresh venvs: the slim instrument, then every extra")
     tests = sub.add_parser("tests", help="the README's inner loop")
     tests.add_argument("--workers", default="auto")
@@ -199,7 +200,8 @@ def main(argv=None) -> int:
     data = load()
     mach = machine()
     if args.what == "run":
-        data.setdefault("runs", {})[args.preset] = {**measure_run(args.preset, args.cores), "machine": mach}
+        data.setdefault("runs", {})[args.preset] = {**measure_run(args.preset, args.cores, args.keep),
+                                                  "machine": mach}
     elif args.what == "install":
         data["install"] = {"slim": {**measure_install(""), "machine": mach},
                            "full": {**measure_install("pipeline,triton,tensorcore,test,slurm"), "machine": mach}}
