@@ -1,0 +1,99 @@
+"""Counts identical on every CPU: the same collapse-like stack run in child processes under different
+vector ISAs (torch's ``ATEN_CPU_CAPABILITY``) and different MKL code paths (``MKL_ENABLE_INSTRUCTIONS``).
+
+The contract (docs/interfaces.md, "Exact decisions") makes every discrete decision of the P path on exact
+values, so each count (underflow, terms, saturation, ...) of each call must be the same whatever the CPU's
+code path. Outputs (float32 P·V products) may differ in their last bits; the counts may not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+# The stack: a sink of strength Δ over N keys, the paper's four combinations, the emulator's counts summed
+# over rows per (Δ, combination, diagnostic). Printed as one JSON object.
+_STACK = r"""
+import json, sys
+import torch
+from pcast import attention
+from pcast.contract import COMBOS, DIAGNOSTICS
+from pcast.models.sinks import make_inputs
+n, d, ksink, deltas = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+torch.set_num_threads(1)
+counts, outs = {}, []
+for delta in deltas:
+    q, k, v = make_inputs(0, n=n, d=d, ksink=ksink, delta=float(delta))
+    for order, scale in COMBOS:
+        r = attention(q, k, v, order=order, scale=scale, ksink=ksink, backend="emulator")
+        for name in DIAGNOSTICS:
+            counts[f"{delta} {order} S={scale:g} {name}"] = int(getattr(r, name).sum())
+        outs.append(r.out.flatten())
+out = torch.stack(outs).view(torch.int32).tolist()
+# a probe of the code path: the bits of one float32 matmul and one exp (over positive and negative arguments)
+g = torch.Generator().manual_seed(1)
+a, b, x = torch.randn(256, 64, generator=g), torch.randn(64, 256, generator=g), torch.randn(1 << 16, generator=g) * 30
+probe = [hash(tuple((a @ b).view(torch.int32).flatten().tolist())), hash(tuple(x.exp().view(torch.int32).tolist()))]
+print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "counts": counts, "out": out,
+                  "probe": probe}))
+"""
+
+# (variable, the two settings compared): each pair is one code path against another on this CPU. torch's
+# vector ISA changes exp and its own kernels; MKL's instruction set and its conditional numerical
+# reproducibility mode (MKL_CBWR) change the sgemm behind the scores.
+_ENVS = {
+    "ATEN_CPU_CAPABILITY": ("default", "avx2"),
+    "MKL_ENABLE_INSTRUCTIONS": ("SSE4_2", "AVX2"),
+    "MKL_CBWR": ("AUTO", "COMPATIBLE"),
+}
+
+
+def _cpu_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return flag in f.read().split()
+    except OSError:
+        return False
+
+
+def _run_stack(env_update: dict, n: int, d: int, ksink: int, deltas) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _ENVS}
+    env.update(env_update, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
+    done = subprocess.run([sys.executable, "-c", _STACK, str(n), str(d), str(ksink), json.dumps(list(deltas))],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _differing(a: dict, b: dict) -> list[str]:
+    assert a.keys() == b.keys()
+    return [f"{key}: {a[key]} vs {b[key]}" for key in a if a[key] != b[key]]
+
+
+def _check(var: str, n: int, d: int, ksink: int, deltas) -> None:
+    if not _cpu_has("avx2"):
+        pytest.skip("the CPU has no AVX2, so the two code paths compared are one")
+    first, second = (_run_stack({var: value}, n, d, ksink, deltas) for value in _ENVS[var])
+    if var == "ATEN_CPU_CAPABILITY":  # the variable took effect in each child
+        assert (first["capability"], second["capability"]) == ("DEFAULT", "AVX2")
+    elif first["probe"] == second["probe"]:  # (a hash is per process, so equal hashes need a fixed seed)
+        pytest.skip(f"{var}={_ENVS[var][0]} and ={_ENVS[var][1]} give the same matmul and exp bits on this "
+                    "CPU and MKL: the two settings run one code path")
+    diff = _differing(first["counts"], second["counts"])
+    calls = [a != b for a, b in zip(first["out"], second["out"])]  # reported, not required
+    assert not diff, (f"{len(diff)} of {len(first['counts'])} counts differ between {var}="
+                      f"{_ENVS[var][0]} and {_ENVS[var][1]} (outputs differ in their bits in {sum(calls)} "
+                      f"of {len(calls)} calls):\n" + "\n".join(diff))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("var", sorted(_ENVS))
+def test_counts_identical_across_cpu_code_paths(var):
+    """The collapse-like stack: N = 1,024, d = 64, 4 sink keys, Δ = 0..15, the four combinations. (Child
+    processes, a few seconds each: ``slow``. The inner loop's check of the same property is
+    tests/emulator/test_exact_decisions.py: counts equal to the exact computation's are the same on every CPU.)"""
+    _check(var, 1024, 64, 4, range(16))
