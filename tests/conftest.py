@@ -98,7 +98,7 @@ def _runs_the_workflow(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """Tests that use the smoke run, other than its readers, share one xdist worker (module
     docstring); tests that run the workflow are marked ``pipeline_run``, so that the inner loop
-    (``-m "not slow and not cluster and not pipeline_run and not install"``) can leave them out."""
+    (``-m "not slow and not cluster and not pipeline_run and not install and not heavy"``) can leave them out."""
     for item in items:
         if "smoke_run" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("smoke_reader"):
             item.add_marker(pytest.mark.xdist_group("smoke"))

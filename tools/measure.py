@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data" / "measured.json"
 PAGES = ("README.md", "docs/pipeline.md", "docs/performance.md", "docs/reproducibility.md")
 SPAN = re.compile(r"<!-- measured:([\w-]+) -->(.*?)<!-- /measured -->", re.S)
-INNER_LOOP = 'not slow and not cluster and not pipeline_run and not install'
+INNER_LOOP = 'not slow and not cluster and not pipeline_run and not install and not heavy'
 LOCK = ROOT / "requirements" / "cpu.lock"
 
 

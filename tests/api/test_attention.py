@@ -55,6 +55,21 @@ def test_three_implementations_agree_small_other_d(order, scale, fmt, causal, nq
 @pytest.mark.parametrize("order,scale,fmt,causal", [c + (False,) for c in PAPER_CASES] + [
     ("forward", 1.0, "e4m3fn", True), ("reverse", 256.0, "e4m3fn", True), ("forward", 448.0, "e4m3fn", False),
     ("reverse", 1.0, None, True)])
+def test_emulator_and_loop_agree_n1024(order, scale, fmt, causal):
+    """Sixteen KV blocks, the sink in the first: the emulator against the loop on every case."""
+    q, k, v = sink_inputs(7, 1024, 1024, 64, h=1)
+    _, emu, _, _ = check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=4, triton=False)
+    if order == "forward" and scale == 1.0 and fmt and not causal:
+        assert int(emu.underflow.sum()) > 0  # the comparison covered real underflow
+
+
+N1024_CASES = [c + (False,) for c in PAPER_CASES] + [
+    ("forward", 1.0, "e4m3fn", True), ("reverse", 256.0, "e4m3fn", True), ("forward", 448.0, "e4m3fn", False),
+    ("reverse", 1.0, None, True)]
+
+
+@pytest.mark.heavy  # the interpreted kernel at N = 1024 (about 10 s a case); the small grid above covers it fast
+@pytest.mark.parametrize("order,scale,fmt,causal", N1024_CASES)
 def test_three_implementations_agree_n1024(order, scale, fmt, causal):
     q, k, v = sink_inputs(7, 1024, 1024, 64, h=1)
     tri, _, _, _ = check_three(q, k, v, order=order, scale=scale, fmt=fmt, causal=causal, ksink=4)
@@ -62,6 +77,13 @@ def test_three_implementations_agree_n1024(order, scale, fmt, causal):
         assert int(tri.underflow.sum()) > 0  # the comparison covered real underflow
 
 
+@pytest.mark.parametrize("d", [16, 128])
+def test_emulator_and_loop_agree_n1024_other_d(d):
+    q, k, v = sink_inputs(8, 1024, 1024, d, h=1)
+    check_three(q, k, v, order="reverse", scale=1.0, fmt="e4m3fn", causal=False, ksink=4, triton=False)
+
+
+@pytest.mark.heavy
 @pytest.mark.parametrize("d", [16, 128])
 def test_three_implementations_agree_n1024_other_d(d):
     q, k, v = sink_inputs(8, 1024, 1024, d, h=1)
