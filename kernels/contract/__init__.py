@@ -20,7 +20,7 @@ __all__ = [
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
     "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL", "FP4_EXPERIMENT",
     "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS", "DECODE_EXPERIMENT", "DECODE_CONFIG_COLUMNS", "DECODE_TIDY_COLUMNS", "SPLIT_LAYOUTS", "P_NORMALIZE", "CAUSAL_ALIGNS", "causal_offset",
-    "PV_ARITHS", "TENSORCORE_EXPERIMENT",
+    "PV_ARITHS", "TENSORCORE_EXPERIMENT", "CLAIM_IDS", "TEMPLATE_SLOT",
 ]
 
 # ----------------------------------------------------------------------------- the contract
@@ -236,3 +236,14 @@ def scale_keyword(fn):
         return fn(*args, **kwargs)
 
     return wrapper
+
+
+# ----------------------------------------------------------------------------- claims' texts
+
+#: Every claim of the verdict registry (pcast.analysis.registry), in its order; the config schema's
+#: expected_verdicts keys are these.
+CLAIM_IDS = ("C1", "C2", "C3", "C4", "C5", "C6", "paper", "audit", "fp4", "tensorcore", "decode", "realmodel",
+             "cases", "conformance")
+
+#: A slot of an expected-verdict template: ``{ID.key}`` or ``{ID.key:format}``, filled from claims.json.
+TEMPLATE_SLOT = r"\{(?P<claim>[A-Za-z0-9_]+)\.(?P<key>[^{}:]+?)(?::(?P<spec>[^{}]+))?\}"

@@ -68,12 +68,14 @@ def check_analysis(config: Mapping) -> None:
 
 def _check_templates(expected: Mapping, preset) -> None:
     """Every slot of an expected-verdict ``why`` names a claim of the registry (the run fills its number)."""
-    from pcast.analysis.registry import CLAIMS
-    from pcast.analysis.verdicts.templates import slots
+    import re
 
-    ids = {c.id for c in CLAIMS}
+    from pcast.contract import CLAIM_IDS, TEMPLATE_SLOT
+
+    ids = set(CLAIM_IDS)
     for key, e in expected.items():
-        for claim, field in slots(str((e or {}).get("why", ""))):
+        for m in re.finditer(TEMPLATE_SLOT, str((e or {}).get("why", ""))):
+            claim, field = m["claim"], m["key"]
             if claim not in ids:
                 raise _Error(f"config key 'presets.{preset}.expected_verdicts.{key}.why': slot {{{claim}.{field}}} "
                              f"names no claim; allowed: {{ID.key}} with ID one of {', '.join(sorted(ids))}")

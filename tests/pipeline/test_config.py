@@ -600,3 +600,19 @@ def test_the_documented_nested_override_dry_runs(repo_copy):
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert "Invalid configuration" not in res.stdout + res.stderr
     assert not (repo_copy / "results").exists()
+
+
+def test_the_contracts_claim_ids_are_the_registrys_and_the_schemas():
+    from pcast.analysis.registry import CLAIMS
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+
+    def find(node):  # the expected_verdicts entry, wherever the presets' schema nests it
+        if isinstance(node, dict):
+            if "expected_verdicts" in node:
+                return node["expected_verdicts"]["propertyNames"]["enum"]
+            return next((e for e in map(find, node.values()) if e), None)
+        return None
+
+    enum = find(schema)
+    assert sorted(contract.CLAIM_IDS) == sorted(c.id for c in CLAIMS) == sorted(enum)

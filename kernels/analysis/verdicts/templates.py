@@ -13,10 +13,11 @@ import re
 from collections.abc import Mapping
 
 from pcast.analysis.text import short
+from pcast.contract import TEMPLATE_SLOT
 
 __all__ = ["fill", "slots", "verdict_cell", "SLOT"]
 
-SLOT = re.compile(r"\{(?P<claim>[A-Za-z0-9_]+)\.(?P<key>[^{}:]+?)(?::(?P<spec>[^{}]+))?\}")
+SLOT = re.compile(TEMPLATE_SLOT)
 
 
 def slots(template: str) -> list[tuple[str, str]]:
