@@ -52,7 +52,7 @@ nitpick_ignore_regex = [
     (r"py:data", r"([\w.]*\.)?[A-Z][A-Z0-9_]*"),
     (r"py:.*", r"(torch|numpy|np|pandas|pd|scipy|matplotlib|triton|tl|safetensors|snakemake|"
                r"transformers|collections|typing|os|pathlib|logging|argparse|json|csv|io|re|"
-               r"dataclasses|concurrent|multiprocessing|contextlib|enum|abc)(\..*)?"),
+               r"dataclasses|concurrent|multiprocessing|contextlib|enum|abc|fractions)(\..*)?"),
     (r"py:class", r"(int|float|str|bool|dict|list|tuple|set|bytes|object|None|callable|Callable|"
                   r"Iterable|Iterator|Sequence|Mapping|Any|Path|PathLike|DataFrame|Tensor|"
                   r"optional|array-like|Literal\[.*\])"),

@@ -116,7 +116,7 @@ def fig_threshold(thresholds: pd.DataFrame, knees: pd.DataFrame, *, level: float
     (b) measured − predicted vs ksink with the ±tolerance band (C4's largest per-row tolerance: the
     crossing's CI at ``level`` widened over the rows); (c) the MSE knee of the collapse experiment
     against the predicted Δc, per sink_v_scale, with the window C4's knee reading accepts (Δc ±
-    σ·|Φ⁻¹(``onset_fraction``)|, ``claims.C4.knee_onset_fraction``)."""
+    σ·abs(Φ⁻¹(``onset_fraction``)), ``claims.C4.knee_onset_fraction``)."""
     use_style()
     tol = crossing_tolerances(thresholds, level) if len(thresholds) else np.array([])
     tolerance = float(np.nanmax(tol)) if np.isfinite(tol).any() else 0.0

@@ -96,7 +96,7 @@ def claim_c5(paired: pd.DataFrame, cfg: Mapping, baseline_fraction: pd.Series | 
     the strict rule; the verdict combines the readings by :func:`.common.across_readings`. The
     robustness table recomputes it at ``cfg['alternatives']`` (far_above, moderate) and under the
     other band rule ("passes through"), and per sink-value norm alone (``sink_norms``: the real model's
-    measured norms, :func:`sink_value_norms`, printed as that row's source).
+    measured norms, :func:`pcast.analysis.verdicts.mse.sink_value_norms`, printed as that row's source).
     """
     base, fixes = cfg["baseline"], list(cfg["fixes"])
     band = tuple(float(v) for v in cfg["band"])
@@ -316,7 +316,7 @@ def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None, 
              stats_cfg: Mapping | None = None) -> dict:
     """Same precision floor: TOST equivalence of each fix with the combined fix, per Δ, over the claim's domain.
 
-    The domain: Δ below forward S's predicted Δc (:func:`c6_domain_limit`, from pcast.theory), where
+    The domain: Δ below forward S's predicted Δc (:func:`pcast.analysis.verdicts.mse.c6_domain_limit`, from pcast.theory), where
     both fixes apply; the rows at and beyond it are judged the same way, shown as ``beyond_domain``
     and never in the verdict. For each listed pair (settings) and sink_v_scale (readings), the Δ where
     TOST (on log MSE, the margin of the ``statistics`` section) rejects non-equivalence at ``alpha``

@@ -81,7 +81,7 @@ def claim_c1(collapse: pd.DataFrame, cfg: Mapping, *, level: float = 0.95) -> di
 
     A point (Δ, sink_v_scale) holds when ``|measured − Φ law|`` ≤ ½ Var(M_k) φ(1) (the law's first
     neglected term, :func:`~pcast.analysis.verdicts.underflow.leading_order_tolerance`) + z·SE (the seed-mean's standard error, z the
-    family quantile of ``level`` over every distinct point judged, :func:`distinct_points`). Trivial
+    family quantile of ``level`` over every distinct point judged, :func:`pcast.analysis.verdicts.underflow.distinct_points`). Trivial
     points: measurement and law both within the tolerance of 0 or of 1 (the flat ends say nothing
     of the law's position). Settings: the forward combinations (the sentence covers forward order at
     any S); readings: none (the law leaves nothing open; the sinks' value norm cannot change an
