@@ -9,9 +9,10 @@ README's runtime and verdict columns are checked against that file by ``tests/pr
 The verdict cell of each claim is generated, never typed: its verdict, then the preset's expected-verdict
 ``why`` (``presets.<name>.expected_verdicts`` in config.yaml, stored in claims.json), a template whose
 slots are filled from the run's numbers (:mod:`pcast.analysis.verdicts.templates`). ``--readme README.md``
-writes those cells into the README's claims table.
+writes those cells and the runtimes into the README's claims table, from the run or, with ``--summary
+docs/data/default_run.json``, from a summary written earlier.
 
-Usage: python tools/claims_table.py [--run DIR] [--json PATH] [--readme PATH]
+Usage: python tools/claims_table.py [--run DIR | --summary PATH] [--json PATH] [--readme PATH]
 """
 
 from __future__ import annotations
@@ -96,21 +97,27 @@ def verdict_cells(doc: dict) -> dict[str, str]:
     return {cid: verdict_cell(cid, doc["claims"], (expected.get(cid) or {}).get("why")) for cid in doc["claims"]}
 
 
-def write_readme(path: str | os.PathLike, cells: dict[str, str]) -> int:
-    """Replace the verdict column of the README's claims table by ``cells`` (claim id -> cell); returns the rows
-    changed. A row's claim is the first word of its first cell (``C1 forward order ...``, ``audit: ...``)."""
+def write_readme(path: str | os.PathLike, summary: dict) -> int:
+    """Write the runtime and verdict columns of the README's claims table from ``summary`` (as
+    :func:`summarize` returns it); returns the cells changed. A row's claim is the first word of its first
+    cell (``C1 forward order ...``, ``audit: ...``); the ``all`` row gets the run's total job time."""
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     head, rest = text.split(README_TABLE[0], 1)
     table, tail = rest.split(README_TABLE[1], 1)
+    claims = summary["claims"]
     out, changed = [], 0
     for line in table.split("\n"):
         cols = _split_row(line)
         cid = cols[0].split()[0].rstrip(":") if cols and cols[0].split() else ""
-        if cid in cells and len(cols) == 5:
-            if cols[4] != cells[cid]:
-                changed += 1
-            line = "| " + " | ".join(cols[:4] + [cells[cid]]) + " |"
+        if len(cols) == 5 and (cid in claims or cid == "all"):
+            new = list(cols)
+            if cid == "all":
+                new[3] = fmt_seconds(summary["all_job_s"])
+            else:
+                new[3], new[4] = fmt_seconds(claims[cid]["job_s"]), claims[cid]["cell"]
+            changed += sum(a != b for a, b in zip(cols, new))
+            line = "| " + " | ".join(new) + " |"
         out.append(line)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(head + README_TABLE[0] + "\n".join(out) + README_TABLE[1] + tail)
@@ -128,12 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", default=".", help="the finished run's root (holding figures/ and results/)")
     ap.add_argument("--json", help="write the summary here (docs/data/default_run.json for the default preset)")
-    ap.add_argument("--readme", help="write each claim's generated verdict cell into this README's claims table")
+    ap.add_argument("--summary", help="read a summary written earlier by --json instead of a run")
+    ap.add_argument("--readme", help="write each claim's runtime and generated verdict cell into this README's "
+                    "claims table")
     args = ap.parse_args(argv)
-    summary = summarize(args.run)
+    if args.summary:
+        with open(args.summary, encoding="utf-8") as fh:
+            summary = json.load(fh)
+    else:
+        summary = summarize(args.run)
     if args.readme:
-        n = write_readme(args.readme, {cid: c["cell"] for cid, c in summary["claims"].items()})
-        print(f"{args.readme}: {n} verdict cells changed")
+        n = write_readme(args.readme, summary)
+        print(f"{args.readme}: {n} runtime and verdict cells changed")
     for cid, c in summary["claims"].items():
         print(f"{cid:12s} {c['verdict']:13s} {fmt_seconds(c['job_s']):>12s}  {' '.join(c['evidence'])}")
     print(f"{'all':12s} {'':13s} {fmt_seconds(summary['all_job_s']):>12s}  ({summary['all_jobs']} jobs)")

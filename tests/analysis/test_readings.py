@@ -257,10 +257,13 @@ def test_why_text_and_readme_cell_follow_a_config_value(cfgs, tmp_path):
     assert cells[0].startswith("PARTIAL: 3 of 6 cells") and cells[1].startswith("FAIL: 0 of 6 cells")
     readme = tmp_path / "README.md"
     shutil.copy(ROOT / "README.md", readme)
-    assert claims_table.write_readme(readme, {"C5": cells[1]}) == 1
-    row = [r for r in readme.read_text(encoding="utf-8").splitlines() if r.startswith("| C5 ")][0]
-    assert row.endswith(f"| {cells[1]} |")
-    assert claims_table.write_readme(readme, {"C5": cells[1]}) == 0  # idempotent
+    summary = {"claims": {"C5": {"cell": cells[1], "job_s": 61.0}}, "all_job_s": 3600.0}
+    assert claims_table.write_readme(readme, summary) >= 1
+    rows = readme.read_text(encoding="utf-8").splitlines()
+    row = [r for r in rows if r.startswith("| C5 ")][0]
+    assert row.endswith(f"| 1 min 01 s | {cells[1]} |")
+    assert [r for r in rows if r.startswith("| all")][0].split("|")[4].strip() == "60 min 00 s"
+    assert claims_table.write_readme(readme, summary) == 0  # idempotent
 
 
 def test_a_slot_the_run_lacks_is_named():

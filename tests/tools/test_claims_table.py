@@ -70,8 +70,8 @@ def test_json_and_seconds_format(tmp_path, capsys):
 
 
 def test_readme_verdict_cells_are_filled_from_claims_json(tmp_path, capsys):
-    """--readme writes each claim's verdict and its expected-verdict template, filled from the run, into the
-    README's claims table; a claim without a template gets its verdict and headline."""
+    """--readme writes each claim's job time, verdict and its expected-verdict template, filled from the run,
+    into the README's claims table; a claim without a template gets its verdict and headline."""
     _run(tmp_path)
     doc = json.loads((tmp_path / "figures" / "claims.json").read_text())
     doc["claims"]["C1"].update(numbers={"points": 66}, headline="PASS the claim as stated")
@@ -84,7 +84,26 @@ def test_readme_verdict_cells_are_filled_from_claims_json(tmp_path, capsys):
                       "<!-- /claims-table -->\ny\n")
     assert main(["--run", str(tmp_path), "--readme", str(readme)]) == 0
     text = readme.read_text()
-    assert "| PASS: within tolerance at 66 distinct points |" in text and "typed 198" not in text
-    assert "| C4 knee | F5 | `snakemake --cores 2 fig_threshold` | 1 s | PASS |" in text
+    c4_s = len(STEPS["C4"]) - 1 + 6.5  # as test_job_time_per_claim_sums_its_steps sums them
+    assert "| `snakemake --cores 2 fig_collapse` | 10 s | PASS: within tolerance at 66 distinct points |" in text
+    assert "typed 198" not in text
+    assert f"| C4 knee | F5 | `snakemake --cores 2 fig_threshold` | {fmt_seconds(c4_s)} | PASS |" in text
     assert text.startswith("x\n<!-- claims-table -->") and text.endswith("<!-- /claims-table -->\ny\n")
-    assert "2 verdict cells changed" in capsys.readouterr().out
+    assert "4 runtime and verdict cells changed" in capsys.readouterr().out
+
+
+def test_readme_from_a_stored_summary_needs_no_run(tmp_path):
+    """--summary reads what --json wrote, so the README's table follows docs/data/default_run.json alone."""
+    _run(tmp_path)
+    summary = tmp_path / "summary.json"
+    assert main(["--run", str(tmp_path), "--json", str(summary)]) == 0
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- claims-table -->\n| claim | figure | command | runtime | verdict |\n|---|---|---|---|---|\n"
+                      "| C1 law | F2 | `snakemake --cores 2 fig_collapse` | 9 min 00 s | typed |\n"
+                      "| all | x | `snakemake --cores 2 claims` | 1 s | as above |\n<!-- /claims-table -->\n")
+    assert main(["--summary", str(summary), "--run", str(tmp_path / "absent"), "--readme", str(readme)]) == 0
+    rows = readme.read_text().splitlines()
+    stored = json.loads(summary.read_text())
+    assert rows[3].split(" | ")[3] == fmt_seconds(stored["claims"]["C1"]["job_s"])
+    assert rows[3].endswith(f"| {stored['claims']['C1']['cell']} |")
+    assert rows[4] == f"| all | x | `snakemake --cores 2 claims` | {fmt_seconds(stored['all_job_s'])} | as above |"
