@@ -33,6 +33,10 @@ STATS_RULES = ["stats_collapse", "stats_paired", "stats_scales", "stats_threshol
                "stats_fp4", "stats_decode"]
 
 
+# One worker runs this module, so the constructed tables below (seconds of bootstrap) are built once per run.
+pytestmark = pytest.mark.xdist_group("figures")
+
+
 @pytest.fixture(scope="module")
 def summaries(tmp_path_factory):
     """The results/stats/*.csv of constructed data, written once."""

@@ -174,6 +174,7 @@ def test_fallback_is_the_separate_calls(kw):
         assert int(expected[512.0][0].saturated.sum()) > 0
 
 
+@pytest.mark.heavy  # test_fallback_is_the_separate_calls checks the same fallback through the emulator
 def test_fallback_triton_interpreted_is_the_separate_calls():
     pytest.importorskip("triton")
     q, k, values = inputs(9, n=40, d=16, batch=1)

@@ -132,7 +132,13 @@ def test_the_small_probe_set_tells_every_preset_apart():
         assert fp.policy == name, fp.distance
 
 
-@pytest.mark.parametrize("name", TRITON_COVER)
+# The split-KV presets take many seconds each through the interpreter; the inner loop keeps the others, and
+# tests/triton/test_splits_triton.py checks the split kernel against the emulator at a small size.
+SPLIT_COVER = ("fa3-decode", "aiter-pa-ragged", "vllm-paged-v2")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.heavy) if n in SPLIT_COVER else n
+                                  for n in TRITON_COVER])
 def test_presets_through_the_interpreted_triton_kernel(name):
     _triton_identified(name)
 

@@ -171,6 +171,9 @@ def _help(program: tuple[str, ...]) -> str:
     return proc.stdout + proc.stderr
 
 
+# one worker runs these, so each program's --help (seconds for snakemake, whose SLURM plugin asks the
+# controller for its configuration on import) runs once per run
+@pytest.mark.xdist_group("doc-commands")
 @pytest.mark.parametrize("page,cmd", _commands(), ids=lambda x: x if len(x) < 40 else x[:40])
 def test_every_command_parses_and_its_options_exist(page, cmd):
     proc = subprocess.run(["bash", "-n", "-c", cmd], capture_output=True, text=True)
