@@ -152,7 +152,10 @@ def _skip_if_absent(program: list[str]) -> None:
     """Skip, naming the extra that brings it, when a documented tool is not installed here."""
     if program[0] == "python":
         name = program[2] if program[1] == "-m" else None
-        present = name is None or importlib.util.find_spec(name) is not None
+        # pip comes with every venv; asking the import system for it in this process would also switch off
+        # setuptools' distutils shim here (its finder does that when it sees pip imported), which breaks any
+        # later import of setuptools (torch.utils.cpp_extension, for mmasim)
+        present = name in (None, "pip") or importlib.util.find_spec(name) is not None
     else:
         name = program[0]
         present = shutil.which(name) is not None
