@@ -2,7 +2,7 @@
 :class:`pcast.policies.Policy` (one flag per field, so they cannot drift), ``--exp2-offset K``,
 ``--fail-on`` conditions, and the warning for a scale that looks like a log2 offset.
 
-Used by :mod:`pcast.cli.audit`.
+Used by :mod:`pcast.audit.session`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """pcast-audit's inputs: q, k, v (or ``layer{L}/q, k, v``) from a safetensors file, layer selection,
 the user's policies from YAML, and the checks the loaded tensors must pass before any work.
 
-Used by :mod:`pcast.cli.audit` (which re-exports these names).
+Used by :mod:`pcast.audit.session` (:mod:`pcast.audit` re-exports the public names).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ each run and the head's distance to it, and ``mass_underflow``, the exact softma
 round to zero under the run's rule (:func:`pcast.models.heads.underflow_mask`: multiply or exp2_offset,
 any lazy threshold τ, a sink logit that seeds the max), checked against the kernel's own count.
 
-Used by :mod:`pcast.cli.audit_heads`.
+Used by :mod:`pcast.audit.heads`.
 """
 
 from __future__ import annotations

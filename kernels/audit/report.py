@@ -2,7 +2,7 @@
 error, and how many heads pass each threshold), the ``--fail-on`` gate and the ``--json`` document
 (:data:`SCHEMA_PATH`, version :data:`SCHEMA_VERSION`).
 
-Used by :mod:`pcast.cli.audit`.
+Used by :mod:`pcast.audit.session`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from pcast.contract import COMBO_LABELS
 
 SCHEMA_VERSION = 1
-SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "audit_schema.json")
+SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schema.json")
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 VERDICT_COLUMNS = ("collapses", "saturates", "floor_ratio", "exceeds_floor", "exceeds_rel_mse")  # per head  # no --fail-on condition holds; one holds; bad input
 
