@@ -53,6 +53,16 @@ def load_tensors(path: str, names=("q", "k", "v")):
     return tuple(_lift(n, tensors[n]) for n in names)
 
 
+def file_dtype(path: str):
+    """The torch dtype of the file's first q tensor (``q`` or ``layer{L}/q``): what a kernel audited with
+    ``--kernel`` is given (the audit itself reads every tensor as float32, exactly for bf16 and fp16)."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as fh:
+        name = next((n for n in sorted(fh.keys()) if n == "q" or n.endswith("/q")), None)
+        return None if name is None else fh.get_tensor(name).dtype
+
+
 def _layer_arg(value) -> int | None:
     try:
         return int(str(value), 10)

@@ -14,7 +14,7 @@ import re
 # Your policy's defaults where they differ from Policy's: the P path the paper recommends.
 YOURS_DEFAULTS = {"order": "reverse", "scale": 256.0}
 _META = ("name", "source", "read")  # Policy fields that are not keywords of pcast.attention
-FAIL_ON_WORDS = ("collapse", "saturation")  # conditions without a number
+FAIL_ON_WORDS = ("collapse", "saturation", "mismatch")  # conditions without a number (mismatch: with --kernel)
 FAIL_ON_BOUNDS = ("rel-mse", "floor")  # conditions with a number: rel-mse:X, floor:F
 _POW2 = re.compile(r"^\s*2\s*\^\s*(-?\d+(?:\.\d+)?)\s*$")
 
@@ -73,6 +73,11 @@ def add_policy_flags(ap) -> None:
                        help="the kernel's log2 offset K (FA3: 8): the same as --scale-mode exp2_offset --scale 2^K")
 
 
+def declared(args) -> bool:
+    """Whether any flag of your policy was given (``--order``, ..., ``--exp2-offset``)."""
+    return args.exp2_offset is not None or any(getattr(args, f"p_{f.name}") is not None for f in policy_fields())
+
+
 def yours(args):
     """Your policy (:class:`pcast.policies.Policy` named ``yours``) from the flags; ValueError naming a flag."""
     from pcast.policies import Policy
@@ -100,9 +105,9 @@ def yours(args):
 
 def parse_fail_on(items) -> list:
     """``--fail-on`` conditions as ``[(word, bound or None), ...]``: ``collapse``, ``saturation``,
-    ``rel-mse:X`` (X > 0), ``floor:F`` (F >= 1)."""
+    ``rel-mse:X`` (X > 0), ``floor:F`` (F >= 1), ``mismatch`` (with ``--kernel``)."""
     out = []
-    allowed = "collapse, saturation, rel-mse:X (X > 0), floor:F (F >= 1)"
+    allowed = "collapse, saturation, mismatch (with --kernel), rel-mse:X (X > 0), floor:F (F >= 1)"
     for item in items:
         word, _, bound = str(item).strip().partition(":")
         if word in FAIL_ON_WORDS and not bound:

@@ -54,13 +54,18 @@ def summary(head_rows: list, policies: list) -> list[dict]:
     return out
 
 
-def gate(head_rows: list, fail_on: list, *, gated) -> list[dict]:
+def gate(head_rows: list, fail_on: list, *, gated, kernel=None) -> list[dict]:
     """The heads of the ``gated`` policies that meet a ``--fail-on`` condition: one entry per (condition,
-    policy, head) with the value that met it."""
+    policy, head) with the value that met it; ``mismatch``: each head of ``kernel`` (a
+    :class:`~pcast.audit.kernel.KernelAudit`) that does not implement its policy, with its measured MSE."""
     key = {"collapse": ("collapses", "underflow_frac"), "saturation": ("saturates", "saturated_frac"),
            "rel-mse": ("exceeds_rel_mse", "rel_mse"), "floor": ("exceeds_floor", "floor_ratio")}
     hits = []
     for word, bound in fail_on:
+        if word == "mismatch":
+            hits += [{"condition": word, "policy": kernel.policy.name, "layer": h.layer, "batch": h.batch,
+                      "head": h.head, "value": h.measured_mse} for h in (kernel.mismatches if kernel else [])]
+            continue
         flag, value = key[word]
         for r in head_rows:
             met = r[flag]
@@ -121,7 +126,8 @@ def _clean(x):
     return x
 
 
-def json_document(*, args, header: str, rows, head_rows, blocks, hits, gated, fail_on, warnings, exit_code) -> dict:
+def json_document(*, args, header: str, rows, head_rows, blocks, hits, gated, fail_on, warnings, exit_code,
+                  kernel=None) -> dict:
     """The ``--json`` document (schema :data:`SCHEMA_PATH`)."""
     return _clean({
         "schema_version": SCHEMA_VERSION, "tool": "pcast-audit", "inputs": args.inputs, "header": header,
@@ -130,7 +136,7 @@ def json_document(*, args, header: str, rows, head_rows, blocks, hits, gated, fa
                        "rel_mse": args.rel_mse_bound},
         "fail_on": [{"condition": w, "bound": b} for w, b in fail_on], "gated_policies": gated,
         "exit_code": exit_code, "failures": hits, "warnings": warnings, "summary": blocks,
-        "rows": rows, "heads": head_rows})
+        "rows": rows, "heads": head_rows, "kernel": None if kernel is None else kernel.document()})
 
 
 def write_json(path: str, doc: dict) -> None:

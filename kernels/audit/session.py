@@ -11,9 +11,10 @@ import csv
 import math
 import sys
 
-from pcast.audit.files import check_tensors, estimate, load_layers, resolve_policies
-from pcast.audit.flags import offset_warnings, parse_fail_on, yours
+from pcast.audit.files import check_tensors, estimate, file_dtype, load_layers, resolve_policies
+from pcast.audit.flags import declared, offset_warnings, parse_fail_on, yours
 from pcast.audit.heads import COLUMNS, PER_HEAD_COLUMNS, audit_heads, detect_head_sinks, leading_ksink, plan_runs, worst_head
+from pcast.audit.kernel import KernelAudit, audit_kernel, kernel_policy, load_kernel
 from pcast.audit.report import (EXIT_FAIL, EXIT_PASS, VERDICT_COLUMNS, gate, gated_policies, head_verdicts,
                                 json_document, print_gate, print_summary, summary, write_json)
 
@@ -94,6 +95,23 @@ def _check_options(args):
     bounds = [b for w, b in args.fail_on_parsed if w == "rel-mse"]
     args.rel_mse_bound = min(bounds) if bounds else None
     args.combos = not (args.only == "yours" or args.no_reference_combos)
+    _check_kernel_options(args)
+
+
+def _check_kernel_options(args):
+    """``--kernel`` and what goes with it: ``--fail-on mismatch`` needs it; the callable takes no score scale."""
+    if any(w == "mismatch" for w, _ in args.fail_on_parsed) and args.kernel is None:
+        raise ValueError("--fail-on mismatch needs --kernel MODULE:FN; allowed: --kernel with it, or another condition")
+    if args.kernel is None:
+        return
+    if args.sm_scale is not None:
+        raise ValueError("--sm-scale is not allowed with --kernel; allowed: the default 1/sqrt(d), the score scale "
+                         "of the probes' callable convention")
+    if args.causal and args.causal_align == "top_left":
+        raise ValueError("--causal-align top_left is not allowed with --kernel; allowed: bottom_right, the mask "
+                         "the probes' callable convention applies")
+    if not (math.isfinite(args.kernel_allow) and 0 <= args.kernel_allow < 1):
+        raise ValueError(f"--kernel-allow={args.kernel_allow!r} is not allowed; allowed: a fraction in [0, 1)")
 
 
 def _ksink_summary(per_layer) -> str:
@@ -186,6 +204,16 @@ def setup(args):
     policies = resolve_policies(args.policy, args.policies)  # bad names fail here, before any work
     runs = plan_runs(mine, policies, combos=args.combos)
     warnings = offset_warnings(mine, policies, scale_given=args.p_scale is not None)
+    args.kernel_fn, args.kernel_policy = None, None
+    if args.kernel is not None:
+        if declared(args):
+            args.kernel_policy = mine
+        elif len(policies) == 1:
+            args.kernel_policy = policies[0]
+        elif policies:
+            raise ValueError(f"--kernel with {len(policies)} named policies: which one does the kernel implement? "
+                             "allowed: one --policy NAME, your policy's flags, or neither (then it is fingerprinted)")
+        args.kernel_fn = load_kernel(args.kernel)
     return mine, runs, warnings
 
 
@@ -205,7 +233,24 @@ def load(args, block_n):
              if auto else None
              for _, q, k, _ in layers]
     head_ksink = [{bh: leading_ksink(s) for bh, s in sk.items()} for sk in sinks] if auto else None
+    args.input_dtype = file_dtype(args.inputs)
     return layers, sinks, head_ksink
+
+
+def run_kernel(args, layers):
+    """With ``--kernel``: the callable on every layer (heads batched, in the file's dtype) beside its policy's
+    prediction (:func:`pcast.audit.kernel.audit_kernel`); the declared policy, else the fingerprinted one."""
+    if args.kernel_fn is None:
+        return None
+    dt = args.input_dtype
+    pol, source = kernel_policy(args.kernel_fn, args.kernel_policy, d=layers[0][1].shape[-1], dtype=dt,
+                                causal=args.causal)
+    out = KernelAudit(pol, source, allow=args.kernel_allow)
+    for L, q, k, v in layers:
+        got = audit_kernel(args.kernel_fn, q.to(dt), k.to(dt), v.to(dt), policy=pol, sink_logit=args.sink_logit,
+                           causal=args.causal, layer=L, allow=args.kernel_allow)
+        out.heads += got.heads
+    return out
 
 
 def run(args, layers, runs, sinks, head_ksink):
@@ -230,17 +275,20 @@ def run(args, layers, runs, sinks, head_ksink):
     return rows, head_rows
 
 
-def report(args, header, runs, rows, head_rows, warnings) -> int:
-    """Verdicts per head, summary, table, gate, CSV and JSON; the exit code."""
+def report(args, header, runs, rows, head_rows, warnings, kernel=None) -> int:
+    """Verdicts per head, summary, table, gate, CSV and JSON; the exit code. ``kernel``: the
+    :class:`~pcast.audit.kernel.KernelAudit` of ``--kernel``, or None."""
     for hr in head_rows:
         hr.update(head_verdicts(hr, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor,
                                 rel_mse_bound=args.rel_mse_bound))
     blocks = summary(head_rows, [name for name, _ in runs])
     gated = gated_policies(runs)
-    hits = gate(head_rows, args.fail_on_parsed, gated=gated)
+    hits = gate(head_rows, args.fail_on_parsed, gated=gated, kernel=kernel)
     code = EXIT_FAIL if hits else EXIT_PASS
     print_summary(blocks, args, len(head_rows) // max(len(runs), 1))
     print_gate(hits, args.fail_on_parsed, gated)
+    if kernel is not None:
+        print(kernel)
     if not args.quiet:
         print()
         _print(rows, args, head_rows)
@@ -258,7 +306,7 @@ def report(args, header, runs, rows, head_rows, warnings) -> int:
     if args.json:
         write_json(args.json, json_document(args=args, header=header, rows=rows, head_rows=head_rows, blocks=blocks,
                                             hits=hits, gated=gated, fail_on=args.fail_on_parsed, warnings=warnings,
-                                            exit_code=code))
+                                            exit_code=code, kernel=kernel))
     return code
 
 

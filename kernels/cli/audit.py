@@ -29,7 +29,7 @@ import sys
 from pcast.audit.files import LAYOUTS
 from pcast.audit.flags import add_policy_flags
 from pcast.audit.report import EXIT_ERROR
-from pcast.audit.session import header_line, load, report, run, setup
+from pcast.audit.session import header_line, load, report, run, run_kernel, setup
 
 __all__ = ["main"]
 
@@ -73,7 +73,8 @@ def _parser():
     ap.add_argument("--no-reference-combos", action="store_true", help="the same as --only yours")
     ap.add_argument("--fail-on", action="append", default=[], metavar="COND",
                     help="exit 1 when any head of your policies meets COND (repeatable): collapse, saturation, "
-                         "rel-mse:X (relative MSE above X), floor:F (MSE above F times the V-cast floor)")
+                         "rel-mse:X (relative MSE above X), floor:F (MSE above F times the V-cast floor), mismatch (with "
+                         "--kernel: a head of the kernel does not implement the policy)")
     ap.add_argument("--json", default=None, metavar="FILE",
                     help="write every number (rows, heads, summary, gate) to FILE as JSON (schema "
                          "kernels/audit/schema.json)")
@@ -84,8 +85,22 @@ def _parser():
     ap.add_argument("--floor-factor", type=float, default=2.0,
                     help="the P-cast error exceeds the V-cast floor when its MSE is above this many times the "
                          "floor's (default: 2)")
+    _kernel_args(ap)
     add_policy_flags(ap)
     return ap
+
+
+def _kernel_args(ap) -> None:
+    """``--kernel`` and ``--kernel-allow``: your own kernel beside its policy's prediction."""
+    ap.add_argument("--kernel", default=None, metavar="MODULE:FN",
+                    help="also run your own kernel fn(q, k, v[, sink_logit=...]) -> out (the probes' convention: "
+                         "score scale 1/sqrt(d), a causal mask applied by fn, bottom right) on every layer, heads "
+                         "batched, in the file's dtype; each head's measured MSE goes beside the prediction of the "
+                         "declared policy (your policy's flags or one --policy), or of the fingerprinted one")
+    ap.add_argument("--kernel-allow", type=float, default=0.02, metavar="X",
+                    help="with --kernel: the fraction of a head's rows that may lie outside the probes' tolerance "
+                         "(default 0.02, pcast.probes.expect.ALLOW: one FP8 rounding tipped by another summation "
+                         "order or exp)")
 
 
 def main(argv=None):
@@ -98,10 +113,11 @@ def main(argv=None):
         header = header_line(layers, args, mine, head_ksink)
         print(header)
         rows, head_rows = run(args, layers, runs, sinks, head_ksink)
+        kernel = run_kernel(args, layers)
     except ValueError as e:
         print(f"pcast-audit: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    return report(args, header, runs, rows, head_rows, warnings)
+    return report(args, header, runs, rows, head_rows, warnings, kernel)
 
 
 if __name__ == "__main__":
