@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-MEASURE_COLUMNS = ("mass_underflow", "delta", "sigma", "delta_c", "distance_to_delta_c")
+MEASURE_COLUMNS = ("mass_underflow", "mass_lost_share", "delta", "sigma", "delta_c", "distance_to_delta_c")
 
 
 def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool, offset: int = 0):
@@ -62,7 +62,9 @@ def delta_c(full: dict, n_sinks: int):
 
 def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, where: str) -> dict:
     """The measures of one head row ``hr`` (its run's keywords ``full``): mass_underflow (0 for fmt=None,
-    nothing rounds; None where the rule does not describe the run: Q/K casts, microscaled P), Δ, σ, Δc and the
+    nothing rounds; None where the rule does not describe the run: Q/K casts, microscaled P), mass_lost_share
+    (mass_underflow over the non-sink attention mass, both means over rows: the share of what the non-sink keys
+    carry that is lost), Δ, σ, Δc and the
     distance Δc - Δ/σ. On the emulator (the same step-1 matmul; Triton's scores may differ by an ulp,
     :mod:`pcast.conformance`) the rule's non-sink count must be the kernel's underflow count."""
     from pcast.models.heads import rule_applies, rule_mass
@@ -79,5 +81,7 @@ def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, wher
         mass = hm["masses"][key]
     dc = delta_c(full, hm["n_sinks"])
     ratio = hm["delta"] / hm["sigma"] if hm["sigma"] > 0 else math.nan
-    return {"mass_underflow": mass, "delta": hm["delta"], "sigma": hm["sigma"], "delta_c": dc,
+    nonsink = float(hm["p_exact"][:, ksink:].sum(-1).mean())  # the non-sink attention mass, mean over rows
+    share = None if mass is None else (mass / nonsink if nonsink > 0 else 0.0)
+    return {"mass_underflow": mass, "mass_lost_share": share, "delta": hm["delta"], "sigma": hm["sigma"], "delta_c": dc,
             "distance_to_delta_c": None if dc is None or not math.isfinite(ratio) else dc - ratio}

@@ -15,37 +15,12 @@ from pcast.audit.files import check_tensors, estimate, file_dtype, load_layers, 
 from pcast.audit.flags import declared, offset_warnings, parse_fail_on, yours
 from pcast.audit.heads import COLUMNS, PER_HEAD_COLUMNS, audit_heads, detect_head_sinks, leading_ksink, plan_runs, worst_head
 from pcast.audit.kernel import KernelAudit, audit_kernel, kernel_policy, load_kernel
-from pcast.audit.report import (EXIT_FAIL, EXIT_PASS, VERDICT_COLUMNS, gate, gated_policies, head_verdicts,
-                                json_document, print_gate, print_summary, summary, write_json)
+from pcast.audit.report import (EXIT_FAIL, EXIT_PASS, gate, gated_policies, json_document, print_gate, print_summary,
+                                summary, write_json)
+from pcast.audit.verdicts import VERDICT_COLUMNS, head_verdicts, pooled_lines, ratio_to_best
 
 #: The backends ``--backend`` accepts (the float64 reference is every row's baseline, not a row).
 AUDIT_BACKENDS = ("auto", "triton", "emulator")
-
-
-def verdicts(row, *, collapse_threshold=0.5, floor_factor=2.0) -> list[str]:
-    """The audit's verdict lines for one row, in words."""
-    name, uf = row["policy"], row["underflow_frac"]
-    if uf > collapse_threshold:
-        lines = [f"{name}: COLLAPSES: {uf:.2%} of non-sink P rounds to zero (threshold {collapse_threshold:.0%})"]
-    else:
-        lines = [f"{name}: does not collapse: {uf:.2%} of non-sink P rounds to zero "
-                 f"(threshold {collapse_threshold:.0%})"]
-    if row["terms_sink"]:
-        lines.append(f"{name}: sink keys: {row['underflow_sink']} of {row['terms_sink']} sink P round to zero")
-    n = row["terms"] + row["terms_sink"]
-    if row["saturated"]:
-        lines.append(f"{name}: SATURATES: {row['saturated']} of {n} P entries ({row['saturated_frac']:.3%}) exceed "
-                     f"the format's max finite value and are clipped")
-    else:
-        lines.append(f"{name}: does not saturate: no P entry exceeds the format's max finite value")
-    if row["floor_mse"] is not None:
-        ratio = row["mse"] / row["floor_mse"] if row["floor_mse"] > 0 else math.inf
-        word = "EXCEEDS" if ratio > floor_factor else "is within"
-        lines.append(f"{name}: P-cast error {word} {floor_factor:g}x the V-cast floor: MSE {row['mse']:.4g} vs "
-                     f"{row['floor_mse']:.4g} with fmt=None ({ratio:.3g}x)")
-    return lines
-
-
 
 
 def _check_path(path, flag) -> None:
@@ -91,10 +66,16 @@ def _check_options(args):
         raise ValueError(f"--collapse-threshold={args.collapse_threshold!r} is not allowed; allowed: 0 <= x < 1")
     if not (math.isfinite(args.floor_factor) and args.floor_factor >= 1.0):
         raise ValueError(f"--floor-factor={args.floor_factor!r} is not allowed; allowed: a finite number >= 1")
+    if not 0.0 <= args.collapse_mass < 1.0:
+        raise ValueError(f"--collapse-mass={args.collapse_mass!r} is not allowed; allowed: 0 <= x < 1")
     args.fail_on_parsed = parse_fail_on(args.fail_on)
-    bounds = [b for w, b in args.fail_on_parsed if w == "rel-mse"]
-    args.rel_mse_bound = min(bounds) if bounds else None
+    args.bounds = {w: min(b for v, b in args.fail_on_parsed if v == w) for w, b in args.fail_on_parsed
+                   if b is not None}
+    args.rel_mse_bound = args.bounds.get("rel-mse")
     args.combos = not (args.only == "yours" or args.no_reference_combos)
+    if "ratio" in args.bounds and not args.combos:
+        raise ValueError("--fail-on ratio>X needs the four reference combinations; allowed: without --only yours / "
+                         "--no-reference-combos")
     _check_kernel_options(args)
 
 
@@ -189,11 +170,15 @@ def _print(rows, args, head_rows=None):
         L, b, h, ratio, x, y = worst
         print(f"worst head: layer {'-' if L is None else L}, batch {b}, head {h}: forward S=1 / reverse S=256 MSE "
               f"ratio {ratio:.4g} (MSE {x:.4g} vs {y:.4g})")
-    print(f"\nVerdicts (collapse: non-sink underflow fraction > {args.collapse_threshold:.0%}; V-cast floor, "
-          f"when a policy casts V: P-cast MSE > {args.floor_factor:g}x the same call with fmt=None):")
+    print(f"\nVerdicts per run, counted over its heads (collapse: non-sink underflow fraction > "
+          f"{args.collapse_threshold:.0%} and the rounded-away keys carry > {args.collapse_mass:.3g} of the non-sink "
+          f"attention mass; V-cast floor, when a policy casts V: P-cast MSE > {args.floor_factor:g}x the same call "
+          "with fmt=None):")
     for r in rows:
         where = "" if r["layer"] is None else f"layer {r['layer']}: "
-        for line in verdicts(r, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor):
+        heads = [h for h in head_rows or [] if h["policy"] == r["policy"] and h["layer"] == r["layer"]]
+        for line in pooled_lines(r, heads, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor,
+                                  collapse_mass=args.collapse_mass):
             print(f"  {where}{line}")
 
 
@@ -257,7 +242,9 @@ def run(args, layers, runs, sinks, head_ksink):
     """Every layer through its runs, with progress (and, for a long run, an estimate first) on stderr."""
     import time
 
-    measure = args.per_head or args.json is not None
+    # the per-head measures; the collapse gate reads the lost mass, so a gate on it measures too
+    measure = args.per_head or args.json is not None or any(w in ("collapse", "mass-underflow")
+                                                             for w, _ in args.fail_on_parsed)
     note = estimate(layers, runs, measure=measure)
     if note:
         print(f"pcast-audit: {note}", file=sys.stderr)
@@ -278,15 +265,16 @@ def run(args, layers, runs, sinks, head_ksink):
 def report(args, header, runs, rows, head_rows, warnings, kernel=None) -> int:
     """Verdicts per head, summary, table, gate, CSV and JSON; the exit code. ``kernel``: the
     :class:`~pcast.audit.kernel.KernelAudit` of ``--kernel``, or None."""
+    ratio_to_best(head_rows)
     for hr in head_rows:
         hr.update(head_verdicts(hr, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor,
-                                rel_mse_bound=args.rel_mse_bound))
+                                collapse_mass=args.collapse_mass, bounds=args.bounds))
     blocks = summary(head_rows, [name for name, _ in runs])
     gated = gated_policies(runs)
     hits = gate(head_rows, args.fail_on_parsed, gated=gated, kernel=kernel)
     code = EXIT_FAIL if hits else EXIT_PASS
     print_summary(blocks, args, len(head_rows) // max(len(runs), 1))
-    print_gate(hits, args.fail_on_parsed, gated)
+    print_gate(hits, args.fail_on_parsed, gated, head_rows, args)
     if kernel is not None:
         print(kernel)
     if not args.quiet:

@@ -73,15 +73,20 @@ def _parser():
     ap.add_argument("--no-reference-combos", action="store_true", help="the same as --only yours")
     ap.add_argument("--fail-on", action="append", default=[], metavar="COND",
                     help="exit 1 when any head of your policies meets COND (repeatable): collapse, saturation, "
-                         "rel-mse:X (relative MSE above X), floor:F (MSE above F times the V-cast floor), mismatch (with "
-                         "--kernel: a head of the kernel does not implement the policy)")
+                         "rel-mse>X (relative MSE above X), floor>F (MSE above F times the V-cast floor), "
+                         "mass-underflow>X (the exact attention mass of the keys that round to zero above X), ratio>X "
+                         "(MSE above X times the best of the four combinations on that head), mismatch (with "
+                         "--kernel: a head of the kernel does not implement the policy); ':' works for '>'")
     ap.add_argument("--json", default=None, metavar="FILE",
                     help="write every number (rows, heads, summary, gate) to FILE as JSON (schema "
                          "kernels/audit/schema.json)")
     ap.add_argument("--quiet", action="store_true",
                     help="print the header, summary and gate only; the full table goes to --csv / --json")
     ap.add_argument("--collapse-threshold", type=float, default=0.5,
-                    help="a policy collapses when its non-sink underflow fraction exceeds this (default: 0.5)")
+                    help="a head collapses when its non-sink underflow fraction exceeds this (default: 0.5)...")
+    ap.add_argument("--collapse-mass", type=float, default=0.01,
+                    help="and when the keys that round to zero carry more than this share of its non-sink attention "
+                         "mass (default: 0.01); many tiny P rounding away behind a strong sink is no collapse")
     ap.add_argument("--floor-factor", type=float, default=2.0,
                     help="the P-cast error exceeds the V-cast floor when its MSE is above this many times the "
                          "floor's (default: 2)")

@@ -281,7 +281,7 @@ def test_columns_carry_the_layer_and_the_head():
     from pcast.audit import COLUMNS, PER_HEAD_COLUMNS
 
     assert COLUMNS[-1] == "layer" and COLUMNS[:7] == ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend")
-    assert PER_HEAD_COLUMNS == COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow", "delta", "sigma",
+    assert PER_HEAD_COLUMNS == COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow", "mass_lost_share", "delta", "sigma",
                                           "delta_c", "distance_to_delta_c")
 
 
