@@ -46,18 +46,19 @@ def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks, offset
 
 
 def delta_c(full: dict, n_sinks: int):
-    """The theory's critical Δ/σ of a run (:func:`pcast.theory.critical_delta` with the run's S, format and
-    the head's number of sink keys), for the runs it describes: forward order, eager max, an FP8 P format,
-    at least one sink key. None otherwise: a reverse-order run does not collapse from sink keys (the sink's
-    block comes last), and the lazy rule and microscaled formats have other laws."""
+    """The theory's critical Δ/σ of a run (:func:`pcast.theory.policy.critical_delta_policy` with the run's S,
+    scale mode, τ, format and the head's number of sink keys): forward order, eager or lazy, multiply or exp2
+    offset, an FP8 P format, at least one sink key. None otherwise: a reverse-order run does not collapse from
+    sink keys (the sink's block comes last), and a per-row scale or a microscaled format has other laws."""
     from pcast.formats import FORMATS
-    from pcast.theory.collapse import critical_delta
+    from pcast.theory.policy import critical_delta_policy
 
     fmt = full["fmt"]
-    if (full["order"] != "forward" or float(full["rescale_threshold"]) != 0.0 or n_sinks < 1
-            or not isinstance(fmt, str) or fmt not in FORMATS or full["scale_mode"] not in ("multiply", "exp2_offset")):
+    if (full["order"] != "forward" or n_sinks < 1 or not isinstance(fmt, str) or fmt not in FORMATS
+            or full["scale_mode"] not in ("multiply", "exp2_offset")):
         return None
-    return critical_delta(float(full["scale"]), k=n_sinks, fmt=fmt)
+    return critical_delta_policy(float(full["scale"]), k=n_sinks, fmt=fmt, order="forward",
+                                 scale_mode=full["scale_mode"], rescale_threshold=float(full["rescale_threshold"]))
 
 
 def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, where: str) -> dict:
