@@ -9,11 +9,13 @@ the statistics and plotting jobs of the pipeline do not pay for it.
 from pcast.formats import FORMATS, FP8Format, get_format
 
 __all__ = ["FORMATS", "FP8Format", "get_format", "quantize", "attention", "attention_values", "attention_scales",
-           "attention_calls", "AttentionResult", "reference_attention", "Policy", "POLICIES", "get_policy"]
+           "attention_calls", "AttentionResult", "reference_attention", "Policy", "POLICIES", "get_policy",
+           "audit_kernel"]
 
 _LAZY = {"attention": "api", "attention_values": "api_multi", "attention_scales": "api_multi",
          "attention_calls": "api_multi", "AttentionResult": "api", "quantize": "formats.quantize",
-         "reference_attention": "reference", "Policy": "policies", "POLICIES": "policies", "get_policy": "policies"}
+         "reference_attention": "reference", "Policy": "policies", "POLICIES": "policies", "get_policy": "policies",
+         "audit_kernel": "audit.kernel"}
 
 
 def __dir__():

@@ -58,8 +58,8 @@ def main(argv=None) -> int:
     import torch
 
     from pcast.cli.audit import main as audit
-    from pcast.cli.audit_heads import plan_runs
-    from pcast.cli.audit_io import estimate
+    from pcast.audit.files import estimate
+    from pcast.audit.heads import plan_runs
     from pcast.policies import POLICIES, Policy
 
     torch.set_num_threads(args.threads)

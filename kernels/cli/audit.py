@@ -14,59 +14,24 @@ It prints a header, a summary block (per policy: its worst head by its own relat
 past each threshold), the ``--fail-on`` gate, then (unless ``--quiet``) the table (one row per run, or
 per (layer, batch, head, run) with ``--per-head``: Δ, σ, the distance to the run's Δc and
 ``mass_underflow``), the worst forward S=1 / reverse S=256 head and the verdict lines. ``--csv`` and
-``--json`` (schema :data:`pcast.cli.audit_report.SCHEMA_PATH`) write the numbers. Exit codes: 0, 1
+``--json`` (schema :data:`pcast.audit.report.SCHEMA_PATH`) write the numbers. Exit codes: 0, 1
 when a ``--fail-on`` condition holds for a head of your policies, 2 for bad input (a one-line error
 before any work). User guide: docs/audit.md.
 
-Modules: :mod:`pcast.cli.audit_flags` (policy flags, ``--fail-on``, the log2-offset warning),
-:mod:`pcast.cli.audit_io` (files, layers, layout, policies, checks, estimate),
-:mod:`pcast.cli.audit_heads` (runs, rows, ksink detection, worst head), :mod:`pcast.cli.audit_measure`
-(per-head measures), :mod:`pcast.cli.audit_report` (verdicts, summary, gate, JSON) and this one (the
-command line, the printed table, ``main``).
+The work is :mod:`pcast.audit`; this module is the command line (its arguments and ``main``).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import math
 import sys
 
-from pcast.cli.audit_flags import add_policy_flags, offset_warnings, parse_fail_on, yours
-from pcast.cli.audit_heads import (COLUMNS, PER_HEAD_COLUMNS, WORST_HEAD_COMBOS, audit, audit_heads,
-                                     detect_head_sinks, head_scores64, leading_ksink, plan_runs, worst_head)
-from pcast.cli.audit_io import (LAYOUTS, check_tensors, estimate, load_layers, load_policies, load_tensors,
-                                  resolve_policies)
-from pcast.cli.audit_report import (EXIT_ERROR, EXIT_FAIL, EXIT_PASS, VERDICT_COLUMNS, gate, gated_policies,
-                                      head_verdicts, json_document, print_gate, print_summary, summary, write_json)
+from pcast.audit.files import LAYOUTS
+from pcast.audit.flags import add_policy_flags
+from pcast.audit.report import EXIT_ERROR
+from pcast.audit.session import header_line, load, report, run, run_kernel, setup
 
-__all__ = ["COLUMNS", "PER_HEAD_COLUMNS", "WORST_HEAD_COMBOS", "AUDIT_BACKENDS", "audit", "audit_heads",
-           "detect_head_sinks", "head_scores64", "leading_ksink", "worst_head", "verdicts", "check_tensors",
-           "load_layers", "load_policies", "load_tensors", "resolve_policies", "main"]
-
-
-def verdicts(row, *, collapse_threshold=0.5, floor_factor=2.0) -> list[str]:
-    """The audit's verdict lines for one row, in words."""
-    name, uf = row["policy"], row["underflow_frac"]
-    if uf > collapse_threshold:
-        lines = [f"{name}: COLLAPSES: {uf:.2%} of non-sink P rounds to zero (threshold {collapse_threshold:.0%})"]
-    else:
-        lines = [f"{name}: does not collapse: {uf:.2%} of non-sink P rounds to zero "
-                 f"(threshold {collapse_threshold:.0%})"]
-    if row["terms_sink"]:
-        lines.append(f"{name}: sink keys: {row['underflow_sink']} of {row['terms_sink']} sink P round to zero")
-    n = row["terms"] + row["terms_sink"]
-    if row["saturated"]:
-        lines.append(f"{name}: SATURATES: {row['saturated']} of {n} P entries ({row['saturated_frac']:.3%}) exceed "
-                     f"the format's max finite value and are clipped")
-    else:
-        lines.append(f"{name}: does not saturate: no P entry exceeds the format's max finite value")
-    if row["floor_mse"] is not None:
-        ratio = row["mse"] / row["floor_mse"] if row["floor_mse"] > 0 else math.inf
-        word = "EXCEEDS" if ratio > floor_factor else "is within"
-        lines.append(f"{name}: P-cast error {word} {floor_factor:g}x the V-cast floor: MSE {row['mse']:.4g} vs "
-                     f"{row['floor_mse']:.4g} with fmt=None ({ratio:.3g}x)")
-    return lines
+__all__ = ["main"]
 
 
 def _parser():
@@ -108,253 +73,56 @@ def _parser():
     ap.add_argument("--no-reference-combos", action="store_true", help="the same as --only yours")
     ap.add_argument("--fail-on", action="append", default=[], metavar="COND",
                     help="exit 1 when any head of your policies meets COND (repeatable): collapse, saturation, "
-                         "rel-mse:X (relative MSE above X), floor:F (MSE above F times the V-cast floor)")
+                         "rel-mse>X (relative MSE above X), floor>F (MSE above F times the V-cast floor), "
+                         "mass-underflow>X (the exact attention mass of the keys that round to zero above X), ratio>X "
+                         "(MSE above X times the best of the four combinations on that head), mismatch (with "
+                         "--kernel: a head of the kernel does not implement the policy); ':' works for '>'")
     ap.add_argument("--json", default=None, metavar="FILE",
                     help="write every number (rows, heads, summary, gate) to FILE as JSON (schema "
-                         "kernels/cli/audit_schema.json)")
+                         "kernels/audit/schema.json)")
     ap.add_argument("--quiet", action="store_true",
                     help="print the header, summary and gate only; the full table goes to --csv / --json")
     ap.add_argument("--collapse-threshold", type=float, default=0.5,
-                    help="a policy collapses when its non-sink underflow fraction exceeds this (default: 0.5)")
+                    help="a head collapses when its non-sink underflow fraction exceeds this (default: 0.5)...")
+    ap.add_argument("--collapse-mass", type=float, default=0.01,
+                    help="and when the keys that round to zero carry more than this share of its non-sink attention "
+                         "mass (default: 0.01); many tiny P rounding away behind a strong sink is no collapse")
     ap.add_argument("--floor-factor", type=float, default=2.0,
                     help="the P-cast error exceeds the V-cast floor when its MSE is above this many times the "
                          "floor's (default: 2)")
+    _kernel_args(ap)
     add_policy_flags(ap)
     return ap
 
 
-AUDIT_BACKENDS = ("auto", "triton", "emulator")  # the reference is every row's baseline, not a row
-
-
-def _check_path(path, flag) -> None:
-    """--csv and --json must be writable: checked before any work, so a long run is never lost to a bad path."""
-    import os
-
-    if path is None:
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise ValueError(f"{flag}={path!r} is a directory; allowed: a file path in a writable directory")
-    if not os.path.isdir(parent):
-        raise ValueError(f"{flag}={path!r}: directory {parent!r} does not exist; allowed: a file path in a "
-                         "writable directory")
-    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise ValueError(f"{flag}={path!r} is not writable; allowed: a file path in a writable directory")
-
-
-def _ksink_arg(value):
-    """--ksink: ``"auto"`` or an int (its range is checked against N once the tensors are read)."""
-    text = str(value).strip()
-    if text.lower() == "auto":
-        return "auto"
-    try:
-        return int(text, 10)
-    except ValueError:
-        raise ValueError(f"--ksink={value!r} is not allowed; allowed: an integer 0 <= ksink < N (the number of "
-                         "keys), or auto") from None
-
-
-def _check_options(args):
-    args.ksink_value = _ksink_arg(args.ksink)
-    if args.backend not in AUDIT_BACKENDS:
-        raise ValueError(f"--backend={args.backend!r} is not allowed; allowed: {', '.join(AUDIT_BACKENDS)} (the "
-                         "float64 reference is what every row is measured against)")
-    if args.sm_scale is not None and not (math.isfinite(args.sm_scale) and args.sm_scale > 0):
-        raise ValueError(f"--sm-scale={args.sm_scale!r} is not allowed; allowed: a finite number > 0")
-    _check_path(args.csv, "--csv")
-    _check_path(args.json, "--json")
-    if args.sink_logit is not None and not math.isfinite(args.sink_logit):
-        raise ValueError(f"--sink-logit={args.sink_logit!r} is not allowed; allowed: a finite number")
-    if not 0.0 <= args.collapse_threshold < 1.0:
-        raise ValueError(f"--collapse-threshold={args.collapse_threshold!r} is not allowed; allowed: 0 <= x < 1")
-    if not (math.isfinite(args.floor_factor) and args.floor_factor >= 1.0):
-        raise ValueError(f"--floor-factor={args.floor_factor!r} is not allowed; allowed: a finite number >= 1")
-    args.fail_on_parsed = parse_fail_on(args.fail_on)
-    bounds = [b for w, b in args.fail_on_parsed if w == "rel-mse"]
-    args.rel_mse_bound = min(bounds) if bounds else None
-    args.combos = not (args.only == "yours" or args.no_reference_combos)
-
-
-def _ksink_summary(per_layer) -> str:
-    """``ksink detected: 1 in 60 heads, 0 in 12`` over every (layer, batch, head)."""
-    from collections import Counter
-
-    counts = Counter(ks for hk in per_layer for ks in hk.values())
-    parts = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return "ksink detected: " + ", ".join(f"{ks} in {n}" + (" heads" if i == 0 else "")
-                                          for i, (ks, n) in enumerate(parts))
-
-
-def _header(layers, args, mine, head_ksink=None) -> str:
-    """What was run: shapes, layers, sinks, blocks, mask and score scale."""
-    shapes = [(list(q.shape), list(k.shape)) for _, q, k, _ in layers]
-    if all(sh == shapes[0] for sh in shapes):
-        shape = f"q {shapes[0][0]}, k and v {shapes[0][1]} ([B, H, N, d])"
-    else:
-        shape = "; ".join(f"layer {L}: q {sq}, k and v {sk}" for (L, *_), (sq, sk) in zip(layers, shapes)) + \
-            " ([B, H, N, d])"
-    names = [L for L, *_ in layers]
-    where = "none (plain q, k, v)" if names == [None] else ", ".join(map(str, names))
-    if args.ksink_value == "auto":
-        ks = f"ksink=auto ({_ksink_summary(head_ksink)})"
-    else:
-        ks = f"ksink={args.ksink_value} (given)"
-    dims = sorted({q.shape[-1] for _, q, _, _ in layers})
-    if args.sm_scale is not None:
-        sm = f"{args.sm_scale:.6g}"
-    else:
-        sm = ", ".join(f"{1.0 / math.sqrt(d):.6g}" for d in dims)
-    combos = " and the four combinations" if args.combos else ""
-    return (f"inputs {args.inputs}: {shape}; layers {where}; {ks}; block_n={mine.block_n} for yours{combos} (a "
-            f"named policy brings its own); causal={args.causal}"
-            + (f" ({args.causal_align})" if args.causal and args.causal_align else "") + f"; sm_scale={sm}")
-
-
-def _fmt(x, spec) -> str:
-    return "" if x is None else format(x, spec)
-
-
-def _print_heads(head_rows) -> None:
-    print(f"{'layer':<7}{'batch':<7}{'head':<6}{'ksink':<7}{'sinks':<14}{'policy':<18}{'backend':<20}"
-          f"{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}{'sink uf frac':>14}{'sat frac':>12}{'mass uf':>12}"
-          f"{'delta':>9}{'sigma':>9}{'to dc':>9}")
-    for r in head_rows:
-        layer = "-" if r["layer"] is None else r["layer"]
-        print(f"{layer:<7}{r['batch']:<7}{r['head']:<6}{r['ksink']:<7}{r['sinks'] or '-':<14}{r['policy']:<18}"
-              f"{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}{r['underflow_frac']:>12.4g}"
-              f"{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}"
-              f"{_fmt(r['mass_underflow'], '.4g') or '-':>12}{_fmt(r['delta'], '.3g') or '-':>9}"
-              f"{_fmt(r['sigma'], '.3g') or '-':>9}{_fmt(r['distance_to_delta_c'], '.3g') or '-':>9}")
-
-
-def _print(rows, args, head_rows=None):
-    layered = any(r["layer"] is not None for r in rows)
-    lay = (lambda r: f"{r['layer']:<7}") if layered else (lambda r: "")
-    # every column after MSE is a fraction of its own terms; the counts are in --csv
-    if args.per_head:
-        _print_heads(head_rows)
-    else:
-        print(("layer  " if layered else "") + f"{'policy':<18}{'backend':<20}{'MSE':>12}{'rel MSE':>12}{'uf frac':>12}"
-              f"{'sink uf frac':>14}{'sat frac':>12}")
-        for r in rows:
-            print(f"{lay(r)}{r['policy']:<18}{r['backend']:<20}{r['mse']:>12.4g}{r['rel_mse']:>12.4g}"
-                  f"{r['underflow_frac']:>12.4g}{r['underflow_sink_frac']:>14.4g}{r['saturated_frac']:>12.4g}")
-    print("(uf frac: non-sink P that round to zero / non-sink P > 0; sink uf frac: the same for the sink keys; "
-          "sat frac: P entries above the format's max / all P > 0"
-          + ("; mass uf: exact softmax mass of the keys that round to zero, mean over rows, - where the rule of "
-             "pcast.models.heads does not describe the run (Q/K casts, microscaled P); delta, sigma: the head's "
-             "measured sink strength and spread; to dc: the theory's critical delta/sigma of the run minus the "
-             "head's, - where the run does not collapse from sink keys)" if args.per_head else ")"))
-    worst = worst_head(head_rows or [])
-    if worst is not None:
-        L, b, h, ratio, x, y = worst
-        print(f"worst head: layer {'-' if L is None else L}, batch {b}, head {h}: forward S=1 / reverse S=256 MSE "
-              f"ratio {ratio:.4g} (MSE {x:.4g} vs {y:.4g})")
-    print(f"\nVerdicts (collapse: non-sink underflow fraction > {args.collapse_threshold:.0%}; V-cast floor, "
-          f"when a policy casts V: P-cast MSE > {args.floor_factor:g}x the same call with fmt=None):")
-    for r in rows:
-        where = "" if r["layer"] is None else f"layer {r['layer']}: "
-        for line in verdicts(r, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor):
-            print(f"  {where}{line}")
-
-
-def _setup(args):
-    """Everything checked before any work: options, your policy, the named policies, the runs, warnings."""
-    _check_options(args)
-    mine = yours(args)
-    policies = resolve_policies(args.policy, args.policies)  # bad names fail here, before any work
-    runs = plan_runs(mine, policies, combos=args.combos)
-    warnings = offset_warnings(mine, policies, scale_given=args.p_scale is not None)
-    return mine, runs, warnings
-
-
-def _load(args, block_n):
-    """The layers, checked, and with --ksink auto each head's sinks and ksink."""
-    layers = load_layers(args.inputs, args.layer, layout=args.layout, block_n=block_n)
-    auto = args.ksink_value == "auto"
-    for L, q, k, _ in layers:
-        if args.causal and args.causal_align is None and q.shape[-2] != k.shape[-2]:
-            raise ValueError(f"--causal with Nq = {q.shape[-2]} query rows and Nk = {k.shape[-2]} keys needs "
-                             "--causal-align; allowed: top_left or bottom_right (decode: bottom_right)")
-        try:
-            check_tensors(q, k, ksink=None if auto else args.ksink_value, sm_scale=args.sm_scale)
-        except ValueError as e:
-            raise ValueError(str(e) if L is None else f"layer {L}: {e}") from None
-    sinks = [detect_head_sinks(q, k, sm_scale=args.sm_scale, causal=args.causal, causal_align=args.causal_align)
-             if auto else None
-             for _, q, k, _ in layers]
-    head_ksink = [{bh: leading_ksink(s) for bh, s in sk.items()} for sk in sinks] if auto else None
-    return layers, sinks, head_ksink
-
-
-def _run(args, layers, runs, sinks, head_ksink):
-    """Every layer through its runs, with progress (and, for a long run, an estimate first) on stderr."""
-    import time
-
-    measure = args.per_head or args.json is not None
-    note = estimate(layers, runs, measure=measure)
-    if note:
-        print(f"pcast-audit: {note}", file=sys.stderr)
-    rows, head_rows, t0 = [], [], time.perf_counter()
-    for i, (L, q, k, v) in enumerate(layers):
-        r, hr = audit_heads(q, k, v, runs=runs, causal=args.causal, causal_align=args.causal_align,
-                            ksink=head_ksink[i] if head_ksink else args.ksink_value, backend=args.backend,
-                            sink_logit=args.sink_logit, sm_scale=args.sm_scale, layer=L, sinks=sinks[i],
-                            per_head=measure)
-        rows += r
-        head_rows += hr
-        if len(layers) > 1:
-            print(f"pcast-audit: layer {L} done ({i + 1}/{len(layers)}, {time.perf_counter() - t0:.1f} s)",
-                  file=sys.stderr)
-    return rows, head_rows
-
-
-def _report(args, header, runs, rows, head_rows, warnings) -> int:
-    """Verdicts per head, summary, table, gate, CSV and JSON; the exit code."""
-    for hr in head_rows:
-        hr.update(head_verdicts(hr, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor,
-                                rel_mse_bound=args.rel_mse_bound))
-    blocks = summary(head_rows, [name for name, _ in runs])
-    gated = gated_policies(runs)
-    hits = gate(head_rows, args.fail_on_parsed, gated=gated)
-    code = EXIT_FAIL if hits else EXIT_PASS
-    print_summary(blocks, args, len(head_rows) // max(len(runs), 1))
-    print_gate(hits, args.fail_on_parsed, gated)
-    if not args.quiet:
-        print()
-        _print(rows, args, head_rows)
-    if args.csv:
-        import io
-
-        from pcast.pipeline.files import atomic_write_text
-
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=PER_HEAD_COLUMNS + VERDICT_COLUMNS if args.per_head else COLUMNS, lineterminator="\n",
-                           extrasaction="ignore")
-        w.writeheader()
-        w.writerows(head_rows if args.per_head else rows)
-        atomic_write_text(args.csv, buf.getvalue())  # never a half-written file under the name
-    if args.json:
-        write_json(args.json, json_document(args=args, header=header, rows=rows, head_rows=head_rows, blocks=blocks,
-                                            hits=hits, gated=gated, fail_on=args.fail_on_parsed, warnings=warnings,
-                                            exit_code=code))
-    return code
+def _kernel_args(ap) -> None:
+    """``--kernel`` and ``--kernel-allow``: your own kernel beside its policy's prediction."""
+    ap.add_argument("--kernel", default=None, metavar="MODULE:FN",
+                    help="also run your own kernel fn(q, k, v[, sink_logit=...]) -> out (the probes' convention: "
+                         "score scale 1/sqrt(d), a causal mask applied by fn, bottom right) on every layer, heads "
+                         "batched, in the file's dtype; each head's measured MSE goes beside the prediction of the "
+                         "declared policy (your policy's flags or one --policy), or of the fingerprinted one")
+    ap.add_argument("--kernel-allow", type=float, default=0.02, metavar="X",
+                    help="with --kernel: the fraction of a head's rows that may lie outside the probes' tolerance "
+                         "(default 0.02, pcast.probes.expect.ALLOW: one FP8 rounding tipped by another summation "
+                         "order or exp)")
 
 
 def main(argv=None):
     args = _parser().parse_args(argv)
     try:
-        mine, runs, warnings = _setup(args)
+        mine, runs, warnings = setup(args)
         for line in warnings:
             print(f"pcast-audit: warning: {line}", file=sys.stderr)
-        layers, sinks, head_ksink = _load(args, mine.block_n)
-        header = _header(layers, args, mine, head_ksink)
+        layers, sinks, head_ksink = load(args, mine.block_n)
+        header = header_line(layers, args, mine, head_ksink)
         print(header)
-        rows, head_rows = _run(args, layers, runs, sinks, head_ksink)
+        rows, head_rows = run(args, layers, runs, sinks, head_ksink)
+        kernel = run_kernel(args, layers)
     except ValueError as e:
         print(f"pcast-audit: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    return _report(args, header, runs, rows, head_rows, warnings)
+    return report(args, header, runs, rows, head_rows, warnings, kernel)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ rounds to zero iff ``s <= m - c`` with ``c = log_threshold(fmt) + ln S``
 * :func:`saturation_fraction`: lazy rescaling with threshold τ (in :mod:`pcast.theory.lazy`).
 * :func:`best_lazy_scale`, :func:`max_safe_tau`: the scales that lazy rescaling cannot saturate.
 * :func:`exp2_offset_scale`: the S that ``scale_mode="exp2_offset"`` really applies.
+* :func:`critical_delta_policy`: Δc of a policy, lazy and exp2-offset ones included.
 * :func:`v_cast_floor`: the relative MSE that an FP8 V costs (in :mod:`pcast.theory.vcast`).
 
 Argument checks reuse :mod:`pcast.theory`'s helpers; every bad argument raises a ValueError
@@ -32,7 +33,7 @@ from pcast.theory.lazy import _tau, exp2_offset_scale, saturation_fraction
 from pcast.theory.collapse import _ZLIM, METHODS, _fmt, _int_arg, _log_phi, _log_Phi, _pos_real, _real_array
 from pcast.theory.vcast import v_cast_floor, v_rounding_mse
 
-__all__ = ["underflow_fraction_init", "saturation_fraction", "best_lazy_scale", "max_safe_tau",
+__all__ = ["underflow_fraction_init", "saturation_fraction", "best_lazy_scale", "max_safe_tau", "critical_delta_policy",
            "exp2_offset_scale", "v_cast_floor", "v_rounding_mse"]
 
 
@@ -176,3 +177,34 @@ def max_safe_tau(scale: float, fmt: str | FP8Format = "e4m3fn") -> float:
     """
     S = _pos_real(scale, "scale")
     return math.log2(_fmt(fmt).max_finite / S)
+
+
+def critical_delta_policy(scale: float, k: int = 4, fmt: str | FP8Format = "e4m3fn", *, order: str = "forward",
+                          scale_mode: str = "multiply", rescale_threshold: float = 0.0):
+    """Δc of a policy: the sink strength (sigma units) at which half its non-sink P round to zero, to leading
+    order; None for ``order="reverse"`` (the sink's block comes last, so sink keys do not collapse the rest).
+
+    Forward order meets the sink block first, so the running max is the sinks' max ``Δ + delta_k(k)`` (to
+    leading order) before any non-sink key of a later block. Eager (τ = 0): a later block moves the max only
+    to a larger score, and the non-sink keys lie below the sinks. Lazy (τ > 0): a later block moves it only when
+    its max exceeds the one in force by more than ``τ·ln 2``, which keys below the sinks never do. Either way
+    every non-sink key gets ``x = S·exp(s - (Δ + delta_k))`` and rounds to zero iff
+    ``s <= Δ + delta_k - c`` with ``c = log_threshold(fmt) + ln S``: half of them (s ~ N(0, 1), median 0) when
+    ``Δ = c - delta_k(k)``, :func:`pcast.theory.critical_delta`. τ changes the saturation, not the underflow.
+    ``scale_mode="exp2_offset"`` computes ``x = exp2(s·log2 e - (m·log2 e - log2 S)) = S·exp(s - m)``, the same
+    law with the S it really applies (:func:`exp2_offset_scale`).
+
+    Raises:
+        ValueError: naming a bad argument (scale, k, fmt, order, scale_mode or rescale_threshold).
+    """
+    from pcast.theory.collapse import critical_delta
+
+    if order not in ORDERS:
+        raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
+    if scale_mode not in ("multiply", "exp2_offset"):
+        raise ValueError(f"scale_mode={scale_mode!r} is not allowed; allowed: multiply, exp2_offset")
+    _tau(rescale_threshold)
+    if order == "reverse":
+        return None
+    S = exp2_offset_scale(scale) if scale_mode == "exp2_offset" else _pos_real(scale, "scale")
+    return critical_delta(S, k=k, fmt=fmt)

@@ -8,7 +8,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from pcast.cli.audit import audit, main
+from pcast.audit import audit
+from pcast.cli.audit import main
 from pcast.models.sinks import make_inputs
 
 
@@ -112,7 +113,7 @@ def test_policies_file_runs_the_users_policies_with_the_v_cast_floor(sink_file, 
 def test_config_yaml_is_a_policies_file():
     import yaml
 
-    from pcast.cli.audit import load_policies
+    from pcast.audit import load_policies
     from pcast.policies import policies_from_config
 
     path = Path(__file__).resolve().parents[2] / "config.yaml"
@@ -277,10 +278,10 @@ def _csv(path):
 
 
 def test_columns_carry_the_layer_and_the_head():
-    from pcast.cli.audit import COLUMNS, PER_HEAD_COLUMNS
+    from pcast.audit import COLUMNS, PER_HEAD_COLUMNS
 
     assert COLUMNS[-1] == "layer" and COLUMNS[:7] == ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend")
-    assert PER_HEAD_COLUMNS == COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow", "delta", "sigma",
+    assert PER_HEAD_COLUMNS == COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow", "mass_lost_share", "delta", "sigma",
                                           "delta_c", "distance_to_delta_c")
 
 
@@ -349,7 +350,7 @@ def test_ksink_auto_detects_the_sinks(tmp_path, capsys):
 
 
 def test_leading_ksink():
-    from pcast.cli.audit import leading_ksink
+    from pcast.audit import leading_ksink
 
     assert [leading_ksink(s) for s in ([0, 1, 2, 7], [5], [], [0], [1, 2])] == [3, 0, 0, 1, 0]
 

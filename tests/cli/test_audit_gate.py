@@ -33,7 +33,7 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def schema():
-    from pcast.cli.audit_report import SCHEMA_PATH
+    from pcast.audit.report import SCHEMA_PATH
 
     with open(SCHEMA_PATH) as fh:
         return json.load(fh)

@@ -34,7 +34,8 @@ ALLOWED["probes"] = {"api", "policies", "models", "conformance", "reference", "t
 ALLOWED["cases"] = set(ALLOWED["probes"]) | {"probes"}  # pcast.cases: the public name of pcast.probes.cases
 ALLOWED["analysis"] = {"models", "policies", "theory", "contract", "formats"}
 ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes", "cases"}
-ALLOWED["cli"] = set(ALLOWED["pipeline"]) | {"pipeline"}
+ALLOWED["audit"] = set(ALLOWED["pipeline"]) | {"pipeline"}
+ALLOWED["cli"] = set(ALLOWED["audit"]) | {"audit"}
 ROOT_MODULES = {"pcast", "pcast.api", "pcast.api_multi", "pcast.api_decode", "pcast.api_inputs", "pcast.aot", "pcast.result"}
 
 
@@ -164,7 +165,7 @@ class Refuse(importlib.abc.MetaPathFinder):
             raise ImportError(name + " is not part of the slim install")
 sys.meta_path.insert(0, Refuse())
 import torch
-import pcast, pcast.probes, pcast.policies, pcast.theory, pcast.cli.audit, pcast.cli.fingerprint, pcast.cli.bench
+import pcast, pcast.probes, pcast.policies, pcast.theory, pcast.audit, pcast.cli.audit, pcast.cli.fingerprint, pcast.cli.bench
 q = torch.randn(1, 1, 32, 16, generator=torch.Generator().manual_seed(0))
 for order in ("forward", "reverse"):
     pcast.attention(q, q, q, order=order, scale=256.0)

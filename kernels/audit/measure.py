@@ -3,14 +3,14 @@ each run and the head's distance to it, and ``mass_underflow``, the exact softma
 round to zero under the run's rule (:func:`pcast.models.heads.underflow_mask`: multiply or exp2_offset,
 any lazy threshold τ, a sink logit that seeds the max), checked against the kernel's own count.
 
-Used by :mod:`pcast.cli.audit_heads`.
+Used by :mod:`pcast.audit.heads`.
 """
 
 from __future__ import annotations
 
 import math
 
-MEASURE_COLUMNS = ("mass_underflow", "delta", "sigma", "delta_c", "distance_to_delta_c")
+MEASURE_COLUMNS = ("mass_underflow", "mass_lost_share", "delta", "sigma", "delta_c", "distance_to_delta_c")
 
 
 def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool, offset: int = 0):
@@ -46,23 +46,26 @@ def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks, offset
 
 
 def delta_c(full: dict, n_sinks: int):
-    """The theory's critical Δ/σ of a run (:func:`pcast.theory.critical_delta` with the run's S, format and
-    the head's number of sink keys), for the runs it describes: forward order, eager max, an FP8 P format,
-    at least one sink key. None otherwise: a reverse-order run does not collapse from sink keys (the sink's
-    block comes last), and the lazy rule and microscaled formats have other laws."""
+    """The theory's critical Δ/σ of a run (:func:`pcast.theory.policy.critical_delta_policy` with the run's S,
+    scale mode, τ, format and the head's number of sink keys): forward order, eager or lazy, multiply or exp2
+    offset, an FP8 P format, at least one sink key. None otherwise: a reverse-order run does not collapse from
+    sink keys (the sink's block comes last), and a per-row scale or a microscaled format has other laws."""
     from pcast.formats import FORMATS
-    from pcast.theory.collapse import critical_delta
+    from pcast.theory.policy import critical_delta_policy
 
     fmt = full["fmt"]
-    if (full["order"] != "forward" or float(full["rescale_threshold"]) != 0.0 or n_sinks < 1
-            or not isinstance(fmt, str) or fmt not in FORMATS or full["scale_mode"] not in ("multiply", "exp2_offset")):
+    if (full["order"] != "forward" or n_sinks < 1 or not isinstance(fmt, str) or fmt not in FORMATS
+            or full["scale_mode"] not in ("multiply", "exp2_offset")):
         return None
-    return critical_delta(float(full["scale"]), k=n_sinks, fmt=fmt)
+    return critical_delta_policy(float(full["scale"]), k=n_sinks, fmt=fmt, order="forward",
+                                 scale_mode=full["scale_mode"], rescale_threshold=float(full["rescale_threshold"]))
 
 
 def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, where: str) -> dict:
     """The measures of one head row ``hr`` (its run's keywords ``full``): mass_underflow (0 for fmt=None,
-    nothing rounds; None where the rule does not describe the run: Q/K casts, microscaled P), Δ, σ, Δc and the
+    nothing rounds; None where the rule does not describe the run: Q/K casts, microscaled P), mass_lost_share
+    (mass_underflow over the non-sink attention mass, both means over rows: the share of what the non-sink keys
+    carry that is lost), Δ, σ, Δc and the
     distance Δc - Δ/σ. On the emulator (the same step-1 matmul; Triton's scores may differ by an ulp,
     :mod:`pcast.conformance`) the rule's non-sink count must be the kernel's underflow count."""
     from pcast.models.heads import rule_applies, rule_mass
@@ -79,5 +82,7 @@ def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, wher
         mass = hm["masses"][key]
     dc = delta_c(full, hm["n_sinks"])
     ratio = hm["delta"] / hm["sigma"] if hm["sigma"] > 0 else math.nan
-    return {"mass_underflow": mass, "delta": hm["delta"], "sigma": hm["sigma"], "delta_c": dc,
+    nonsink = float(hm["p_exact"][:, ksink:].sum(-1).mean())  # the non-sink attention mass, mean over rows
+    share = None if mass is None else (mass / nonsink if nonsink > 0 else 0.0)
+    return {"mass_underflow": mass, "mass_lost_share": share, "delta": hm["delta"], "sigma": hm["sigma"], "delta_c": dc,
             "distance_to_delta_c": None if dc is None or not math.isfinite(ratio) else dc - ratio}

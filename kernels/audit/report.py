@@ -2,7 +2,7 @@
 error, and how many heads pass each threshold), the ``--fail-on`` gate and the ``--json`` document
 (:data:`SCHEMA_PATH`, version :data:`SCHEMA_VERSION`).
 
-Used by :mod:`pcast.cli.audit`.
+Used by :mod:`pcast.audit.session`.
 """
 
 from __future__ import annotations
@@ -14,21 +14,9 @@ import os
 from pcast.contract import COMBO_LABELS
 
 SCHEMA_VERSION = 1
-SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "audit_schema.json")
+SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schema.json")
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
-VERDICT_COLUMNS = ("collapses", "saturates", "floor_ratio", "exceeds_floor", "exceeds_rel_mse")  # per head  # no --fail-on condition holds; one holds; bad input
-
-
-def head_verdicts(hr: dict, *, collapse_threshold: float, floor_factor: float, rel_mse_bound=None) -> dict:
-    """One head row's verdicts: ``collapses`` (non-sink underflow fraction above the threshold),
-    ``saturates`` (any P entry above the format's max), ``floor_ratio`` (MSE / V-cast floor MSE, None when the
-    run casts no V) and ``exceeds_floor``, ``exceeds_rel_mse`` (None without a bound)."""
-    ratio = None
-    if hr["floor_mse"] is not None:
-        ratio = hr["mse"] / hr["floor_mse"] if hr["floor_mse"] > 0 else (math.inf if hr["mse"] > 0 else 1.0)
-    return {"collapses": hr["underflow_frac"] > collapse_threshold, "saturates": hr["saturated"] > 0,
-            "floor_ratio": ratio, "exceeds_floor": None if ratio is None else ratio > floor_factor,
-            "exceeds_rel_mse": None if rel_mse_bound is None else not hr["rel_mse"] <= rel_mse_bound}
+from pcast.audit.verdicts import VERDICT_COLUMNS, collapse_words  # noqa: F401 - re-exported for the CSV columns
 
 
 def _where(hr) -> str:
@@ -54,22 +42,28 @@ def summary(head_rows: list, policies: list) -> list[dict]:
     return out
 
 
-def gate(head_rows: list, fail_on: list, *, gated) -> list[dict]:
+#: --fail-on condition -> (the head row's verdict, the value reported) (:mod:`pcast.audit.verdicts`)
+GATE_KEYS = {"collapse": ("collapses", "underflow_frac"), "saturation": ("saturates", "saturated_frac"),
+             "rel-mse": ("exceeds_rel_mse", "rel_mse"), "floor": ("exceeds_floor", "floor_ratio"),
+             "mass-underflow": ("exceeds_mass", "mass_underflow"), "ratio": ("exceeds_ratio", "ratio_to_best")}
+
+
+def gate(head_rows: list, fail_on: list, *, gated, kernel=None) -> list[dict]:
     """The heads of the ``gated`` policies that meet a ``--fail-on`` condition: one entry per (condition,
-    policy, head) with the value that met it."""
-    key = {"collapse": ("collapses", "underflow_frac"), "saturation": ("saturates", "saturated_frac"),
-           "rel-mse": ("exceeds_rel_mse", "rel_mse"), "floor": ("exceeds_floor", "floor_ratio")}
+    policy, head) with the value that met it; ``mismatch``: each head of ``kernel`` (a
+    :class:`~pcast.audit.kernel.KernelAudit`) that does not implement its policy, with its measured MSE. A
+    condition without a bound is the head's own verdict; one with a bound compares the value with it."""
     hits = []
     for word, bound in fail_on:
-        flag, value = key[word]
+        if word == "mismatch":
+            hits += [{"condition": word, "policy": kernel.policy.name, "layer": h.layer, "batch": h.batch,
+                      "head": h.head, "value": h.measured_mse} for h in (kernel.mismatches if kernel else [])]
+            continue
+        flag, value = GATE_KEYS[word]
         for r in head_rows:
-            met = r[flag]
-            if word == "floor" and r["floor_ratio"] is not None:
-                met = r["floor_ratio"] > bound
-            if word == "rel-mse":
-                met = not r["rel_mse"] <= bound
+            met = r[flag] if bound is None else (r[value] is not None and not r[value] <= bound)
             if r["policy"] in gated and met:
-                hits.append({"condition": word if bound is None else f"{word}:{bound:g}", "policy": r["policy"],
+                hits.append({"condition": word if bound is None else f"{word}>{bound:g}", "policy": r["policy"],
                              "layer": r["layer"], "batch": r["batch"], "head": r["head"], "value": r[value]})
     return hits
 
@@ -90,8 +84,9 @@ def print_summary(blocks: list, args, n_heads: int) -> None:
               f"{w['underflow_frac']:.4g}); " + ", ".join(parts))
 
 
-def print_gate(hits: list, fail_on: list, gated: list) -> None:
-    """The gate's verdict: PASS, or FAIL with the first heads that failed (all of them in --json)."""
+def print_gate(hits: list, fail_on: list, gated: list, head_rows=(), args=None) -> None:
+    """The gate's verdict: PASS, or FAIL with the first heads that failed (all of them in --json); a collapse
+    hit is followed by the head's collapse verdict in words (the same verdict the gate read)."""
     if not fail_on:
         return
     what = ", ".join(w if b is None else f"{w}:{b:g}" for w, b in fail_on)
@@ -99,8 +94,13 @@ def print_gate(hits: list, fail_on: list, gated: list) -> None:
         print(f"Gate (--fail-on {what}; policies {', '.join(gated)}): PASS")
         return
     print(f"Gate (--fail-on {what}; policies {', '.join(gated)}): FAIL: {len(hits)} (condition, policy, head)")
+    rows = {(r["policy"], r["layer"], r["batch"], r["head"]): r for r in head_rows}
     for h in hits[:10]:
         print(f"  {h['condition']}: {h['policy']}: {_where(h)}: {h['value']:.4g}")
+        r = rows.get((h["policy"], h["layer"], h["batch"], h["head"]))
+        if h["condition"] == "collapse" and r is not None and args is not None:
+            print("    " + collapse_words(r, collapse_threshold=args.collapse_threshold,
+                                          collapse_mass=args.collapse_mass))
     if len(hits) > 10:
         print(f"  ... and {len(hits) - 10} more (all in --json)")
 
@@ -121,16 +121,17 @@ def _clean(x):
     return x
 
 
-def json_document(*, args, header: str, rows, head_rows, blocks, hits, gated, fail_on, warnings, exit_code) -> dict:
+def json_document(*, args, header: str, rows, head_rows, blocks, hits, gated, fail_on, warnings, exit_code,
+                  kernel=None) -> dict:
     """The ``--json`` document (schema :data:`SCHEMA_PATH`)."""
     return _clean({
         "schema_version": SCHEMA_VERSION, "tool": "pcast-audit", "inputs": args.inputs, "header": header,
         "layout": args.layout or "bhnd",
-        "thresholds": {"collapse": args.collapse_threshold, "floor_factor": args.floor_factor,
-                       "rel_mse": args.rel_mse_bound},
+        "thresholds": {"collapse": args.collapse_threshold, "collapse_mass": args.collapse_mass,
+                       "floor_factor": args.floor_factor, "rel_mse": args.rel_mse_bound},
         "fail_on": [{"condition": w, "bound": b} for w, b in fail_on], "gated_policies": gated,
         "exit_code": exit_code, "failures": hits, "warnings": warnings, "summary": blocks,
-        "rows": rows, "heads": head_rows})
+        "rows": rows, "heads": head_rows, "kernel": None if kernel is None else kernel.document()})
 
 
 def write_json(path: str, doc: dict) -> None:

@@ -3,7 +3,7 @@ policies) and, per (batch, head), the head rows; per-head ksink (``--ksink auto`
 :func:`pcast.models.heads.detect_sinks`), mass underflow (:func:`pcast.models.heads.underflow_mask`) and the
 worst head.
 
-Used by :mod:`pcast.cli.audit` (which re-exports the public names).
+Used by :mod:`pcast.audit.session` (:mod:`pcast.audit` re-exports the public names).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from pcast.cli.audit_measure import head_scores64
+from pcast.audit.measure import head_scores64
 from pcast.contract import COMBOS, DIAGNOSTICS, causal_offset, combo_label
 
 COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
@@ -28,8 +28,8 @@ COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "m
 # delta, sigma: the head's measured sink strength and spread (pcast.models.heads.head_scores_stats),
 # delta_c: the theory's critical Δ/σ for the run (None where it does not collapse from sink keys),
 # distance_to_delta_c: delta_c - delta/sigma (negative: past it)
-PER_HEAD_COLUMNS = COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow", "delta", "sigma", "delta_c",
-                              "distance_to_delta_c")
+PER_HEAD_COLUMNS = COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow", "mass_lost_share", "delta", "sigma",
+                              "delta_c", "distance_to_delta_c")
 WORST_HEAD_COMBOS = (("forward", 1.0), ("reverse", 256.0))  # the worst-head line: MSE ratio of these two
 
 
@@ -144,12 +144,12 @@ def plan_runs(mine, policies=(), *, combos=True) -> list:
 
 def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_logit=None, sm_scale=None, layer=None,
                 sinks=None, per_head=False, causal_align=None):
-    """``(rows, head_rows)``: one row per run of ``runs`` (:func:`~pcast.cli.audit_heads.plan_runs`) and one per (batch, head, run).
+    """``(rows, head_rows)``: one row per run of ``runs`` (:func:`~pcast.audit.heads.plan_runs`) and one per (batch, head, run).
 
     ``ksink``: an int for every head, or ``{(b, h): ksink}`` (``--ksink auto``). ``sinks``: None or
     ``{(b, h): [sink keys]}`` for the ``sinks`` column. ``layer`` goes in every row. Every run (and the V-cast
     floor of each run that casts V) goes through one :func:`pcast.attention_calls`. With ``per_head``
-    the head rows get the head's measures (:mod:`pcast.cli.audit_measure`: Δ, σ, Δc, mass_underflow).
+    the head rows get the head's measures (:mod:`pcast.audit.measure`: Δ, σ, Δc, mass_underflow).
     """
     import torch
 
@@ -194,8 +194,8 @@ def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, si
                offset=0):
     """One row per (batch, head, run) of :func:`audit_heads` from its runs ``done``
     (``[(name, full kwargs, result, floor result or None), ...]``); with ``per_head`` each row also gets
-    the head's measures (:func:`pcast.cli.audit_measure.head_measures`)."""
-    from pcast.cli.audit_measure import MEASURE_COLUMNS, head_measures, run_measures
+    the head's measures (:func:`pcast.audit.measure.head_measures`)."""
+    from pcast.audit.measure import MEASURE_COLUMNS, head_measures, run_measures
 
     head_rows = []
     for b in range(q.shape[0]):

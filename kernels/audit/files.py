@@ -1,7 +1,7 @@
 """pcast-audit's inputs: q, k, v (or ``layer{L}/q, k, v``) from a safetensors file, layer selection,
 the user's policies from YAML, and the checks the loaded tensors must pass before any work.
 
-Used by :mod:`pcast.cli.audit` (which re-exports these names).
+Used by :mod:`pcast.audit.session` (:mod:`pcast.audit` re-exports the public names).
 """
 
 from __future__ import annotations
@@ -51,6 +51,16 @@ def load_tensors(path: str, names=("q", "k", "v")):
         raise ValueError(f"inputs file {path!r} lacks tensor(s) {', '.join(missing)}; it has: "
                          f"{', '.join(sorted(tensors)) or 'none'}")
     return tuple(_lift(n, tensors[n]) for n in names)
+
+
+def file_dtype(path: str):
+    """The torch dtype of the file's first q tensor (``q`` or ``layer{L}/q``): what a kernel audited with
+    ``--kernel`` is given (the audit itself reads every tensor as float32, exactly for bf16 and fp16)."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as fh:
+        name = next((n for n in sorted(fh.keys()) if n == "q" or n.endswith("/q")), None)
+        return None if name is None else fh.get_tensor(name).dtype
 
 
 def _layer_arg(value) -> int | None:

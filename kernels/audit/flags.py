@@ -2,7 +2,7 @@
 :class:`pcast.policies.Policy` (one flag per field, so they cannot drift), ``--exp2-offset K``,
 ``--fail-on`` conditions, and the warning for a scale that looks like a log2 offset.
 
-Used by :mod:`pcast.cli.audit`.
+Used by :mod:`pcast.audit.session`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import re
 # Your policy's defaults where they differ from Policy's: the P path the paper recommends.
 YOURS_DEFAULTS = {"order": "reverse", "scale": 256.0}
 _META = ("name", "source", "read")  # Policy fields that are not keywords of pcast.attention
-FAIL_ON_WORDS = ("collapse", "saturation")  # conditions without a number
-FAIL_ON_BOUNDS = ("rel-mse", "floor")  # conditions with a number: rel-mse:X, floor:F
+FAIL_ON_WORDS = ("collapse", "saturation", "mismatch")  # conditions without a number (mismatch: with --kernel)
+FAIL_ON_BOUNDS = ("rel-mse", "floor", "mass-underflow", "ratio")  # with a number: rel-mse>X (or rel-mse:X), ...
 _POW2 = re.compile(r"^\s*2\s*\^\s*(-?\d+(?:\.\d+)?)\s*$")
 
 
@@ -73,6 +73,11 @@ def add_policy_flags(ap) -> None:
                        help="the kernel's log2 offset K (FA3: 8): the same as --scale-mode exp2_offset --scale 2^K")
 
 
+def declared(args) -> bool:
+    """Whether any flag of your policy was given (``--order``, ..., ``--exp2-offset``)."""
+    return args.exp2_offset is not None or any(getattr(args, f"p_{f.name}") is not None for f in policy_fields())
+
+
 def yours(args):
     """Your policy (:class:`pcast.policies.Policy` named ``yours``) from the flags; ValueError naming a flag."""
     from pcast.policies import Policy
@@ -99,12 +104,18 @@ def yours(args):
 
 
 def parse_fail_on(items) -> list:
-    """``--fail-on`` conditions as ``[(word, bound or None), ...]``: ``collapse``, ``saturation``,
-    ``rel-mse:X`` (X > 0), ``floor:F`` (F >= 1)."""
+    """``--fail-on`` conditions as ``[(word, bound or None), ...]``: ``collapse``, ``saturation``, ``mismatch``
+    (with ``--kernel``), and with a bound written ``word>X`` (or ``word:X``): ``rel-mse>X`` (X > 0),
+    ``floor>F`` (F >= 1), ``mass-underflow>X`` (0 <= X < 1, the lost attention mass) and ``ratio>X`` (X >= 1,
+    the MSE over the best of the four combinations)."""
     out = []
-    allowed = "collapse, saturation, rel-mse:X (X > 0), floor:F (F >= 1)"
+    allowed = ("collapse, saturation, mismatch (with --kernel), rel-mse>X (X > 0), floor>F (F >= 1), "
+               "mass-underflow>X (0 <= X < 1), ratio>X (X >= 1); a bound may also follow ':'")
+    ok = {"rel-mse": lambda x: x > 0, "floor": lambda x: x >= 1, "mass-underflow": lambda x: 0 <= x < 1,
+          "ratio": lambda x: x >= 1}
     for item in items:
-        word, _, bound = str(item).strip().partition(":")
+        m = re.match(r"^\s*([a-z-]+)\s*(?:[>:]\s*(.*?))?\s*$", str(item))
+        word, bound = (m.group(1), m.group(2) or "") if m else ("", "")
         if word in FAIL_ON_WORDS and not bound:
             out.append((word, None))
             continue
@@ -113,7 +124,7 @@ def parse_fail_on(items) -> list:
                 x = float(bound)
             except ValueError:
                 x = float("nan")
-            if math.isfinite(x) and (x > 0 if word == "rel-mse" else x >= 1):
+            if math.isfinite(x) and ok[word](x):
                 out.append((word, x))
                 continue
         raise ValueError(f"--fail-on={item!r} is not allowed; allowed: {allowed}")

@@ -1,0 +1,204 @@
+"""Audit the kernel itself: your callable's measured error per head, beside the prediction of its policy.
+
+The callable is the probes' (:func:`pcast.probes.fingerprint`): ``fn(q, k, v[, sink_logit=...]) -> out
+[B, H, Nq, d]``, default score scale 1/sqrt(d), a causal mask (when asked for) applied by the kernel itself,
+bottom-right aligned. It is called once per layer with every (batch, head) in one call, on tensors of the
+file's dtype. Each head's MSE and relative MSE against the float64 reference (measured) go beside the same
+numbers of the emulator running the declared policy (predicted), or the policy :func:`pcast.probes.fingerprint`
+reads from the callable when none is declared.
+
+The tolerance is the probes' own, the criterion of :func:`pcast.probes.check_policy`: a row of a head agrees
+when ``|out_kernel − out_policy| ≤ ATOL + RTOL·|out_policy|`` in every column (ATOL = 2^-14, RTOL = 2^-12,
+plus one ulp of a bf16 or fp16 output); a head implements the policy when at most ``allow`` of its rows lie
+outside (by default :data:`pcast.probes.expect.ALLOW`, 2%: on real inputs of thousands of rows another
+float32 summation order or exp may tip one P across an FP8 rounding boundary in a row or two; a wrong policy
+misses nearly every row). The MSEs are what a reader compares; the rows outside are the verdict, so
+two policies whose MSEs happen to be close are still told apart.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+
+__all__ = ["load_kernel", "audit_kernel", "KernelAudit", "KernelHead", "TOLERANCE_SOURCE", "kernel_policy"]
+
+TOLERANCE_SOURCE = ("the probes' tolerance (pcast.probes.check_policy's criterion): a row agrees when "
+                    "|out_kernel - out_policy| <= 2^-14 + 2^-12·|out_policy| in every column (plus one ulp of a bf16 "
+                    "or fp16 output); a head agrees when at most {allow:g} of its rows lie outside")
+
+
+def load_kernel(spec: str):
+    """The callable named by ``MODULE:FN`` (an importable module, or a ``.py`` file's path) or ValueError naming
+    ``--kernel`` and what is allowed."""
+    allowed = "MODULE:FN (an importable module, or path/to/file.py, and a callable in it)"
+    module, sep, name = str(spec).rpartition(":")
+    if not sep or not module or not name.isidentifier():
+        raise ValueError(f"--kernel={spec!r} is not allowed; allowed: {allowed}")
+    try:
+        if module.endswith(".py"):
+            if not os.path.isfile(module):
+                raise ValueError(f"--kernel={spec!r}: no file {module!r}; allowed: {allowed}")
+            found = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(module))[0], module)
+            mod = importlib.util.module_from_spec(found)
+            found.loader.exec_module(mod)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            mod = importlib.import_module(module)
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the user's module raises is reported, named
+        raise ValueError(f"--kernel={spec!r}: importing {module!r} raised {type(e).__name__}: {e}") from e
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise ValueError(f"--kernel={spec!r}: {module!r} has no callable {name!r}; allowed: {allowed}")
+    return fn
+
+
+def kernel_policy(fn, policy, *, d: int, dtype, causal: bool = False):
+    """``(Policy, source)``: the declared policy (a name, a dict of Policy fields or a Policy) with source
+    ``"declared"``, or, when ``policy`` is None, the one :func:`pcast.probes.fingerprint` reads from ``fn`` at
+    head dimension ``d`` and ``dtype`` (a named preset, else the identified options) with source
+    ``"fingerprinted"``."""
+    from pcast.api_inputs import as_policy
+
+    if policy is not None:
+        return as_policy(policy), "declared"
+    from pcast.policies import Policy, get_policy
+    from pcast.probes import fingerprint
+
+    fp = fingerprint(fn, d=d, dtype=dtype, causal=causal, small=True)
+    if fp.policy is not None:
+        name = fp.policy if isinstance(fp.policy, str) else fp.policy[0]
+        return get_policy(name), "fingerprinted"
+    return Policy("fingerprinted", **{n: p.value for n, p in fp.params.items()}), "fingerprinted"
+
+
+@dataclass(frozen=True)
+class KernelHead:
+    """One head: measured and predicted MSE and relative MSE against the float64 reference, its rows outside
+    the probes' tolerance around the policy's output, and whether the head agrees (at most ``allow`` rows out)."""
+
+    layer: object
+    batch: int
+    head: int
+    measured_mse: float
+    measured_rel_mse: float
+    predicted_mse: float
+    predicted_rel_mse: float
+    rows_outside: int
+    rows: int
+    agrees: bool
+
+    def text(self, policy_source: str) -> str:
+        where = f"layer {'-' if self.layer is None else self.layer}, batch {self.batch}, head {self.head}"
+        if self.agrees:
+            return (f"{where}: the kernel implements the {policy_source} policy: measured MSE "
+                    f"{self.measured_mse:.3g}, predicted {self.predicted_mse:.3g}")
+        return (f"{where}: the kernel does not implement the {policy_source} policy: measured "
+                f"{self.measured_mse:.2g}, predicted {self.predicted_mse:.2g} ({self.rows_outside} of {self.rows} rows "
+                f"outside the probes' tolerance)")
+
+
+@dataclass
+class KernelAudit:
+    """What :func:`audit_kernel` found: the policy compared with and where it came from, one
+    :class:`KernelHead` per (layer, batch, head), and the tolerance's source."""
+
+    policy: object
+    policy_source: str
+    heads: list = field(default_factory=list)
+    allow: float = 0.02
+
+    @property
+    def tolerance(self) -> str:
+        return TOLERANCE_SOURCE.format(allow=self.allow)
+
+    @property
+    def mismatches(self) -> list:
+        return [h for h in self.heads if not h.agrees]
+
+    def __str__(self) -> str:
+        from pcast.probes.expect import policy_text
+
+        lines = [f"kernel vs the {self.policy_source} policy {policy_text(self.policy)}: "
+                 f"{len(self.heads) - len(self.mismatches)} of {len(self.heads)} heads agree"]
+        lines += ["  " + h.text(self.policy_source) for h in (self.mismatches or self.heads)[:8]]
+        lines.append(f"  (tolerance: {self.tolerance})")
+        return "\n".join(lines)
+
+    def document(self) -> dict:
+        """The ``kernel`` section of ``--json``."""
+        from dataclasses import asdict
+
+        return {"policy": self.policy.name, "policy_source": self.policy_source,
+                "options": self.policy.attention_kwargs(), "tolerance": self.tolerance, "allow": self.allow,
+                "heads": [asdict(h) for h in self.heads]}
+
+
+def _call_kernel(fn, q, k, v, sink_logit):
+    import torch
+
+    try:
+        out = fn(q, k, v) if sink_logit is None else fn(q, k, v, sink_logit=sink_logit)
+    except Exception as e:  # noqa: BLE001 - the user's callable: any failure is reported, named
+        raise ValueError(f"the kernel raised on the audited tensors: {type(e).__name__}: {e}") from e
+    out = getattr(out, "out", out)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(q.shape) or not out.is_floating_point():
+        raise ValueError(f"the kernel returned {getattr(out, 'shape', type(out).__name__)}; expected a float tensor "
+                         f"[B, H, Nq, d] = {tuple(q.shape)}")
+    return out
+
+
+def kernel_heads(out, pred, ref, *, layer=None, allow: float = 0.0) -> list:
+    """One :class:`KernelHead` per (batch, head) from the kernel's output, the policy's and the reference."""
+    import torch
+
+    from pcast.probes.expect import row_mismatches
+
+    heads = []
+    for b in range(out.shape[0]):
+        for h in range(out.shape[1]):
+            o, p, r = (t[b, h].to(torch.float64) for t in (out, pred, ref))
+            power = float((r**2).mean())
+            meas, want = float(((o - r) ** 2).mean()), float(((p - r) ** 2).mean())
+            outside = int((row_mismatches(out[b, h], pred[b, h], out.dtype) > 1).sum())
+            rel = (lambda x: x / power if power > 0 else float("nan"))
+            heads.append(KernelHead(layer, b, h, meas, rel(meas), want, rel(want), outside, o.shape[0],
+                                    outside <= allow * o.shape[0]))
+    return heads
+
+
+def audit_kernel(fn, q, k, v, *, policy=None, sink_logit=None, causal: bool = False, layer=None,
+                 allow: float = 0.02) -> KernelAudit:
+    """Run ``fn`` on q, k, v (every head in one call) and compare each head's error against the float64
+    reference with the prediction of ``policy`` (a preset name, a dict of Policy fields or a Policy; None: the
+    policy :func:`pcast.probes.fingerprint` reads from ``fn`` at q's head dimension and dtype).
+
+    q, k, v: float32, bf16 or fp16 ``[B, H, N, d]`` (k and v may have fewer heads, grouped-query), checked by
+    :func:`pcast.api_inputs.check_inputs`; ``fn`` gets them in their own dtype. ``sink_logit``: None, a float or
+    a ``[B, H]`` tensor, given to ``fn``, the prediction and the reference. ``causal``: the kernel applies a
+    bottom-right causal mask itself. ``allow``: the fraction of a head's rows that may lie outside the
+    tolerance. Returns a :class:`KernelAudit`; ValueError for bad inputs, a callable that
+    raises or returns the wrong shape.
+    """
+    import torch
+
+    from pcast.api import attention
+    from pcast.api_inputs import check_inputs
+
+    if isinstance(allow, bool) or not isinstance(allow, (int, float)) or not 0 <= allow < 1:
+        raise ValueError(f"allow={allow!r} is not allowed; allowed: a fraction in [0, 1)")
+    inp = check_inputs(q, k, v, policy=policy)
+    pol, source = kernel_policy(fn, inp.policy, d=q.shape[-1], dtype=inp.dtype, causal=causal)
+    if sink_logit is not None and not isinstance(sink_logit, torch.Tensor):
+        sink_logit = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
+    mask = {"causal": True, "causal_align": "bottom_right"} if causal else {}
+    out = _call_kernel(fn, q, k, v, sink_logit)
+    pred = attention(inp.q, inp.k, inp.v, policy=pol, sink_logit=sink_logit, backend="emulator", **mask).out
+    ref = attention(inp.q, inp.k, inp.v, sink_logit=sink_logit, backend="reference", **mask).out
+    return KernelAudit(pol, source, kernel_heads(out, pred, ref, layer=layer, allow=allow), float(allow))
