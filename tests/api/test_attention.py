@@ -93,7 +93,7 @@ def test_three_implementations_agree_n1024_other_d(d):
 @pytest.mark.parametrize("block_m,block_n", [(16, 32), pytest.param(32, 128, marks=pytest.mark.heavy)])
 @pytest.mark.parametrize("rowsum", ["unrounded", "rounded"])
 def test_block_sizes_and_rowsum(block_m, block_n, rowsum):
-    q, k, v = sink_inputs(9, 150, 300, 32)
+    q, k, v = sink_inputs(9, 75, 150, 32)  # neither length a multiple of either block: ragged last tiles
     check_three(q, k, v, order="reverse", scale=1.0, fmt="e4m3fn", causal=True, ksink=4, block_m=block_m,
                 block_n=block_n, rowsum=rowsum)
 
