@@ -122,7 +122,7 @@ def _clean(x):
 
 
 def json_document(*, args, header: str, rows, head_rows, blocks, hits, gated, fail_on, warnings, exit_code,
-                  kernel=None) -> dict:
+                  kernel=None, remedies=()) -> dict:
     """The ``--json`` document (schema :data:`SCHEMA_PATH`)."""
     return _clean({
         "schema_version": SCHEMA_VERSION, "tool": "pcast-audit", "inputs": args.inputs, "header": header,
@@ -131,7 +131,7 @@ def json_document(*, args, header: str, rows, head_rows, blocks, hits, gated, fa
                        "floor_factor": args.floor_factor, "rel_mse": args.rel_mse_bound},
         "fail_on": [{"condition": w, "bound": b} for w, b in fail_on], "gated_policies": gated,
         "exit_code": exit_code, "failures": hits, "warnings": warnings, "summary": blocks,
-        "rows": rows, "heads": head_rows, "kernel": None if kernel is None else kernel.document()})
+        "rows": rows, "heads": head_rows, "kernel": None if kernel is None else kernel.document(), "remedies": list(remedies)})
 
 
 def write_json(path: str, doc: dict) -> None:

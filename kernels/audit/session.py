@@ -15,6 +15,7 @@ from pcast.audit.files import check_tensors, estimate, file_dtype, load_layers, 
 from pcast.audit.flags import declared, offset_warnings, parse_fail_on, yours
 from pcast.audit.heads import COLUMNS, PER_HEAD_COLUMNS, audit_heads, detect_head_sinks, leading_ksink, plan_runs, worst_head
 from pcast.audit.kernel import KernelAudit, audit_kernel, kernel_policy, load_kernel
+from pcast.audit.remedy import failing_heads, print_remedies, remedies
 from pcast.audit.report import (EXIT_FAIL, EXIT_PASS, gate, gated_policies, json_document, print_gate, print_summary,
                                 summary, write_json)
 from pcast.audit.verdicts import VERDICT_COLUMNS, head_verdicts, pooled_lines, ratio_to_best
@@ -262,9 +263,10 @@ def run(args, layers, runs, sinks, head_ksink):
     return rows, head_rows
 
 
-def report(args, header, runs, rows, head_rows, warnings, kernel=None) -> int:
-    """Verdicts per head, summary, table, gate, CSV and JSON; the exit code. ``kernel``: the
-    :class:`~pcast.audit.kernel.KernelAudit` of ``--kernel``, or None."""
+def report(args, header, runs, rows, head_rows, warnings, kernel=None, layers=()) -> int:
+    """Verdicts per head, summary, table, gate, the why and the remedy of each failing head (rerun on
+    ``layers``), CSV and JSON; the exit code. ``kernel``: the :class:`~pcast.audit.kernel.KernelAudit` of
+    ``--kernel``, or None."""
     ratio_to_best(head_rows)
     for hr in head_rows:
         hr.update(head_verdicts(hr, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor,
@@ -277,6 +279,8 @@ def report(args, header, runs, rows, head_rows, warnings, kernel=None) -> int:
     print_gate(hits, args.fail_on_parsed, gated, head_rows, args)
     if kernel is not None:
         print(kernel)
+    fixes = remedies(args, layers, head_rows, runs, hits, gated) if layers else []
+    print_remedies(fixes, len(failing_heads(head_rows, hits, gated, args.fail_on_parsed)))
     if not args.quiet:
         print()
         _print(rows, args, head_rows)
@@ -294,7 +298,7 @@ def report(args, header, runs, rows, head_rows, warnings, kernel=None) -> int:
     if args.json:
         write_json(args.json, json_document(args=args, header=header, rows=rows, head_rows=head_rows, blocks=blocks,
                                             hits=hits, gated=gated, fail_on=args.fail_on_parsed, warnings=warnings,
-                                            exit_code=code, kernel=kernel))
+                                            exit_code=code, kernel=kernel, remedies=fixes))
     return code
 
 

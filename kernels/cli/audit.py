@@ -122,7 +122,7 @@ def main(argv=None):
     except ValueError as e:
         print(f"pcast-audit: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    return report(args, header, runs, rows, head_rows, warnings, kernel)
+    return report(args, header, runs, rows, head_rows, warnings, kernel, layers)
 
 
 if __name__ == "__main__":
