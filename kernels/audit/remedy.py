@@ -193,8 +193,12 @@ def remedies(args, layers, head_rows, runs, hits, gated) -> list:
         entry = {"policy": hr["policy"], "layer": hr["layer"], "batch": hr["batch"], "head": hr["head"],
                  "conditions": conds, "causes": [cause(hr, full, c) for c in conds], "fix": None, "tried": []}
         for change in candidates(full, conds):
-            new, rows = _rerun(args, by_layer[hr["layer"]], hr, full, change,
-                               combo_runs if any(w == "ratio" for w, _ in fail_on) else [])
+            try:
+                new, rows = _rerun(args, by_layer[hr["layer"]], hr, full, change,
+                                   combo_runs if any(w == "ratio" for w, _ in fail_on) else [])
+            except ValueError:  # the change is not a valid policy with the others (e.g. per_row without nvfp4)
+                entry["tried"].append({"option": change[0], "to": change[1], "clears": False})
+                continue
             left = gate([new], [(w, b) if b is not None else (w, None) for w, b in fail_on], gated=[hr["policy"]])
             if not args.fail_on_parsed:
                 left = [c for c, flag in (("collapse", "collapses"), ("saturation", "saturates"))
