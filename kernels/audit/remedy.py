@@ -150,32 +150,27 @@ def candidates(full: dict, conditions) -> list:
     return uniq
 
 
-def _rerun(args, layer, hr, full, change, combo_runs):
-    """The gate's failures of head ``hr`` rerun through the emulator with one option changed."""
+def _rerun(args, layer, hr, full, change, combo_runs) -> dict:
+    """Head ``hr`` rerun through the emulator with one option changed, judged at the audit's thresholds."""
     from pcast.audit.heads import audit_heads
-    from pcast.audit.report import gate
-    from pcast.audit.verdicts import head_verdicts, ratio_to_best
+    from pcast.audit.verdicts import judge_heads
 
     _, q, k, v = layer
     b, h = hr["batch"], hr["head"]
     g = q.shape[1] // k.shape[1]
-    kw = {**full, change[0]: change[1]}
-    name = hr["policy"]
-    runs = [(name, kw)] + combo_runs
+    runs = [(hr["policy"], {**full, change[0]: change[1]})] + combo_runs
     _, rows = audit_heads(q[b:b + 1, h:h + 1], k[b:b + 1, h // g:h // g + 1], v[b:b + 1, h // g:h // g + 1],
                           runs=runs, causal=args.causal, causal_align=args.causal_align, ksink=hr["ksink"],
                           backend="emulator", sink_logit=args.sink_logit, sm_scale=args.sm_scale, per_head=True,
                           layer=hr["layer"])
-    ratio_to_best(rows)
-    for r in rows:
-        r.update(head_verdicts(r, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor,
-                               collapse_mass=args.collapse_mass, bounds=args.bounds))
-    return rows[0], rows
+    judge_heads(rows, args)
+    return rows[0]
 
 
-def remedies(args, layers, head_rows, runs, hits, gated) -> list:
-    """One entry per failing head (at most :data:`MAX_HEADS`): its conditions, their causes, and the fix found
-    by rerunning (``fix``: option, from, to; None when no single change removes every failure)."""
+def remedies(args, layers, failing, runs) -> list:
+    """One entry per failing head of ``failing`` (:func:`failing_heads`; at most :data:`MAX_HEADS`): its
+    conditions, their causes, and the fix found by rerunning (``fix``: option, from, to; None when no single
+    change removes every failure)."""
     from pcast.audit.report import gate
     from pcast.policies import Policy
 
@@ -183,26 +178,25 @@ def remedies(args, layers, head_rows, runs, hits, gated) -> list:
     fulls = {name: {**defaults, **kw} for name, kw in runs}
     combo_runs = [(n, kw) for n, kw in runs if n in COMBO_LABELS]
     by_layer = {L: (L, q, k, v) for L, q, k, v in layers}
+    # a gate hit names its condition as gate() writes it; the parsed condition keeps the exact bound
+    parsed = {(w if b is None else f"{w}>{b:g}"): (w, b) for w, b in args.fail_on_parsed}
     out = []
-    for hr, conds in failing_heads(head_rows, hits, gated, args.fail_on_parsed)[:MAX_HEADS]:
+    for hr, conds in failing[:MAX_HEADS]:
         full = fulls[hr["policy"]]
         conds = [c for c in conds if c.split(">")[0] in _CHECKABLE]
         if not conds:
             continue
-        fail_on = [(c.split(">")[0], float(c.split(">")[1]) if ">" in c else None) for c in conds]
+        fail_on = [parsed.get(c, (c, None)) for c in conds]  # without --fail-on: the head's own verdicts
         entry = {"policy": hr["policy"], "layer": hr["layer"], "batch": hr["batch"], "head": hr["head"],
                  "conditions": conds, "causes": [cause(hr, full, c) for c in conds], "fix": None, "tried": []}
         for change in candidates(full, conds):
             try:
-                new, rows = _rerun(args, by_layer[hr["layer"]], hr, full, change,
-                                   combo_runs if any(w == "ratio" for w, _ in fail_on) else [])
+                new = _rerun(args, by_layer[hr["layer"]], hr, full, change,
+                             combo_runs if any(w == "ratio" for w, _ in fail_on) else [])
             except ValueError:  # the change is not a valid policy with the others (e.g. per_row without nvfp4)
                 entry["tried"].append({"option": change[0], "to": change[1], "clears": False})
                 continue
-            left = gate([new], [(w, b) if b is not None else (w, None) for w, b in fail_on], gated=[hr["policy"]])
-            if not args.fail_on_parsed:
-                left = [c for c, flag in (("collapse", "collapses"), ("saturation", "saturates"))
-                        if c in conds and new[flag]]
+            left = gate([new], fail_on, gated=[hr["policy"]])
             entry["tried"].append({"option": change[0], "to": change[1], "clears": not left})
             if not left:
                 entry["fix"] = {"option": change[0], "from": full[change[0]], "to": change[1],

@@ -18,7 +18,7 @@ from pcast.audit.kernel import KernelAudit, audit_kernel, kernel_policy, load_ke
 from pcast.audit.remedy import failing_heads, print_remedies, remedies
 from pcast.audit.report import (EXIT_FAIL, EXIT_PASS, gate, gated_policies, json_document, print_gate, print_summary,
                                 summary, write_json)
-from pcast.audit.verdicts import VERDICT_COLUMNS, head_verdicts, pooled_lines, ratio_to_best
+from pcast.audit.verdicts import VERDICT_COLUMNS, judge_heads, pooled_lines
 
 #: The backends ``--backend`` accepts (the float64 reference is every row's baseline, not a row).
 AUDIT_BACKENDS = ("auto", "triton", "emulator")
@@ -267,10 +267,7 @@ def report(args, header, runs, rows, head_rows, warnings, kernel=None, layers=()
     """Verdicts per head, summary, table, gate, the why and the remedy of each failing head (rerun on
     ``layers``), CSV and JSON; the exit code. ``kernel``: the :class:`~pcast.audit.kernel.KernelAudit` of
     ``--kernel``, or None."""
-    ratio_to_best(head_rows)
-    for hr in head_rows:
-        hr.update(head_verdicts(hr, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor,
-                                collapse_mass=args.collapse_mass, bounds=args.bounds))
+    judge_heads(head_rows, args)
     blocks = summary(head_rows, [name for name, _ in runs])
     gated = gated_policies(runs)
     hits = gate(head_rows, args.fail_on_parsed, gated=gated, kernel=kernel)
@@ -279,8 +276,9 @@ def report(args, header, runs, rows, head_rows, warnings, kernel=None, layers=()
     print_gate(hits, args.fail_on_parsed, gated, head_rows, args)
     if kernel is not None:
         print(kernel)
-    fixes = remedies(args, layers, head_rows, runs, hits, gated) if layers else []
-    print_remedies(fixes, len(failing_heads(head_rows, hits, gated, args.fail_on_parsed)))
+    failing = failing_heads(head_rows, hits, gated, args.fail_on_parsed)
+    fixes = remedies(args, layers, failing, runs) if layers else []
+    print_remedies(fixes, len(failing))
     if not args.quiet:
         print()
         _print(rows, args, head_rows)
