@@ -81,15 +81,20 @@ def check_kernel():
                 torch.cuda.synchronize()
                 dt = time.perf_counter() - t0
                 b = attention(q, k, v, backend="emulator", **kw)
-                a_cpu = type(a)(**{f: (getattr(a, f).cpu() if f != "backend" else a.backend)
-                                   for f in a.__dataclass_fields__})
-                rep = explain(a_cpu, b, q, k, v, exp_rel_err=exp_rel_err_for(a.backend, scale=scale), **kw)
+                rep = explain(result_on_cpu(a), b, q, k, v, exp_rel_err=exp_rel_err_for(a.backend, scale=scale), **kw)
                 rows.append({"n": n, "d": d, **kw, "kernel_backend": a.backend, "seconds": dt,
                              **{x: rep[x] for x in ("max_rel_diff", "diag_equal", "mismatched_rows",
                                                     "fragile_elements", "explained", "why")}})
                 print(f"  N={n} d={d} {order} S={scale:g} causal={causal}: explained={rep['explained']} "
                       f"diag_equal={rep['diag_equal']} max_rel={rep['max_rel_diff']:.2e}", flush=True)
     return rows
+
+
+def result_on_cpu(r):
+    """An :class:`~pcast.AttentionResult` with its tensors moved to the CPU (its other fields, None among them,
+    as they are)."""
+    return type(r)(**{f: (x.cpu() if torch.is_tensor(x) else x)
+                      for f, x in ((f, getattr(r, f)) for f in r.__dataclass_fields__)})
 
 
 def check_ieee_dot():

@@ -263,7 +263,7 @@ def _run_group(members: list, G: int, Nq: int) -> None:
                 if g in leads[m]:
                     a, lead = leads[m][g]
                     if g == a:
-                        states[m, a] = _rev.anchor_state(c, s, lead)
+                        states[m, a] = _rev.anchor_state(c, s, lead, a, r0, r1)
                     SHARING["reverse"] += 1
                     _rev.item_rows(c, g, r0, r1, s, states[m, a], outs, diags, keep)
                 else:

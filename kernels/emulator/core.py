@@ -7,14 +7,11 @@ blocks one at a time it computes every block's running maximum at once (a cumula
 max over the per-block row maxima, in the visiting order), so the whole computation is
 a handful of large tensor operations.
 
-Exactness: everything that decides the diagnostics (the block partition, the
-running max each key sees, ``p = exp(s - m)``, ``p·S`` and its FP8 rounding) is the
-same computation as in the kernel. Only the fp32 accumulation order differs: the
-kernel rescales ``acc`` and ``l`` by ``alpha`` once per block, while the emulator
-weights each block by ``exp(m_block - m_final)`` directly. That changes outputs by a
-few fp32 ulps, never a diagnostic. Scores ``s`` come from a different fp32 matmul
-than the kernel's, so a ``p`` within a few ulps of an FP8 rounding boundary can round
-the other way; :mod:`pcast.conformance` checks that explanation for every mismatch.
+Exactness: every decision (the walk of step 2, each rounding, underflow, saturation) is made on the exact
+value (:mod:`pcast.emulator.exact`), so the counts are the same on every CPU. The float32 arithmetic is the
+kernel's except the accumulation order: the kernel rescales ``acc`` and ``l`` by ``alpha`` once per block,
+the emulator weights each block by ``exp(m_block - m_final)`` directly (a few fp32 ulps in the outputs).
+:mod:`pcast.conformance` explains every difference from the kernel's float32 decisions.
 
 The P-policy options (docs/interfaces.md, "P policies") enter at their steps: operand casts
 (``qk_fmt``, ``v_fmt``) in :func:`_layout`; lazy rescaling and a sink logit that seeds the
@@ -44,6 +41,7 @@ from pcast.emulator.mx import per_row_scale as _per_row_scale
 from pcast.formats.microscaling import MXFormat
 from pcast.formats.rounding import quantize_fast
 from pcast.emulator.parts import max_in_force, operand_cast, running_max
+from pcast.emulator import exact as _ex
 from pcast.emulator import tensorcore as _tc
 from pcast.reference import causal_mask, expand_kv
 
@@ -89,6 +87,7 @@ class _Call:
     cummax: bool  # eager max without a seed: the running max is a cumulative max
     splits: tuple = (1, "contiguous", "online")  # num_splits, split_layout, p_normalize (pcast.emulator.splits)
     pv: _tc.PVOperands | None = None  # step 5 on an FP8 tensor core (pv_arith), else None: float32
+    ex: _ex.Bounds | None = None  # the norms behind exact decisions (pcast.emulator.exact), None: not covered
 
 
 def _operand(t, heads: int, n: int, pad: int, fmt, how):
@@ -151,7 +150,11 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
     sink_init = sink_logit is not None and sink_mode == "init"
     pv = None if pv_arith == "fp32" else once(("pv", vk, pad, pv_arith, fmt.name), lambda: _tc.pv_operands(
         v, H, Nk, pad, v_fmt, v_scale, pv_arith, fmt))
-    return _Call(qs=qs, kT=kf.transpose(-1, -2), vf=vf, visible=visible,
+    ex = None
+    if _ex.eligible(fmt, scale_mode, p_normalize):
+        ex = once(("bounds", qk, sm_scale, pad, block_n), lambda: _ex.bounds(
+            qs, kf.transpose(-1, -2), block_n, 1.0 if sm_pow2 else sm_scale))
+    return _Call(qs=qs, kT=kf.transpose(-1, -2), vf=vf, visible=visible, ex=ex,
                  nblk=nblk, block_n=block_n, ks=min(ksink, Nk), sm_scale=sm_scale, sm_pow2=sm_pow2,
                  reverse=reverse, fmt=fmt, mx=isinstance(fmt, MXFormat), per_row=scale_mode == "per_row",
                  rowsum_rounded=rowsum_rounded,
@@ -178,11 +181,13 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
     # step 2: running max
     sb = s.view(nr, c.nblk, c.block_n)
     bm = sb.amax(dim=-1)  # the max in force when each block is processed: a cumulative max, or step 2's rule
-    m = running_max(bm, c.reverse) if c.cummax else max_in_force(bm, c.reverse, c.tau, c.sink[g].expand(nr)
-                                                                 if c.sink_init else None)
+    m, ch = _ex.in_force(c, g, r0, r1, sb, bm)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    tk = ch.terms_keys(sb, m) if ch is not None else None
     # in place: s is not needed again. u is p (multiply) or x (exp2_offset), the unrounded value.
     u = _unrounded(c, sb, m_safe, out=sb).view(nr, Np)
+    if tk is not None:
+        ch.fix_terms(u, tk)
     # The cast below overwrites u in place, so take what still needs the unrounded u now:
     # its block sums (for the unrounded row sum) and its positive counts (for the diagnostics).
     if not c.rowsum_rounded:
@@ -200,7 +205,7 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         # x = p·S, p·S_r (per_row) or step 2's x (exp2_offset, one scale only): in place over u for the last
         # scale, else into the spare buffer, so that u stays unrounded for the next scale
         x = _first_level(c, u, sc.scale, s_r, spare if i < last else None)
-        pq = _cast(c, sc, x, pos_g, diag, g, r0, r1)
+        pq = _cast(c, sc, x, pos_g, diag, g, r0, r1, ch)
         # diagnostics: p_q > 0 implies u > 0, so underflows are #(u > 0) - #(p_q > 0).
         torch.sign(pq, out=sgn)
         _counts(diag, g, r0, r1, pos_s, pos_ns, sgn[:, :c.ks].sum(-1), sgn[:, c.ks:].sum(-1))
@@ -267,13 +272,19 @@ def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torc
     return s
 
 
-def _cast(c: _Call, sc: _Scale, x: torch.Tensor, pos_g, diag: dict, g: int, r0: int, r1: int) -> torch.Tensor:
-    """Step 3's rounding of x in place (no rounding when fmt is None): FP8, or a microscaled format's groups
-    of keys inside each block with a scale per group (:mod:`pcast.emulator.mx`); saturation counted."""
+def _cast(c: _Call, sc: _Scale, x: torch.Tensor, pos_g, diag: dict, g: int, r0: int, r1: int,
+          ch: _ex.Chunk | None = None) -> torch.Tensor:
+    """Step 3's rounding of x (no rounding when fmt is None): FP8, or a microscaled format's groups of keys
+    inside each block with a scale per group (:mod:`pcast.emulator.mx`); saturation counted. In place, except
+    with exact decisions (``ch``: :meth:`pcast.emulator.exact.Chunk.cast`, a new tensor)."""
     if c.mx:
         return _cast_mx(c, x, pos_g, diag, g, r0, r1)
     saturate = _saturation(c, sc, x, diag["saturated"][g, r0:r1])
-    return x if c.fmt is None else quantize_fast(x, c.fmt, saturate=saturate, out=x)
+    if c.fmt is None:
+        return x
+    if ch is not None:
+        return ch.cast(x, sc.scale, diag["saturated"][g, r0:r1], sc.check_saturation)
+    return quantize_fast(x, c.fmt, saturate=saturate, out=x)
 
 
 def _saturation(c: _Call, sc: _Scale, x: torch.Tensor, saturated: torch.Tensor) -> bool:

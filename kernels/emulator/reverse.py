@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from pcast.emulator import core as _em
+from pcast.emulator import exact as _ex
 from pcast.emulator.mx import first_level
 from pcast.formats.rounding import quantize_fast
 
@@ -45,10 +46,15 @@ def _scaled(c: _em._Call, sc, u: torch.Tensor, last: bool):
     return x, (_em.saturated_count(c, x) if sc.check_saturation else None)
 
 
-def _cast(c: _em._Call, sc, x: torch.Tensor) -> torch.Tensor:
-    """Step 3's rounding, in place. Clamping first when the scale may saturate gives the bits of an unclamped
+def _cast(c: _em._Call, sc, x: torch.Tensor, ch, sat, j0: int) -> torch.Tensor:
+    """Step 3's rounding of x (blocks j0 on), in place or, with exact decisions (``ch``), a new tensor whose
+    saturations correct ``sat``. Clamping first when the scale may saturate gives the bits of an unclamped
     cast wherever nothing exceeds max_finite, so this is pcast.emulator.core._cast whatever its check found."""
-    return x if c.fmt is None else quantize_fast(x, c.fmt, saturate=sc.check_saturation, out=x)
+    if c.fmt is None:
+        return x
+    if ch is not None:
+        return ch.cast(x, sc.scale, sat, sc.check_saturation, j0=j0)
+    return quantize_fast(x, c.fmt, saturate=sc.check_saturation, out=x)
 
 
 @dataclass
@@ -57,32 +63,36 @@ class _State:
 
     c0: int  # leading columns each item computes itself (j0 = c0 / block_n blocks)
     bm: torch.Tensor  # [rows, nblk] the anchor's block maxima (blocks < j0 are each item's own)
+    bm64: torch.Tensor | None  # the same, exact (pcast.emulator.exact), where the call's decisions are exact
     pos: torch.Tensor  # [rows] keys with u > 0 in the shared blocks (none of them a sink key)
     lblk: torch.Tensor | None  # [rows, nblk - j0] the unrounded block sums (rowsum unrounded)
     per_scale: list  # per scale: (p_q [rows, nblk - j0, block_n], #p_q > 0, #saturated or None, rounded lblk or None)
 
 
-def anchor_state(c: _em._Call, s: torch.Tensor, c0: int) -> _State:
-    """Steps 2-4 of the shared blocks (j0 on) of one chunk of rows from the anchor's scores ``s`` [rows, Np]
+def anchor_state(c: _em._Call, s: torch.Tensor, c0: int, a: int, r0: int, r1: int) -> _State:
+    """Steps 2-4 of the shared blocks (j0 on) of rows r0:r1 of the anchor a from its scores ``s`` [rows, Np]
     (read only): running max, p (or x), each scale's cast, counts and block sums."""
     nr, j0 = s.shape[0], c0 // c.block_n
     sb = s.view(nr, c.nblk, c.block_n)
     bm = sb.amax(dim=-1)
-    m = _em.running_max(bm, True)
+    m, ch = _ex.in_force(c, a, r0, r1, sb, bm)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    tk = ch.terms_keys(sb[:, j0:], m[:, j0:], j0) if ch is not None else None
     u = _em._unrounded(c, sb[:, j0:], m_safe[:, j0:], out=None)  # (s is the shared scores, read only)
+    if tk is not None:
+        ch.fix_terms(u, tk)
     lblk = None if c.rowsum_rounded else u.sum(-1)
     pos = torch.sign(u).flatten(1).sum(-1)
     per_scale = []
     for i, sc in enumerate(c.scales):
         x, sat = _scaled(c, sc, u, i == len(c.scales) - 1)
-        pq = _cast(c, sc, x)
+        pq = _cast(c, sc, x.view(nr, -1), ch, sat, j0).view(x.shape)
         lr = None
         if c.rowsum_rounded:
             lr = pq.sum(-1)
             lr = lr if c.exp2 else lr / sc.scale
         per_scale.append((pq, torch.sign(pq).flatten(1).sum(-1), sat, lr))
-    return _State(c0=c0, bm=bm, pos=pos, lblk=lblk, per_scale=per_scale)
+    return _State(c0=c0, bm=bm, bm64=None if ch is None else ch.bm64, pos=pos, lblk=lblk, per_scale=per_scale)
 
 
 def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _State, outs: tuple, diags: tuple,
@@ -95,9 +105,19 @@ def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _Stat
     lead = s.view(nr, c.nblk, bn)[:, :j0]
     bm = st.bm.clone()
     bm[:, :j0] = lead.amax(dim=-1)
-    m = _em.running_max(bm, True)
+    ch = None
+    if st.bm64 is None:
+        m = _em.running_max(bm, True)
+    else:  # exact: the item's leading blocks recomputed, the anchor's exact maxima after them
+        bm64 = st.bm64.clone()
+        bm64[:, :j0] = _ex.block_maxima(c, g, slice(r0, r1), lead, bm[:, :j0])
+        m64 = _em.running_max(bm64, True)
+        m, ch = _ex.walked_max(bm, bm64, m64), _ex.Chunk.make(c, g, r0, r1, m64, bm64)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    tk = ch.terms_keys(lead, m[:, :j0]) if ch is not None else None
     u = _em._unrounded(c, lead, m_safe[:, :j0], out=None)
+    if tk is not None:
+        ch.fix_terms(u, tk)
     if not c.rowsum_rounded:
         lblk = torch.cat([u.sum(-1), st.lblk], dim=1)
     sgn = torch.sign(u).view(nr, st.c0)
@@ -108,7 +128,7 @@ def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _Stat
         pq_sh, ppos_sh, sat_sh, lr_sh = st.per_scale[i]
         # step 3: cast
         x, sat = _scaled(c, sc, u, i == len(c.scales) - 1)
-        pq = _cast(c, sc, x)
+        pq = _cast(c, sc, x.view(nr, -1), ch, sat, 0).view(x.shape)
         torch.sign(pq.view(nr, st.c0), out=sgn)
         _em._counts(diag, g, r0, r1, pos_s, pos_ns, sgn[:, :ks].sum(-1), sgn[:, ks:].sum(-1) + ppos_sh)
         if sat is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from pcast.emulator import core as _em
+from pcast.emulator import exact as _ex
 from pcast.emulator.parts import max_in_force, running_max
 
 __all__ = ["split_blocks", "emulate_splits", "merge"]
@@ -91,9 +92,19 @@ def _split_rows(c, parts, g: int, r0: int, r1: int, outs_i: tuple, diag: dict) -
     # step 1: scores
     sb = _em._scores(c, g, r0, r1).view(nr, c.nblk, bn)
     # step 2: running max
-    m = _split_maxima(c, parts, sb.amax(dim=-1), sig)
+    bm = sb.amax(dim=-1)
+    ch = None
+    if c.ex is None:
+        m = _split_maxima(c, parts, bm, sig)
+    else:  # exact decisions (pcast.emulator.exact): every block's exact maximum, each split's rule on them
+        m64, bm64 = _ex.exact_in_force(c, g, r0, r1, sb, bm, lambda b, sd: _split_maxima(c, parts, b, sd), sig,
+                                       every=True)
+        m, ch = _ex.walked_max(bm, bm64, m64, sig), _ex.Chunk.make(c, g, r0, r1, m64, bm64)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    tk = ch.terms_keys(sb, m) if ch is not None else None
     u = _em._unrounded(c, sb, m_safe, out=None)  # p (multiply) or x (exp2_offset), [rows, nblk, bn]
+    if tk is not None:
+        ch.fix_terms(u, tk)
     l_part = _partition_sums(c, parts, u, m_safe, sig) if partition else None
     sgn = torch.sign(u).view(nr, -1)
     pos_s, pos_ns = sgn[:, :c.ks].sum(-1), sgn[:, c.ks:].sum(-1)
@@ -102,7 +113,7 @@ def _split_rows(c, parts, g: int, r0: int, r1: int, outs_i: tuple, diag: dict) -
         x = torch.div(u, torch.where(l_part > 0, l_part, torch.ones_like(l_part))[..., None]).mul_(sc.scale)
     else:
         x = u.clone() if c.exp2 else torch.mul(u, sc.scale)
-    pq = _em._cast(c, sc, x.view(nr, -1), None, diag, g, r0, r1).view(nr, c.nblk, bn)
+    pq = _em._cast(c, sc, x.view(nr, -1), None, diag, g, r0, r1, ch).view(nr, c.nblk, bn)
     torch.sign(pq.view(nr, -1), out=sgn)
     _em._counts(diag, g, r0, r1, pos_s, pos_ns, sgn[:, :c.ks].sum(-1), sgn[:, c.ks:].sum(-1))
     # step 4: row sum

@@ -3,11 +3,13 @@ or dict policies, and any block size that is a positive multiple of 16, the emul
 at real kernels' tiles (96, 160, 192)."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import pcast
+from pcast.conformance import explain
 from pcast.api import triton_blocks
 from pcast.api_inputs import as_policy, check_inputs, parse_dtype
 from pcast.contract import DIAGNOSTICS
@@ -107,7 +109,8 @@ def test_real_kernels_tiles_match_the_loop_oracle(order, block_n, options):
     q, k, v = _inputs(nk=500)
     emu = pcast.attention(q, k, v, order=order, block_n=block_n, ksink=1, backend="emulator", **options)
     out, diag = loop_attention(q, k, v, order=order, block_n=block_n, ksink=1, **options)
-    assert all(torch.equal(getattr(emu, n), diag[n]) for n in DIAGNOSTICS)
-    assert float((emu.out - out).abs().max()) <= 1e-5 * float(out.abs().max())
+    # the emulator decides on exact values, the loop on its float32 ones: every difference explained
+    rep = explain(emu, SimpleNamespace(out=out, **diag), q, k, v, order=order, block_n=block_n, ksink=1, **options)
+    assert rep["explained"], rep["why"]
     other = pcast.attention(q, k, v, order=order, block_n=128, ksink=1, backend="emulator", **options)
     assert not torch.equal(emu.underflow, other.underflow) or not torch.equal(emu.out, other.out)  # the tile shows

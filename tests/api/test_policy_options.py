@@ -320,9 +320,10 @@ def _offset_x_max(m, scale):
 
 def test_exp2_offset_against_multiply():
     """S = 256 = 2^8: log2 S is exact, so exp2_offset is multiply up to fp32 rounding (the diagnostics are
-    the same and, without a P cast, the outputs too). S = 448: log2_scale(448) is rounded; the max key's
-    exponent m·L - (m·L - log2 S) rounds above it on some rows, x exceeds 448 there and is counted as
-    saturated, exactly on the rows the float32 arithmetic predicts; multiply gives 1·448 and never does."""
+    the same and, without a P cast, the outputs too). S = 448: log2_scale(448) is rounded; in float32 the max
+    key's exponent m·L - (m·L - log2 S) rounds above it on some rows, x exceeds 448 there and the loop oracle
+    (float32 decisions, as a kernel's) counts it as saturated, exactly on the rows the float32 arithmetic
+    predicts. The emulator decides on the exact x, 448·2^0 = 448, and never does, as multiply (1·448) never does."""
     g = torch.Generator().manual_seed(3)
     s = torch.rand(64, 40, generator=g, dtype=torch.float64) * -20  # x down to 256·e^-20, below 2^-10
     s[:, 0] = torch.rand(64, generator=g, dtype=torch.float64) * 40  # row maxima 0..40
@@ -338,9 +339,10 @@ def test_exp2_offset_against_multiply():
     e448 = pcast.attention(q, k, v, scale=448.0, scale_mode="exp2_offset", **kw)
     m448 = pcast.attention(q, k, v, scale=448.0, scale_mode="multiply", **kw)
     above = np.array([_offset_x_max(m, 448.0) > np.float32(log2_scale(448.0)) for m in s[:, 0].float().numpy()])
+    _, loop448 = loop_attention(q, k, v, scale=448.0, scale_mode="exp2_offset", block_n=16, sm_scale=1.0, ksink=0)
     assert 0 < above.sum() < 64
-    assert e448.saturated.view(-1).tolist() == above.astype(int).tolist()
-    assert int(m448.saturated.sum()) == 0
+    assert loop448["saturated"].view(-1).tolist() == above.astype(int).tolist()
+    assert int(e448.saturated.sum()) == 0 and int(m448.saturated.sum()) == 0
     assert 2.0 ** log2_scale(448.0) != 448.0 and 2.0 ** log2_scale(256.0) == 256.0
 
 

@@ -93,7 +93,10 @@ def _check(var: str, n: int, d: int, ksink: int, deltas) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("var", sorted(_ENVS))
 def test_counts_identical_across_cpu_code_paths(var):
-    """The collapse-like stack: N = 1,024, d = 64, 4 sink keys, Δ = 0..15, the four combinations. (Child
-    processes, a few seconds each: ``slow``. The inner loop's check of the same property is
-    tests/emulator/test_exact_decisions.py: counts equal to the exact computation's are the same on every CPU.)"""
-    _check(var, 1024, 64, 4, range(16))
+    """A collapse-like stack dense where the counts are most sensitive: N = 2,048, d = 128, 4 sink keys, Δ from
+    5 to 14 in steps of 0.2 (both thresholds, ln(1/2^-10) − δk and the same + ln 256, inside), the four
+    combinations: 1,288 counts. Decided on float32 values, 16 of them differ between MKL_CBWR=AUTO and
+    =COMPATIBLE on an AMD EPYC. (Child processes, about 40 s each: ``slow``. The inner loop's checks of the same
+    property are in tests/emulator/test_exact_decisions.py: counts equal to the exact computation's, and
+    counts that do not move when every score and exp moves by two ulps.)"""
+    _check(var, 2048, 128, 4, [round(5.0 + 0.2 * i, 1) for i in range(46)])

@@ -47,8 +47,7 @@ def _three_way(q, k, v, **kw):
     """Emulator against the loop oracle; the lse against the float64 reference."""
     a = pcast.attention(q, k, v, **kw, **EMU)
     out, diag = loop_attention(q, k, v, **kw)
-    for n in DIAGNOSTICS:
-        assert torch.equal(getattr(a, n), diag[n]), (n, kw)
+    # the emulator decides on exact values, the loop on its float32 ones: each difference in a count is explained
     b = type("R", (), {"out": out, "lse": diag["lse"], **{n: diag[n] for n in DIAGNOSTICS}})
     rep = explain(a, b, q, k, v, **{n: x for n, x in kw.items() if n not in ("block_m", "rowsum")})
     assert rep["explained"], (rep["why"], kw)

@@ -12,6 +12,7 @@ SE between units, as tests/theory/test_theory.py does. Seeds are fixed: every ru
 """
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -27,6 +28,8 @@ from pcast.theory.policy import (best_lazy_scale, exp2_offset_scale, max_safe_ta
                                    underflow_fraction_init, v_cast_floor, v_rounding_mse)
 from pcast.models.sinks import learned_sink, make_base, make_inputs
 from pcast.theory import log_threshold, optimal_scale, underflow_fraction
+
+from loop_contract import loop_attention
 
 LN2 = math.log(2.0)
 Z = 5.0
@@ -339,13 +342,17 @@ def t_crit(U):
     return stats.t.ppf(1 - 1e-4 / 2, U - 1)
 
 
-def emulator_units(inputs, seeds, heads, what, **kw):
-    """Per (seed, head) fraction ``what`` of the emulator's diagnostics, over all query rows."""
+def emulator_units(inputs, seeds, heads, what, float32_decisions=False, **kw):
+    """Per (seed, head) fraction ``what`` of the emulator's diagnostics, over all query rows; with
+    ``float32_decisions``, of the loop oracle's (a kernel's float32 decisions, not the exact ones)."""
     units = []
     for seed in seeds:
         q, k, v = inputs(seed)
-        r = pcast.attention(q, k, v, backend="emulator", **kw)
-        assert r.backend == "emulator"
+        if float32_decisions:
+            r = SimpleNamespace(**loop_attention(q, k, v, **kw)[1])
+        else:
+            r = pcast.attention(q, k, v, backend="emulator", **kw)
+            assert r.backend == "emulator"
         num = getattr(r, what)[0].sum(-1).double()
         den = (r.terms[0] + r.terms_sink[0]).sum(-1).double()
         assert torch.all(den == q.shape[2] * k.shape[2])  # every key has a positive unrounded value
@@ -447,20 +454,21 @@ def test_exp2_offset_overshoot_rate_for_448():
 
 
 @pytest.mark.parametrize("delta", [15.5, 16.0])
-def test_emulator_sage2_overshoot_matches_law(delta, one_thread):
-    """SageAttention2's P path (forward, S = 448, exp2_offset) with 4 sink keys at Δ: the row's max
+def test_float32_sage2_overshoot_matches_law(delta, one_thread):
+    """SageAttention2's P path (forward, S = 448, exp2_offset) with 4 sink keys at Δ: in float32 the row's max
     (a sink key near Δ) saturates when it lies above 17.19 and the tie rounds down. The law (the walk
-    with the overshoot rate) against the emulator; teeth: the law without the overshoot is 0, and at
-    S = 256 (integer offset) the emulator must count nothing."""
+    with the overshoot rate) against the loop oracle's float32 decisions (a kernel's); teeth: the law without
+    the overshoot is 0, and at S = 256 (integer offset) nothing saturates. The emulator decides on the exact
+    x (448 for the max key) and counts no saturation at either scale."""
     seeds, heads, n = (0, 1), 8, 1024
     kw = dict(order="forward", scale=448.0, scale_mode="exp2_offset", block_n=64, ksink=4)
-    units = emulator_units(lambda s: make_inputs(s, heads=heads, n=n, ksink=4, delta=delta), seeds, heads,
-                           "saturated", **kw)
+    inputs = lambda s: make_inputs(s, heads=heads, n=n, ksink=4, delta=delta)  # noqa: E731
+    assert not emulator_units(inputs, seeds[:1], heads, "saturated", **kw).any()
+    units = emulator_units(inputs, seeds, heads, "saturated", float32_decisions=True, **kw)
     U, measured = units.size, units.mean()
     tol = t_crit(U) * max(units.std(ddof=1), 1e-12) / math.sqrt(U)
     th = saturation_fraction(0.0, 448.0, n=n, block_n=64, order="forward", delta=delta, scale_mode="exp2_offset")
     assert abs(measured - th) <= tol, (measured, th, tol)
     assert measured > tol  # a law without the overshoot (0) would fail
-    at256 = emulator_units(lambda s: make_inputs(s, heads=heads, n=n, ksink=4, delta=delta), seeds[:1], heads,
-                           "saturated", **{**kw, "scale": 256.0})
+    at256 = emulator_units(inputs, seeds[:1], heads, "saturated", float32_decisions=True, **{**kw, "scale": 256.0})
     assert not at256.any()

@@ -1,0 +1,294 @@
+"""Exact decisions on the emulator's P path (docs/interfaces.md, "Exact decisions").
+
+The scores stay a float32 BLAS product and ``exp`` torch's float32 one; what is decided (the walk of step 2,
+each rounding of step 3, each underflow to zero, each saturation, whether an unrounded value is > 0 in
+float32) is decided on the exact value: the one of real arithmetic on the float32 operands, computed in
+float64 for the few keys whose float32 value lies within its error bound of a decision's boundary. So the
+counts (and every P_q) are the same on every CPU, whatever its sgemm and exp.
+
+The bounds, per query row r and KV block b (``B = ‖q'_r‖·max_{k in b}‖k'_k‖·sm``, Cauchy–Schwarz's bound on
+``|s|``):
+
+* a float32 score lies within ``E = (d + 2)·2⁻²³·B`` of the exact one (Higham's ``γ_d``, any summation order,
+  with a factor of two to spare);
+* a block's exact maximum is among its keys whose float32 score is within ``2E`` of the block's float32
+  maximum (the candidates); only blocks near the walk's threshold are recomputed (:func:`exact_in_force`);
+* the float32 x (``p·S`` or the exp2 form) lies within a relative ``δ`` of the exact one (:meth:`Chunk.make`:
+  the key's and the max's score errors, the roundings of ``s − m``, ``s·LOG2E`` and ``m·LOG2E − log2 S``,
+  eight ulps for exp and ``·S``); a key whose x lies within ``δ·x`` of a rounding midpoint, of ``max_finite``,
+  or whose ``s − m`` lies within 0.5 of where float32 exp underflows, is decided on its float64 value.
+
+Widening any bound only recomputes more keys: each decision is then made on the float64 value, which is exact
+for it unless the value lies within about 1e-15 (relative) of the boundary.
+
+Not covered (decided on float32 values): ``scale_mode="per_row"``, partition normalisation and microscaled FP4,
+whose x depends on a float32 sum or maximum of other keys' values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from pcast.contract import LOG2E
+from pcast.emulator.parts import max_in_force, running_max
+from pcast.formats import FP8Format
+from pcast.formats.rounding import quantize_fast
+
+__all__ = ["in_force", "max_rule", "Bounds", "bounds", "eligible", "block_maxima", "exact_in_force", "walked_max", "Chunk", "round_exact"]
+
+_U = 2.0 ** -23
+#: float32 exp(a) is 0 below about this a (2⁻¹⁵⁰ = e^a rounds to 0, half of the smallest subnormal)
+_EXP_ZERO = -150.0 * math.log(2.0)
+
+
+def eligible(fmt, scale_mode: str, p_normalize: str = "online") -> bool:
+    """Whether a call's decisions are made exactly: an FP8 or 16-bit P format (or none), ``multiply`` or
+    ``exp2_offset``, online normalisation."""
+    return (fmt is None or isinstance(fmt, FP8Format)) and scale_mode in ("multiply", "exp2_offset") \
+        and p_normalize == "online"
+
+
+def in_force(c, g: int, r0: int, r1: int, sb: torch.Tensor, bm: torch.Tensor):
+    """Step 2's max in force at each block, [rows, nblk] float32, from the scores ``sb`` [rows, nblk, block_n]
+    and their block maxima ``bm``; and the chunk's exact decisions (:class:`pcast.emulator.exact.Chunk`,
+    None where the call is not covered). Covered calls run the max rule on the exact block maxima, in float64,
+    and compute on the float32 maxima of the blocks that walk chose (:func:`pcast.emulator.exact.walked_max`)."""
+    seed = c.sink[g].expand(bm.shape[0]) if c.sink_init else None
+    if c.ex is None:
+        return max_rule(c, bm, seed), None
+    m64, bm64 = exact_in_force(c, g, r0, r1, sb, bm, lambda b, sd: max_rule(c, b, sd), seed)
+    return walked_max(bm, bm64, m64, seed), Chunk.make(c, g, r0, r1, m64, bm64)
+
+
+def max_rule(c, bm: torch.Tensor, seed) -> torch.Tensor:
+    """Step 2's rule over block maxima ``bm`` [rows, nblk] (any float dtype): the cumulative max, or the max
+    that moves only past τ (``seed`` [rows]: the max a row starts with, None: -inf)."""
+    return running_max(bm, c.reverse) if c.cummax else max_in_force(bm, c.reverse, c.tau, seed)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A call's operands in float64 and their norms, for the recomputation and the error bounds."""
+
+    q64: torch.Tensor  # [G, Nq, d] the laid-out queries (times sm when sm was folded into q)
+    k64: torch.Tensor  # [G, Np, d] the laid-out keys, zero-padded
+    qn: torch.Tensor  # [G, Nq] ‖q'_r‖
+    kn: torch.Tensor  # [G, nblk] the largest ‖k'_k‖ of each KV block (0 for padding)
+    sm: float  # the factor still applied to q'·k' (1 when folded)
+    d: int
+
+
+def bounds(qs: torch.Tensor, kT: torch.Tensor, block_n: int, sm: float) -> Bounds:
+    """:class:`Bounds` of the laid-out queries ``qs`` [G, Nq, d] and keys ``kT`` [G, d, Np]."""
+    G, d, np_ = kT.shape
+    q64 = qs.double()
+    k64 = kT.transpose(-1, -2).double().contiguous()
+    kn = k64.norm(dim=-1).view(G, np_ // block_n, block_n).amax(-1)
+    return Bounds(q64=q64, k64=k64, qn=q64.norm(dim=-1), kn=kn, sm=sm, d=d)
+
+
+def _norm_product(c, g: int, rows) -> torch.Tensor:
+    """[rows, nblk] B = ‖q'_r‖·max‖k'‖·sm, float64; ``rows`` a slice or an index tensor of absolute rows."""
+    b = c.ex
+    return b.qn[g][rows][:, None] * b.kn[g][None, :] * b.sm
+
+
+def exact_scores(c, g: int, rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """float64 scores of (row, key) pairs of head g (rows absolute, keys padded positions): ``q'·k'`` of the
+    float32 operands, times sm where it was not folded into q'."""
+    s = (c.ex.q64[g].index_select(0, rows) * c.ex.k64[g].index_select(0, keys)).sum(-1)
+    return s if c.sm_pow2 else s * float(c.sm_scale)
+
+
+def _score_error(c, g: int, rows, nb: int) -> torch.Tensor:
+    """[rows, nb] the bound E on a float32 score's error, per row and block."""
+    return ((c.ex.d + 2) * _U) * _norm_product(c, g, rows)[:, :nb]
+
+
+def block_maxima(c, g: int, rows, sb: torch.Tensor, bm: torch.Tensor,
+                 which: torch.Tensor | None = None) -> torch.Tensor:
+    """The exact maximum of the blocks ``which`` [rows, nb] (bool; None: all) of the float32 scores ``sb``
+    [rows, nb, block_n] (the first nb blocks of the rows ``rows``: a slice or an index tensor), [rows, nb]
+    float64; elsewhere float64 of ``bm``, their float32 block maxima. The candidates (keys within 2E of their
+    block's float32 maximum) are recomputed in float64."""
+    nr, nblk, bn = sb.shape
+    lo = (bm.double() - 2.0 * _score_error(c, g, rows, nblk)).to(torch.float32)
+    lo = torch.nextafter(lo, torch.full_like(lo, float("-inf")))  # (rounding the bound down keeps it a bound)
+    if which is None:
+        which = torch.ones_like(bm, dtype=torch.bool)
+    out = torch.where(which, torch.full_like(bm, float("-inf")), bm).double().flatten()
+    rb = which.flatten().nonzero().flatten()  # the blocks recomputed, as row·nblk + block
+    blocks = sb.reshape(nr * nblk, bn).index_select(0, rb)
+    i, kk = ((blocks >= lo.flatten()[rb, None]) & (blocks > float("-inf"))).nonzero(as_tuple=True)
+    if i.numel():
+        rb = rb[i]
+        ri, j = rb // nblk, rb % nblk
+        absolute = ri + rows.start if isinstance(rows, slice) else rows[ri]
+        out.scatter_reduce_(0, rb, exact_scores(c, g, absolute, j * bn + kk), reduce="amax")
+    return out.view(nr, nblk)
+
+
+def _before(m: torch.Tensor, reverse: bool, first: torch.Tensor) -> torch.Tensor:
+    """[rows, nblk] the max in force before each block in visiting order (``first`` [rows] before the first)."""
+    first = first[:, None].to(m.dtype)
+    return torch.cat([m[:, 1:], first], 1) if reverse else torch.cat([first, m[:, :-1]], 1)
+
+
+def exact_in_force(c, g: int, r0: int, r1: int, sb: torch.Tensor, bm: torch.Tensor, rule, seed=None,
+                   every: bool = False):
+    """Step 2's max in force at each block on exact values, [rows, nblk] float64: ``rule(block maxima, seed)``
+    (the call's max rule, cumulative or against τ; ``seed`` [rows] or None) run on exact block maxima. Returns
+    ``(m64, bm64)``, bm64 the block maxima it ran on. ``every``: every block recomputed (a rule that restarts
+    within the row, as splits do).
+
+    Only blocks that can move the max are recomputed: those whose float32 maximum lies within a margin of the
+    rule's threshold under the float32 run (the max before them, plus τ/LOG2E). A block left out stands in
+    with its float32 maximum, which lies more than 2E below that threshold, so neither run moves the max
+    there; rows where the exact run's thresholds would take in a block left out are recomputed in full."""
+    nr, nblk, _ = sb.shape
+    rows = slice(r0, r1)
+    if every:
+        bm64 = block_maxima(c, g, rows, sb, bm)
+        return rule(bm64, seed), bm64
+    e = _score_error(c, g, rows, nblk)
+    first = torch.full((nr,), float("-inf"), dtype=torch.float64, device=sb.device) if seed is None else \
+        seed.to(torch.float64)
+    step = c.tau / LOG2E if c.tau else 0.0
+
+    def threshold(m, first_rows):
+        prev = _before(m, c.reverse, first_rows)
+        return prev.double() + step, torch.isneginf(prev)
+
+    thr, open_ = threshold(rule(bm, seed), first)
+    margin = 3.0 * e + 2.0 ** -20 * (torch.where(open_, torch.zeros_like(thr), thr).abs() + 1.0)
+    which = open_ | (bm.double() >= thr - margin)
+    bm64 = block_maxima(c, g, rows, sb, bm, which)
+    m64 = rule(bm64, seed)
+    thr64, open64 = threshold(m64, first)
+    wrong = (~which & (open64 | (bm.double() + e >= thr64))).any(-1)
+    if bool(wrong.any()):  # the exact run took another path: these rows' blocks all recomputed
+        idx = wrong.nonzero().flatten()
+        bm64[idx] = block_maxima(c, g, idx + r0, sb[idx], bm[idx])
+        m64[idx] = rule(bm64[idx], None if seed is None else seed[idx])
+    return m64, bm64
+
+
+def walked_max(bm: torch.Tensor, bm64: torch.Tensor, m64: torch.Tensor, seed=None) -> torch.Tensor:
+    """The float32 max in force at each block, [rows, nblk], along the exact walk ``m64`` (from the exact block
+    maxima ``bm64``): the float32 maximum ``bm`` of the block whose exact maximum is in force there (the seed
+    where the seed is, -inf before any key). So the float32 steps compute as the contract's float32 walk does,
+    and only a decision that its float32 values would take otherwise differs."""
+    hit = m64[:, :, None] == bm64[:, None, :]  # [rows, j, k]: block k's exact maximum is in force at block j
+    k = hit.to(torch.uint8).argmax(-1)
+    out = bm.gather(1, k)
+    rest = ~hit.any(-1)  # the seed, or -inf
+    if bool(rest.any()):
+        fill = torch.full_like(out, float("-inf")) if seed is None else seed.to(out.dtype)[:, None].expand_as(out)
+        out = torch.where(rest, fill, out)
+    return out
+
+
+def round_exact(x: torch.Tensor, fmt: FP8Format) -> torch.Tensor:
+    """float64 ``x >= 0`` rounded onto ``fmt``'s grid, half to even, saturating at max_finite (float64)."""
+    _, e = torch.frexp(x)  # x = f·2^e, f in [0.5, 1): the binade is 2^(e-1)
+    step = torch.exp2((torch.clamp(e - 1, min=fmt.emin) - fmt.man_bits).to(torch.float64))
+    return torch.clamp(torch.round(x / step) * step, max=fmt.max_finite)
+
+
+@dataclass
+class Chunk:
+    """One chunk of rows of one head under one call, once its exact running max is known: what step 3's exact
+    decisions need. ``m64`` [rows, nblk] float64 is the max in force at each block (-inf before any key)."""
+
+    c: object  # the call laid out (pcast.emulator.core._Call)
+    g: int
+    r0: int
+    r1: int
+    m64: torch.Tensor
+    delta: torch.Tensor  # [rows, nblk] float64: the relative bound on x's float32 error
+    bm64: torch.Tensor | None = None  # [rows, nblk] the block maxima the max rule ran on
+
+    @classmethod
+    def make(cls, c, g: int, r0: int, r1: int, m64: torch.Tensor, bm64: torch.Tensor | None = None) -> "Chunk":
+        mabs = torch.where(torch.isneginf(m64), torch.zeros_like(m64), m64).abs()
+        log2s = abs(c.log2_s) if c.exp2 else 0.0
+        b = _norm_product(c, g, slice(r0, r1))
+        # the key's score error and the max's (a float32 block maximum: the row's largest bound), s - m's rounding
+        e = (1.01 * (c.ex.d + 1) * _U / 2) * b
+        delta = e + e.amax(-1, keepdim=True) + _U * (2.0 * b + 2.0 * mabs + log2s) + 8 * _U
+        return cls(c=c, g=g, r0=r0, r1=r1, m64=m64, delta=delta, bm64=bm64)
+
+    def exact_x(self, ri: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
+        """float64 exact x (``exp(s - m)·S``, or ``exp2((s - m)·LOG2E + log2 S)``) of the (row, key) pairs
+        (rows relative to r0, keys padded positions)."""
+        c = self.c
+        s = exact_scores(c, self.g, ri + self.r0, key)
+        m = self.m64[ri, key // c.block_n]
+        m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+        if c.exp2:  # log2 S enters exactly: the float32 rounding of log2_scale(S) is not a decision
+            return torch.exp2((s - m) * LOG2E) * scale
+        return torch.exp(s - m) * scale
+
+    def terms_keys(self, sb: torch.Tensor, m: torch.Tensor, j0: int = 0):
+        """Before step 2's exp: the (row, key) pairs of ``sb`` [rows, nb, block_n] (blocks j0 on, float32
+        scores) whose ``s - m`` lies within 0.5 of where float32 exp underflows to 0, or None (the usual case:
+        no row's bound reaches there). ``m`` [rows, nb]: the float32 max in force."""
+        c = self.c
+        edge = _EXP_ZERO if not c.exp2 else (-150.0 - math.log2(c.scales[0].scale)) / LOG2E
+        nr, nb, bn = sb.shape
+        reach = 2.0 * _norm_product(c, self.g, slice(self.r0, self.r1))[:, j0:j0 + nb] + \
+            self.m64[:, j0:j0 + nb].abs()
+        rb = (reach >= abs(edge) - 1.0).flatten().nonzero().flatten()  # blocks whose bound reaches the edge
+        if not rb.numel():
+            return None
+        m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m).flatten()[rb]
+        arg = sb.reshape(nr * nb, bn).index_select(0, rb) - m_safe[:, None]
+        i, kk = ((arg - edge).abs() <= 0.5).nonzero(as_tuple=True)
+        if not i.numel():
+            return None
+        ri, j = rb[i] // nb, rb[i] % nb
+        return ri, (j + j0) * bn + kk, j * bn + kk
+
+    def fix_terms(self, u: torch.Tensor, keys) -> None:
+        """After step 2: the unrounded value u [rows, cols] of the pairs ``keys`` (from :meth:`terms_keys`)
+        set to float32 of its exact value, so that ``u > 0`` is decided exactly."""
+        if keys is None:
+            return
+        ri, key, col = keys
+        x = self.exact_x(ri, key, self.c.scales[0].scale if self.c.exp2 else 1.0)  # (u: p, or exp2_offset's x)
+        u.view(u.shape[0], -1)[ri, col] = x.to(torch.float32)
+
+    def cast(self, x: torch.Tensor, scale: float, saturated: torch.Tensor | None, check_saturation: bool,
+             j0: int = 0) -> torch.Tensor:
+        """Step 3's rounding of x [rows, nb·block_n] (blocks j0 on), decided on exact values: a new tensor
+        p_q. ``saturated`` [rows] int64 (or None): the float32 count of x > max_finite, corrected in place."""
+        c, fmt = self.c, self.c.fmt
+        if fmt is None:
+            return x
+        nr = x.shape[0]
+        bn = c.block_n
+        nb = x.shape[1] // bn
+        pq = quantize_fast(x, fmt, saturate=check_saturation)
+        delta = self.delta[:, j0:j0 + nb]
+        # recomputed where h/2 - |x - p_q| <= δ·x, h the grid step at x: 2^(e - m), e x's float32 binade (>= emin)
+        h = (x.view(torch.int32) & 0x7F800000).view(torch.float32).clamp_min_(fmt.min_normal).mul_(
+            2.0 ** -(fmt.man_bits + 1))
+        r = torch.sub(x, pq).abs_()
+        r.view(nr, nb, bn).addcmul_(x.view(nr, nb, bn), delta.to(torch.float32)[..., None])
+        near = (r >= h) & (x > 0)  # (x = 0: a masked key, or exp's underflow: terms_keys)
+        if check_saturation:
+            dist = (x - fmt.max_finite).abs_().view(nr, nb, bn)
+            near |= (dist <= (2.0 * fmt.max_finite * delta).to(torch.float32)[..., None]).view(nr, -1)
+        ri, col = near.nonzero(as_tuple=True)
+        if ri.numel():
+            x64 = self.exact_x(ri, col + j0 * bn, scale)
+            if saturated is not None and check_saturation:
+                was = (x[ri, col] > fmt.max_finite).to(torch.int64)
+                now = (x64 > fmt.max_finite).to(torch.int64)
+                saturated.index_add_(0, ri, (now - was).to(saturated.dtype))
+            pq[ri, col] = round_exact(x64, fmt).to(torch.float32)
+        return pq
+
