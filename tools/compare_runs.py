@@ -7,6 +7,7 @@ Usage (from the repository root)::
     python tools/compare_runs.py --before-dir /tmp/a --after-dir /tmp/b   # two finished runs, no rerun
     python tools/compare_runs.py --before e8c366c --rel 1e-9      # tidy tables equal up to 1e-9 relative
     python tools/compare_runs.py --before-dir /tmp/a --after-dir /tmp/b --rel 1e-9 --strict-others
+    python tools/compare_runs.py --before e8c366c --rel 1e-9 --moved   # and list every cell that moved
 
 Each commit is checked out with ``git worktree add --detach`` into a temporary folder and run with
 ``snakemake --cores N --config preset=P`` there, with ``PYTHONPATH`` set so that its own package
@@ -140,12 +141,13 @@ def _read_table(path: Path) -> tuple[list[str], list[list[str]]]:
     return (rows[0] if rows else []), rows[1:]
 
 
-def compare_table(before: Path, after: Path, rel: float) -> tuple[str, str]:
+def compare_table(before: Path, after: Path, rel: float, moved: list | None = None) -> tuple[str, str]:
     """(state, detail) of one tidy table: ``identical``, ``within`` or ``DIFFERENT``.
 
     Same header, same number of rows, rows paired in order; ``TOLERANT_COLUMNS`` agree within
     ``rel`` (see :func:`relative_difference`), every other column is identical as text. Rows are
-    numbered from 1 without the header (row i is line i + 1 of the file).
+    numbered from 1 without the header (row i is line i + 1 of the file). ``moved``: a list that
+    receives one line per differing cell (row, column, before, after).
     """
     if before.read_bytes() == after.read_bytes():
         return "identical", "same bytes"
@@ -180,6 +182,8 @@ def compare_table(before: Path, after: Path, rel: float) -> tuple[str, str]:
                 why = " (compared as text)"
             bad += 1
             first = first or f"row {i} column {name}: {a!r} before, {b!r} after{why}"
+            if moved is not None:
+                moved.append(f"row {i} column {name}: {a} -> {b}{why if j in worst else ''}")
     if first:
         return "DIFFERENT", f"{first}; {bad} cell(s) differ"
     largest = ", ".join(f"{head[j]} {float(diff):.3g}" + (f" at row {i}" if i else "")
@@ -187,12 +191,14 @@ def compare_table(before: Path, after: Path, rel: float) -> tuple[str, str]:
     return "within", f"rel {rel:g}, {len(rows_a)} rows, largest relative difference: {largest or 'no float columns'}"
 
 
-def compare_rel(before_dir: Path, after_dir: Path, rel: float, strict_others: bool = False) -> tuple[list[str], int]:
+def compare_rel(before_dir: Path, after_dir: Path, rel: float, strict_others: bool = False,
+                list_moved: bool = False) -> tuple[list[str], int]:
     """Report lines and the number of failures of a ``--rel`` comparison of two finished runs.
 
     Tidy tables go through :func:`compare_table`; the other compared files by hash, where a
     difference fails only with ``strict_others``. A file on one side only fails, and so does a
-    comparison without any tidy table.
+    comparison without any tidy table. ``list_moved``: every differing cell of a tidy table, one
+    indented line each, under its table's line.
     """
     before, after = hashes(before_dir), hashes(after_dir)
     tidy = {str(p.relative_to(d)) for d in (before_dir, after_dir) for p in d.glob(TIDY_PATTERN)}
@@ -202,7 +208,8 @@ def compare_rel(before_dir: Path, after_dir: Path, rel: float, strict_others: bo
         if a is None or b is None:
             state, detail = "missing", f"{(a or '-')[:16]}  {(b or '-')[:16]}"
         elif name in tidy:
-            state, detail = compare_table(before_dir / name, after_dir / name, rel)
+            moved: list = []
+            state, detail = compare_table(before_dir / name, after_dir / name, rel, moved)
         elif a == b:
             state, detail = "identical", f"{a[:16]}"
         else:
@@ -210,6 +217,8 @@ def compare_rel(before_dir: Path, after_dir: Path, rel: float, strict_others: bo
             detail = f"{a[:16]}  {b[:16]}" + ("" if strict_others else "  (not checked numerically)")
         bad += state in ("missing", "DIFFERENT")
         lines.append(f"{state:9s} {name:40s} {detail}")
+        if list_moved and name in tidy and a is not None and b is not None:
+            lines.extend(f"          {line}" for line in moved)
     if not tidy:
         bad += 1
         lines.append(f"{'missing':9s} {TIDY_PATTERN:40s} no tidy table in either run")
@@ -229,6 +238,8 @@ def main(argv=None) -> int:
                          "everything else identical as text (e.g. 1e-9)")
     ap.add_argument("--strict-others", action="store_true",
                     help="with --rel: a differing non-tidy file (figures, claims) fails the run too")
+    ap.add_argument("--moved", action="store_true",
+                    help="with --rel: list every differing cell of the tidy tables (row, column, before -> after)")
     args = ap.parse_args(argv)
     if args.before_dir is None and args.before is None:
         ap.error("give --before REV or --before-dir DIR")
@@ -236,6 +247,8 @@ def main(argv=None) -> int:
         ap.error(f"--rel must be a finite number >= 0, not {args.rel}")
     if args.strict_others and args.rel is None:
         ap.error("--strict-others goes with --rel")
+    if args.moved and args.rel is None:
+        ap.error("--moved goes with --rel")
     with tempfile.TemporaryDirectory(prefix="compare-runs-") as tmp:
         dirs = {}
         try:
@@ -248,7 +261,7 @@ def main(argv=None) -> int:
             if args.rel is None:
                 lines, bad = compare(hashes(dirs["before"]), hashes(dirs["after"]))
             else:
-                lines, bad = compare_rel(dirs["before"], dirs["after"], args.rel, args.strict_others)
+                lines, bad = compare_rel(dirs["before"], dirs["after"], args.rel, args.strict_others, args.moved)
         finally:
             for side in ("before", "after"):
                 if (Path(tmp) / side).exists():

@@ -5,6 +5,7 @@
   value tensors, scales and a Δ stack);
 * :mod:`.reverse`: reverse order across a Δ stack, the blocks before the sink block computed once;
 * :mod:`.exact`: the decisions of steps 2-3 on exact values (float64 where float32 lies near a boundary);
+* :mod:`.compiled`: step 3's cast and its exact-decision test in one compiled pass (numba);
 * :mod:`.mx`: step 3 for P in microscaled FP4.
 
 May import: :mod:`pcast.contract`, :mod:`pcast.formats` and :mod:`pcast.reference`.

@@ -34,7 +34,8 @@ import torch
 
 from pcast.contract import LOG2E
 from pcast.emulator.parts import max_in_force, running_max
-from pcast.formats import FP8Format
+from pcast.emulator import compiled as _compiled
+from pcast.formats import FORMATS, FP8Format
 from pcast.formats.rounding import quantize_fast
 
 __all__ = ["in_force", "max_rule", "Bounds", "bounds", "eligible", "block_maxima", "exact_in_force", "walked_max", "Chunk", "round_exact"]
@@ -198,6 +199,24 @@ def round_exact(x: torch.Tensor, fmt: FP8Format) -> torch.Tensor:
     return torch.clamp(torch.round(x / step) * step, max=fmt.max_finite)
 
 
+def _cast_and_mark(x: torch.Tensor, delta: torch.Tensor, bn: int, fmt: FP8Format, check_saturation: bool):
+    """Step 3's rounding of x [rows, nb·bn] (a new tensor) and the keys to decide on their float64 value: where
+    ``h/2 - |x - p_q| <= δ·x`` (h the grid step at x: 2^(e - m), e x's float32 binade, at least emin) and x > 0
+    (x = 0: a masked key, or exp's underflow, :meth:`Chunk.terms_keys`), or (``check_saturation``) x within
+    ``2δ`` of max_finite. :mod:`pcast.emulator.compiled` is the same in one pass."""
+    nr, nb = x.shape[0], x.shape[1] // bn
+    pq = quantize_fast(x, fmt, saturate=check_saturation)
+    h = (x.view(torch.int32) & 0x7F800000).view(torch.float32).clamp_min_(fmt.min_normal).mul_(
+        2.0 ** -(fmt.man_bits + 1))
+    r = torch.sub(x, pq).abs_()
+    r.view(nr, nb, bn).addcmul_(x.view(nr, nb, bn), delta.to(torch.float32)[..., None])
+    near = (r >= h) & (x > 0)
+    if check_saturation:
+        dist = (x - fmt.max_finite).abs_().view(nr, nb, bn)
+        near |= (dist <= (2.0 * fmt.max_finite * delta).to(torch.float32)[..., None]).view(nr, -1)
+    return pq, near
+
+
 @dataclass
 class Chunk:
     """One chunk of rows of one head under one call, once its exact running max is known: what step 3's exact
@@ -268,20 +287,12 @@ class Chunk:
         c, fmt = self.c, self.c.fmt
         if fmt is None:
             return x
-        nr = x.shape[0]
         bn = c.block_n
-        nb = x.shape[1] // bn
-        pq = quantize_fast(x, fmt, saturate=check_saturation)
-        delta = self.delta[:, j0:j0 + nb]
-        # recomputed where h/2 - |x - p_q| <= δ·x, h the grid step at x: 2^(e - m), e x's float32 binade (>= emin)
-        h = (x.view(torch.int32) & 0x7F800000).view(torch.float32).clamp_min_(fmt.min_normal).mul_(
-            2.0 ** -(fmt.man_bits + 1))
-        r = torch.sub(x, pq).abs_()
-        r.view(nr, nb, bn).addcmul_(x.view(nr, nb, bn), delta.to(torch.float32)[..., None])
-        near = (r >= h) & (x > 0)  # (x = 0: a masked key, or exp's underflow: terms_keys)
-        if check_saturation:
-            dist = (x - fmt.max_finite).abs_().view(nr, nb, bn)
-            near |= (dist <= (2.0 * fmt.max_finite * delta).to(torch.float32)[..., None]).view(nr, -1)
+        delta = self.delta[:, j0:j0 + x.shape[1] // bn]
+        if _compiled.AVAILABLE and x.device.type == "cpu" and fmt.name in FORMATS:
+            pq, near = _compiled.cast_and_mark(x, delta, bn, fmt, check_saturation, check_saturation)
+        else:
+            pq, near = _cast_and_mark(x, delta, bn, fmt, check_saturation)
         ri, col = near.nonzero(as_tuple=True)
         if ri.numel():
             x64 = self.exact_x(ri, col + j0 * bn, scale)

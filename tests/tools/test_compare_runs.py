@@ -235,3 +235,19 @@ def test_rel_without_tidy_tables_fails(tmp_path, capsys):
 def test_rel_bad_arguments_are_refused(tmp_path, argv):
     with pytest.raises(SystemExit):
         compare_runs.main(["--before-dir", str(tmp_path), "--after-dir", str(tmp_path), *argv])
+
+
+def test_rel_moved_lists_every_differing_cell(tmp_path, capsys):
+    def edit(table):
+        table[0]["underflow"] = "202"
+        table[2]["mse"] = "1"
+    changed = _table(TABLES["results/tidy/scales.csv"], edit=edit)
+    rc, out = _rel(tmp_path, capsys, {**RUN, "results/tidy/scales.csv": changed}, "--moved")
+    assert rc == 1
+    assert "          row 1 column underflow: 201 -> 202" in out
+    assert "          row 3 column mse: 4.428277929e-06 -> 1 (relative difference" in out
+
+
+def test_moved_needs_rel(tmp_path):
+    with pytest.raises(SystemExit):
+        compare_runs.main(["--before-dir", str(tmp_path), "--after-dir", str(tmp_path), "--moved"])
