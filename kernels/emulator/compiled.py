@@ -39,55 +39,68 @@ _I = np.int32
 _EXP_MASK = _I(0x7F800000)
 
 
-def _cast_rows(x, delta, pq, mark, block_n, man_bits, min_normal, max_finite, saturate, near_max):
-    """Per row i (parallel): ``pq[i] = round(x[i])`` on the grid (saturating when ``saturate``), and
-    ``mark[i, j] = 1`` where ``|x - pq| + δ·x >= h/2`` (h the grid step at x) and x > 0, or (``near_max``)
-    ``|x - max_finite| <= 2·max_finite·δ``; δ = ``delta[i, j // block_n]``."""
-    rows, cols = x.shape
-    rnd = _F(1.5 * 2.0 ** (23 - man_bits))
-    rnd_min = _F(min_normal * 1.5 * 2.0 ** (23 - man_bits))
-    half = _F(2.0 ** -(man_bits + 1))
-    mn = _F(min_normal)
-    top = _F(max_finite if saturate else np.inf)
-    edge = _F(max_finite)
-    two = _F(2.0)
+def _cast_row(x, a, c, kf, pq, mark, rnd, rnd_min, half, mn, top, edge, near_max):
+    """One row: ``pq = round(x)`` on the grid (values clamped to ±``top``), and ``mark = 1`` where
+    ``|x - pq| + δ·x >= h/2`` (h the grid step at x) and x > 0, or (``near_max``) ``|x - edge| <= 2·edge·δ``;
+    ``δ = a·kf[j] + c``. A flat loop, so that it vectorises."""
     zero = _F(0.0)
-    for i in numba.prange(rows):
-        for b in range(cols // block_n):
-            d = delta[i, b]
-            for j in range(b * block_n, (b + 1) * block_n):
-                xv = x[i, j]
-                a = min(max(xv, -top), top)
-                mg = max(_I(_F(a).view(_I) & _EXP_MASK).view(_F) * rnd, rnd_min)
-                q = (a + mg) - mg
-                pq[i, j] = q
-                h = max(_I(_F(xv).view(_I) & _EXP_MASK).view(_F), mn) * half
-                m = (abs(xv - q) + xv * d >= h) & (xv > zero)
-                if near_max:
-                    m = m | (abs(xv - edge) <= two * edge * d)
-                mark[i, j] = m
+    two = _F(2.0)
+    for j in range(x.shape[0]):
+        xv = x[j]
+        d = a * kf[j] + c
+        v = xv if xv < top else top
+        v = v if v > -top else -top
+        mg = _I(_F(v).view(_I) & _EXP_MASK).view(_F) * rnd
+        mg = mg if mg > rnd_min else rnd_min
+        q = (v + mg) - mg
+        pq[j] = q
+        h = _I(_F(xv).view(_I) & _EXP_MASK).view(_F)
+        h = (h if h > mn else mn) * half
+        m = (abs(xv - q) + xv * d >= h) & (xv > zero)
+        if near_max:
+            m = m | (abs(xv - edge) <= two * edge * d)
+        mark[j] = np.uint8(m)
 
 
-_compiled = None
+def _cast_rows(x, a, c, kf, pq, mark, rnd, rnd_min, half, mn, top, edge, near_max):
+    """Every row of x [rows, cols] (in parallel when compiled with ``parallel=True``; each row on its own)."""
+    for i in numba.prange(x.shape[0]):
+        _row(x[i], a[i], c[i], kf, pq[i], mark[i], rnd, rnd_min, half, mn, top, edge, near_max)
 
 
-def _kernel():
-    """The compiled pass (compiled on first use, cached on disk by numba), on as many threads as torch uses."""
-    global _compiled
-    if _compiled is None:
-        _compiled = numba.njit(parallel=True, fastmath=False, cache=True)(_cast_rows)
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
-    return _compiled
+_compiled: dict = {}
+_row = None
+#: Below this many elements a chunk runs on one thread: starting the threads would cost more.
+_PARALLEL_ELEMS = 1 << 17
 
 
-def cast_and_mark(x: torch.Tensor, delta: torch.Tensor, block_n: int, fmt, saturate: bool,
-                  near_max: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(p_q, marked)`` of x [rows, cols] float32 (CPU): p_q the rounding onto ``fmt``'s grid, a new tensor,
-    and ``marked`` [rows, cols] bool the keys to decide on their float64 value; ``delta`` [rows, cols //
-    block_n] the relative bound on x's error."""
+def _kernel(parallel: bool):
+    """The compiled pass (compiled on first use, cached on disk by numba); in parallel on as many threads as
+    torch uses."""
+    global _row
+    if parallel not in _compiled:
+        if _row is None:
+            _row = numba.njit(fastmath=False, cache=True)(_cast_row)
+        _compiled[parallel] = numba.njit(parallel=parallel, fastmath=False, cache=True)(_cast_rows)
+    if parallel:
+        numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+    return _compiled[parallel]
+
+
+def cast_and_mark(x: torch.Tensor, a: torch.Tensor, c: torch.Tensor, kf: torch.Tensor, fmt,
+                  saturate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(p_q, marked)`` of x [rows, cols] float32 (CPU): p_q the rounding onto ``fmt``'s grid (saturating when
+    ``saturate``), a new tensor, and ``marked`` [rows, cols] bool the keys to decide on their float64 value,
+    with the relative bound ``δ = a[row]·kf[col] + c[row]`` on x's error (``near max_finite`` too when
+    ``saturate``)."""
+    m = fmt.man_bits
     xn = x.contiguous().numpy()
     pq = np.empty_like(xn)
     mark = np.empty(xn.shape, dtype=np.uint8)
-    _kernel()(xn, delta.to(torch.float32).contiguous().numpy(), pq, mark, block_n, fmt.man_bits,
-              fmt.min_normal, fmt.max_finite, saturate, near_max)
+    up = 1 + 2.0 ** -20  # (a and c rounded up to float32 stay bounds)
+    top = fmt.max_finite if saturate else float(np.finfo(np.float32).max)
+    parallel = torch.get_num_threads() > 1 and xn.size >= _PARALLEL_ELEMS
+    _kernel(parallel)(xn, (a * up).to(torch.float32).numpy(), (c * up).to(torch.float32).numpy(),
+              kf.contiguous().numpy(), pq, mark, _F(1.5 * 2.0 ** (23 - m)), _F(fmt.min_normal * 1.5 * 2.0 ** (23 - m)),
+              _F(2.0 ** -(m + 1)), _F(fmt.min_normal), _F(top), _F(fmt.max_finite), saturate)
     return torch.from_numpy(pq), torch.from_numpy(mark).view(torch.bool)

@@ -12,7 +12,8 @@ The bounds, per query row r and KV block b (``B = ‖q'_r‖·max_{k in b}‖k'_
 * a float32 score lies within ``E = (d + 2)·2⁻²³·B`` of the exact one (Higham's ``γ_d``, any summation order,
   with a factor of two to spare);
 * a block's exact maximum is among its keys whose float32 score is within ``2E`` of the block's float32
-  maximum (the candidates); only blocks near the walk's threshold are recomputed (:func:`exact_in_force`);
+  maximum (the candidates); only rows with a decision of the walk near its threshold are recomputed
+  (:func:`walk_exact`);
 * the float32 x (``p·S`` or the exp2 form) lies within a relative ``δ`` of the exact one (:meth:`Chunk.make`:
   the key's and the max's score errors, the roundings of ``s − m``, ``s·LOG2E`` and ``m·LOG2E − log2 S``,
   eight ulps for exp and ``·S``); a key whose x lies within ``δ·x`` of a rounding midpoint, of ``max_finite``,
@@ -38,7 +39,8 @@ from pcast.emulator import compiled as _compiled
 from pcast.formats import FORMATS, FP8Format
 from pcast.formats.rounding import quantize_fast
 
-__all__ = ["in_force", "max_rule", "Bounds", "bounds", "eligible", "block_maxima", "exact_in_force", "walked_max", "Chunk", "round_exact"]
+__all__ = ["in_force", "max_rule", "Bounds", "bounds", "eligible", "block_maxima", "walk_exact", "walked_max", "Chunk",
+           "round_exact"]
 
 _U = 2.0 ** -23
 #: float32 exp(a) is 0 below about this a (2⁻¹⁵⁰ = e^a rounds to 0, half of the smallest subnormal)
@@ -54,14 +56,13 @@ def eligible(fmt, scale_mode: str, p_normalize: str = "online") -> bool:
 
 def in_force(c, g: int, r0: int, r1: int, sb: torch.Tensor, bm: torch.Tensor):
     """Step 2's max in force at each block, [rows, nblk] float32, from the scores ``sb`` [rows, nblk, block_n]
-    and their block maxima ``bm``; and the chunk's exact decisions (:class:`pcast.emulator.exact.Chunk`,
-    None where the call is not covered). Covered calls run the max rule on the exact block maxima, in float64,
-    and compute on the float32 maxima of the blocks that walk chose (:func:`pcast.emulator.exact.walked_max`)."""
+    and their block maxima ``bm``; and the chunk's exact decisions (:class:`Chunk`, None where the call is not
+    covered): the walk decided on exact values (:func:`walk_exact`)."""
     seed = c.sink[g].expand(bm.shape[0]) if c.sink_init else None
+    m = max_rule(c, bm, seed)
     if c.ex is None:
-        return max_rule(c, bm, seed), None
-    m64, bm64 = exact_in_force(c, g, r0, r1, sb, bm, lambda b, sd: max_rule(c, b, sd), seed)
-    return walked_max(bm, bm64, m64, seed), Chunk.make(c, g, r0, r1, m64, bm64)
+        return m, None
+    return walk_exact(c, g, r0, r1, sb, bm, m, lambda b, sd: max_rule(c, b, sd), seed)
 
 
 def max_rule(c, bm: torch.Tensor, seed) -> torch.Tensor:
@@ -78,6 +79,7 @@ class Bounds:
     k64: torch.Tensor  # [G, Np, d] the laid-out keys, zero-padded
     qn: torch.Tensor  # [G, Nq] ‖q'_r‖
     kn: torch.Tensor  # [G, nblk] the largest ‖k'_k‖ of each KV block (0 for padding)
+    kf: torch.Tensor  # [G, Np] float32: kn at each key (rounded up)
     sm: float  # the factor still applied to q'·k' (1 when folded)
     d: int
 
@@ -88,7 +90,8 @@ def bounds(qs: torch.Tensor, kT: torch.Tensor, block_n: int, sm: float) -> Bound
     q64 = qs.double()
     k64 = kT.transpose(-1, -2).double().contiguous()
     kn = k64.norm(dim=-1).view(G, np_ // block_n, block_n).amax(-1)
-    return Bounds(q64=q64, k64=k64, qn=q64.norm(dim=-1), kn=kn, sm=sm, d=d)
+    kf = (kn * (1 + 2.0 ** -20)).to(torch.float32).repeat_interleave(block_n, dim=1)
+    return Bounds(q64=q64, k64=k64, qn=q64.norm(dim=-1), kn=kn, kf=kf, sm=sm, d=d)
 
 
 def _norm_product(c, g: int, rows) -> torch.Tensor:
@@ -109,72 +112,75 @@ def _score_error(c, g: int, rows, nb: int) -> torch.Tensor:
     return ((c.ex.d + 2) * _U) * _norm_product(c, g, rows)[:, :nb]
 
 
-def block_maxima(c, g: int, rows, sb: torch.Tensor, bm: torch.Tensor,
-                 which: torch.Tensor | None = None) -> torch.Tensor:
-    """The exact maximum of the blocks ``which`` [rows, nb] (bool; None: all) of the float32 scores ``sb``
-    [rows, nb, block_n] (the first nb blocks of the rows ``rows``: a slice or an index tensor), [rows, nb]
-    float64; elsewhere float64 of ``bm``, their float32 block maxima. The candidates (keys within 2E of their
-    block's float32 maximum) are recomputed in float64."""
+def block_maxima(c, g: int, rows, sb: torch.Tensor, bm: torch.Tensor) -> torch.Tensor:
+    """The exact maximum of each block of the float32 scores ``sb`` [rows, nb, block_n] (the first nb blocks of
+    the rows ``rows``: a slice or an index tensor of absolute rows), [rows, nb] float64, from ``bm`` their
+    float32 block maxima: the candidates (keys within 2E of their block's float32 maximum) recomputed in
+    float64."""
     nr, nblk, bn = sb.shape
     lo = (bm.double() - 2.0 * _score_error(c, g, rows, nblk)).to(torch.float32)
     lo = torch.nextafter(lo, torch.full_like(lo, float("-inf")))  # (rounding the bound down keeps it a bound)
-    if which is None:
-        which = torch.ones_like(bm, dtype=torch.bool)
-    out = torch.where(which, torch.full_like(bm, float("-inf")), bm).double().flatten()
-    rb = which.flatten().nonzero().flatten()  # the blocks recomputed, as row·nblk + block
-    blocks = sb.reshape(nr * nblk, bn).index_select(0, rb)
-    i, kk = ((blocks >= lo.flatten()[rb, None]) & (blocks > float("-inf"))).nonzero(as_tuple=True)
-    if i.numel():
-        rb = rb[i]
-        ri, j = rb // nblk, rb % nblk
+    ri, j, kk = ((sb >= lo[..., None]) & (sb > float("-inf"))).nonzero(as_tuple=True)
+    out = torch.full((nr * nblk,), float("-inf"), dtype=torch.float64, device=sb.device)
+    if ri.numel():
         absolute = ri + rows.start if isinstance(rows, slice) else rows[ri]
-        out.scatter_reduce_(0, rb, exact_scores(c, g, absolute, j * bn + kk), reduce="amax")
+        out.scatter_reduce_(0, ri * nblk + j, exact_scores(c, g, absolute, j * bn + kk), reduce="amax")
     return out.view(nr, nblk)
 
 
-def _before(m: torch.Tensor, reverse: bool, first: torch.Tensor) -> torch.Tensor:
-    """[rows, nblk] the max in force before each block in visiting order (``first`` [rows] before the first)."""
-    first = first[:, None].to(m.dtype)
+def _before(m: torch.Tensor, reverse: bool, first) -> torch.Tensor:
+    """[rows, nblk] the max in force before each block in visiting order (``first`` [rows] or -inf before the
+    first)."""
+    first = torch.full_like(m[:, :1], float("-inf")) if first is None else first[:, None].to(m.dtype)
     return torch.cat([m[:, 1:], first], 1) if reverse else torch.cat([first, m[:, :-1]], 1)
 
 
-def exact_in_force(c, g: int, r0: int, r1: int, sb: torch.Tensor, bm: torch.Tensor, rule, seed=None,
-                   every: bool = False):
-    """Step 2's max in force at each block on exact values, [rows, nblk] float64: ``rule(block maxima, seed)``
-    (the call's max rule, cumulative or against τ; ``seed`` [rows] or None) run on exact block maxima. Returns
-    ``(m64, bm64)``, bm64 the block maxima it ran on. ``every``: every block recomputed (a rule that restarts
-    within the row, as splits do).
+def walk_exact(c, g: int, r0: int, r1: int, sb: torch.Tensor, bm: torch.Tensor, m: torch.Tensor, rule, seed=None,
+               every: bool = False):
+    """Step 2's walk decided on exact values: ``(m, chunk)``, m [rows, nblk] the float32 max in force at each
+    block along the exact walk, from the float32 walk ``m = rule(bm, seed)`` of the block maxima ``bm``.
 
-    Only blocks that can move the max are recomputed: those whose float32 maximum lies within a margin of the
-    rule's threshold under the float32 run (the max before them, plus τ/LOG2E). A block left out stands in
-    with its float32 maximum, which lies more than 2E below that threshold, so neither run moves the max
-    there; rows where the exact run's thresholds would take in a block left out are recomputed in full."""
-    nr, nblk, _ = sb.shape
-    rows = slice(r0, r1)
+    A decision of the walk (does block j move the max: ``bm_j`` against the max before it plus τ/LOG2E) whose
+    float32 values lie within a margin (3E and a few ulps) of each other may go the other way exactly; a row
+    with one has every block's exact maximum recomputed (:func:`block_maxima`) and the rule run on them in
+    float64. Elsewhere the exact walk is the float32 one: the same blocks set the max. ``every``: every row
+    recomputed (a rule that restarts within the row, as splits do)."""
+    nr, nblk = bm.shape
     if every:
-        bm64 = block_maxima(c, g, rows, sb, bm)
-        return rule(bm64, seed), bm64
-    e = _score_error(c, g, rows, nblk)
-    first = torch.full((nr,), float("-inf"), dtype=torch.float64, device=sb.device) if seed is None else \
-        seed.to(torch.float64)
-    step = c.tau / LOG2E if c.tau else 0.0
+        near = torch.ones(nr, dtype=torch.bool, device=bm.device)
+    else:
+        prev = _before(m, c.reverse, seed).double()
+        gap = (bm.double() - prev - (c.tau / LOG2E if c.tau else 0.0)).abs()
+        margin = 3.0 * _score_error(c, g, slice(r0, r1), nblk) + 2.0 ** -20 * (bm.double().abs() + 1.0)
+        near = ((gap <= margin) & ~torch.isneginf(prev)).any(-1)
+    full = None
+    if bool(near.any()):
+        idx = near.nonzero().flatten()
+        bm64 = block_maxima(c, g, idx + r0, sb[idx], bm[idx])
+        m64 = rule(bm64, None if seed is None else seed[idx])
+        m = m.clone()
+        m[idx] = walked_max(bm[idx], bm64, m64, None if seed is None else seed[idx])
+        full = (idx, m64)
+    return m, Chunk.make(c, g, r0, r1, bm, m, seed, full, _setter_maxima(c, g, r0, sb, bm, m))
 
-    def threshold(m, first_rows):
-        prev = _before(m, c.reverse, first_rows)
-        return prev.double() + step, torch.isneginf(prev)
 
-    thr, open_ = threshold(rule(bm, seed), first)
-    margin = 3.0 * e + 2.0 ** -20 * (torch.where(open_, torch.zeros_like(thr), thr).abs() + 1.0)
-    which = open_ | (bm.double() >= thr - margin)
-    bm64 = block_maxima(c, g, rows, sb, bm, which)
-    m64 = rule(bm64, seed)
-    thr64, open64 = threshold(m64, first)
-    wrong = (~which & (open64 | (bm.double() + e >= thr64))).any(-1)
-    if bool(wrong.any()):  # the exact run took another path: these rows' blocks all recomputed
-        idx = wrong.nonzero().flatten()
-        bm64[idx] = block_maxima(c, g, idx + r0, sb[idx], bm[idx])
-        m64[idx] = rule(bm64[idx], None if seed is None else seed[idx])
-    return m64, bm64
+def _setter_maxima(c, g: int, r0: int, sb: torch.Tensor, bm: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """[rows, nblk] float64: the exact maximum of each block whose float32 maximum is the max in force there
+    (the blocks that set the max), NaN elsewhere; from their candidates (keys within 2E of the float32
+    maximum)."""
+    nr, nblk, bn = sb.shape
+    out = torch.full((nr * nblk,), float("nan"), dtype=torch.float64, device=sb.device)
+    rb = ((m == bm) & ~torch.isneginf(bm)).flatten().nonzero().flatten()
+    if not rb.numel():
+        return out.view(nr, nblk)
+    lo = (bm.double().flatten()[rb] - 2.0 * _score_error(c, g, slice(r0, r0 + nr), nblk).flatten()[rb])
+    lo = torch.nextafter(lo.to(torch.float32), torch.tensor(float("-inf"), device=sb.device))
+    blocks = sb.reshape(nr * nblk, bn).index_select(0, rb)
+    i, kk = ((blocks >= lo[:, None]) & (blocks > float("-inf"))).nonzero(as_tuple=True)
+    out[rb] = float("-inf")
+    pos = rb[i]
+    out.scatter_reduce_(0, pos, exact_scores(c, g, pos // nblk + r0, (pos % nblk) * bn + kk), reduce="amax")
+    return out.view(nr, nblk)
 
 
 def walked_max(bm: torch.Tensor, bm64: torch.Tensor, m64: torch.Tensor, seed=None) -> torch.Tensor:
@@ -219,33 +225,76 @@ def _cast_and_mark(x: torch.Tensor, delta: torch.Tensor, bn: int, fmt: FP8Format
 
 @dataclass
 class Chunk:
-    """One chunk of rows of one head under one call, once its exact running max is known: what step 3's exact
-    decisions need. ``m64`` [rows, nblk] float64 is the max in force at each block (-inf before any key)."""
+    """One chunk of rows of one head under one call, once its walk is known: what step 3's exact decisions
+    need. The exact max in force at a block is the exact maximum of the block that set it (the first block in
+    visiting order whose float32 maximum ``bm`` is the walked max ``m`` there), or the seed; rows whose walk
+    was recomputed keep their exact maxima in ``full``."""
 
     c: object  # the call laid out (pcast.emulator.core._Call)
     g: int
     r0: int
     r1: int
-    m64: torch.Tensor
-    delta: torch.Tensor  # [rows, nblk] float64: the relative bound on x's float32 error
-    bm64: torch.Tensor | None = None  # [rows, nblk] the block maxima the max rule ran on
+    bm: torch.Tensor  # [rows, nblk] float32 block maxima
+    m: torch.Tensor  # [rows, nblk] float32 max in force along the exact walk
+    seed: torch.Tensor | None  # [rows] the max a row starts with, or None
+    full: tuple | None  # (row indices, [n, nblk] float64 exact max in force) of the rows recomputed
+    setters: torch.Tensor  # [rows, nblk] float64 exact maxima of the blocks that set the max (NaN elsewhere)
+    a: torch.Tensor | None  # [rows] float64: the relative bound on x's float32 error is a·max‖k'‖ (its block) + cc
+    cc: torch.Tensor | None  # [rows] float64
 
     @classmethod
-    def make(cls, c, g: int, r0: int, r1: int, m64: torch.Tensor, bm64: torch.Tensor | None = None) -> "Chunk":
-        mabs = torch.where(torch.isneginf(m64), torch.zeros_like(m64), m64).abs()
+    def make(cls, c, g: int, r0: int, r1: int, bm, m, seed, full, setters) -> "Chunk":
+        ch = cls(c=c, g=g, r0=r0, r1=r1, bm=bm, m=m, seed=seed, full=full, setters=setters, a=None, cc=None)
+        # δ = a·max‖k'‖ + cc per row and block: the key's score error and s - m's rounding (a); the max's
+        # actual error, |float32 m - exact m| at the row's worst block, its rounding, log2 S's and exp's (cc)
+        # (every max in force is a setter block's maximum, or the seed, exact as it is)
+        err = torch.where(torch.isnan(setters), torch.zeros_like(setters), (bm.double() - setters).abs()).amax(-1)
+        if full is not None:
+            idx, m64 = full
+            fin = ~torch.isneginf(m64)
+            err[idx] = torch.where(fin, (m[idx].double() - m64).abs(), torch.zeros_like(m64)).amax(-1)
+        mabs = torch.where(~torch.isneginf(m), m, torch.zeros_like(m)).abs().amax(-1).double()
         log2s = abs(c.log2_s) if c.exp2 else 0.0
-        b = _norm_product(c, g, slice(r0, r1))
-        # the key's score error and the max's (a float32 block maximum: the row's largest bound), s - m's rounding
-        e = (1.01 * (c.ex.d + 1) * _U / 2) * b
-        delta = e + e.amax(-1, keepdim=True) + _U * (2.0 * b + 2.0 * mabs + log2s) + 8 * _U
-        return cls(c=c, g=g, r0=r0, r1=r1, m64=m64, delta=delta, bm64=bm64)
+        ch.a = (1.01 * (c.ex.d + 1) * _U / 2 + 2 * _U) * c.ex.qn[g, r0:r1] * c.ex.sm
+        ch.cc = 1.01 * err + 4 * _U * mabs + _U * log2s + 8 * _U
+        return ch
+
+    @property
+    def delta(self) -> torch.Tensor:
+        """[rows, nblk] float64: the relative bound on x's float32 error, per row and block."""
+        return self.a[:, None] * self.c.ex.kn[self.g][None, :] + self.cc[:, None]
+
+    def exact_max(self, ri: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """float64 exact max in force at blocks ``b`` of rows ``ri`` (relative to r0)."""
+        c, bn = self.c, self.c.block_n
+        nblk = self.bm.shape[1]
+        out = torch.empty(ri.shape, dtype=torch.float64, device=ri.device)
+        done = torch.zeros(ri.shape, dtype=torch.bool, device=ri.device)
+        if self.full is not None:
+            pos = torch.full((self.bm.shape[0],), -1, dtype=torch.long, device=ri.device)
+            pos[self.full[0]] = torch.arange(self.full[0].numel(), device=ri.device)
+            done = pos[ri] >= 0
+            out[done] = self.full[1][pos[ri[done]], b[done]]
+        rest = (~done).nonzero().flatten()
+        if rest.numel():
+            r, j = ri[rest], b[rest]
+            ks = torch.arange(nblk, device=ri.device)
+            seen = (ks[None, :] >= j[:, None]) if c.reverse else (ks[None, :] <= j[:, None])
+            hit = (self.bm[r] == self.m[r, j][:, None]) & seen
+            k = (nblk - 1 - hit.flip(-1).to(torch.uint8).argmax(-1)) if c.reverse else hit.to(torch.uint8).argmax(-1)
+            val = self.setters[r, k]
+            has = hit.any(-1)
+            if self.seed is not None:
+                val = torch.where(has, val, self.seed[r].double())
+            out[rest] = val
+        return out
 
     def exact_x(self, ri: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
         """float64 exact x (``exp(s - m)·S``, or ``exp2((s - m)·LOG2E + log2 S)``) of the (row, key) pairs
         (rows relative to r0, keys padded positions)."""
         c = self.c
         s = exact_scores(c, self.g, ri + self.r0, key)
-        m = self.m64[ri, key // c.block_n]
+        m = self.exact_max(ri, key // c.block_n)
         m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
         if c.exp2:  # log2 S enters exactly: the float32 rounding of log2_scale(S) is not a decision
             return torch.exp2((s - m) * LOG2E) * scale
@@ -259,7 +308,7 @@ class Chunk:
         edge = _EXP_ZERO if not c.exp2 else (-150.0 - math.log2(c.scales[0].scale)) / LOG2E
         nr, nb, bn = sb.shape
         reach = 2.0 * _norm_product(c, self.g, slice(self.r0, self.r1))[:, j0:j0 + nb] + \
-            self.m64[:, j0:j0 + nb].abs()
+            self.m[:, j0:j0 + nb].abs().double() + 1.0
         rb = (reach >= abs(edge) - 1.0).flatten().nonzero().flatten()  # blocks whose bound reaches the edge
         if not rb.numel():
             return None
@@ -288,11 +337,11 @@ class Chunk:
         if fmt is None:
             return x
         bn = c.block_n
-        delta = self.delta[:, j0:j0 + x.shape[1] // bn]
         if _compiled.AVAILABLE and x.device.type == "cpu" and fmt.name in FORMATS:
-            pq, near = _compiled.cast_and_mark(x, delta, bn, fmt, check_saturation, check_saturation)
+            kf = c.ex.kf[self.g, j0 * bn:j0 * bn + x.shape[1]]
+            pq, near = _compiled.cast_and_mark(x, self.a, self.cc, kf, fmt, check_saturation)
         else:
-            pq, near = _cast_and_mark(x, delta, bn, fmt, check_saturation)
+            pq, near = _cast_and_mark(x, self.delta[:, j0:j0 + x.shape[1] // bn], bn, fmt, check_saturation)
         ri, col = near.nonzero(as_tuple=True)
         if ri.numel():
             x64 = self.exact_x(ri, col + j0 * bn, scale)

@@ -63,7 +63,6 @@ class _State:
 
     c0: int  # leading columns each item computes itself (j0 = c0 / block_n blocks)
     bm: torch.Tensor  # [rows, nblk] the anchor's block maxima (blocks < j0 are each item's own)
-    bm64: torch.Tensor | None  # the same, exact (pcast.emulator.exact), where the call's decisions are exact
     pos: torch.Tensor  # [rows] keys with u > 0 in the shared blocks (none of them a sink key)
     lblk: torch.Tensor | None  # [rows, nblk - j0] the unrounded block sums (rowsum unrounded)
     per_scale: list  # per scale: (p_q [rows, nblk - j0, block_n], #p_q > 0, #saturated or None, rounded lblk or None)
@@ -92,7 +91,7 @@ def anchor_state(c: _em._Call, s: torch.Tensor, c0: int, a: int, r0: int, r1: in
             lr = pq.sum(-1)
             lr = lr if c.exp2 else lr / sc.scale
         per_scale.append((pq, torch.sign(pq).flatten(1).sum(-1), sat, lr))
-    return _State(c0=c0, bm=bm, bm64=None if ch is None else ch.bm64, pos=pos, lblk=lblk, per_scale=per_scale)
+    return _State(c0=c0, bm=bm, pos=pos, lblk=lblk, per_scale=per_scale)
 
 
 def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _State, outs: tuple, diags: tuple,
@@ -105,14 +104,9 @@ def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _Stat
     lead = s.view(nr, c.nblk, bn)[:, :j0]
     bm = st.bm.clone()
     bm[:, :j0] = lead.amax(dim=-1)
-    ch = None
-    if st.bm64 is None:
-        m = _em.running_max(bm, True)
-    else:  # exact: the item's leading blocks recomputed, the anchor's exact maxima after them
-        bm64 = st.bm64.clone()
-        bm64[:, :j0] = _ex.block_maxima(c, g, slice(r0, r1), lead, bm[:, :j0])
-        m64 = _em.running_max(bm64, True)
-        m, ch = _ex.walked_max(bm, bm64, m64), _ex.Chunk.make(c, g, r0, r1, m64, bm64)
+    m, ch = _em.running_max(bm, True), None
+    if c.ex is not None:  # exact decisions: the walk over the item's own blocks and the anchor's after them
+        m, ch = _ex.walk_exact(c, g, r0, r1, s.view(nr, c.nblk, bn), bm, m, lambda b, sd: _em.running_max(b, True))
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     tk = ch.terms_keys(lead, m[:, :j0]) if ch is not None else None
     u = _em._unrounded(c, lead, m_safe[:, :j0], out=None)

@@ -94,12 +94,9 @@ def _split_rows(c, parts, g: int, r0: int, r1: int, outs_i: tuple, diag: dict) -
     # step 2: running max
     bm = sb.amax(dim=-1)
     ch = None
-    if c.ex is None:
-        m = _split_maxima(c, parts, bm, sig)
-    else:  # exact decisions (pcast.emulator.exact): every block's exact maximum, each split's rule on them
-        m64, bm64 = _ex.exact_in_force(c, g, r0, r1, sb, bm, lambda b, sd: _split_maxima(c, parts, b, sd), sig,
-                                       every=True)
-        m, ch = _ex.walked_max(bm, bm64, m64, sig), _ex.Chunk.make(c, g, r0, r1, m64, bm64)
+    m = _split_maxima(c, parts, bm, sig)
+    if c.ex is not None:  # exact decisions (pcast.emulator.exact): every block's exact maximum, each split's rule
+        m, ch = _ex.walk_exact(c, g, r0, r1, sb, bm, m, lambda b, sd: _split_maxima(c, parts, b, sd), sig, every=True)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     tk = ch.terms_keys(sb, m) if ch is not None else None
     u = _em._unrounded(c, sb, m_safe, out=None)  # p (multiply) or x (exp2_offset), [rows, nblk, bn]
