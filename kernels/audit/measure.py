@@ -28,20 +28,20 @@ def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool,
 
 
 def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks, offset: int = 0) -> dict:
-    """What the runs of head (b, h) share: the kernel's step-1 float32 scores (``s32``), the float64
-    reference probabilities (``p_exact``), and Δ, σ (medians over rows,
+    """What the runs of head (b, h) share: the exact step-1 scores (``scores``, float64, what the decisions
+    are made on), the float64 reference probabilities (``p_exact``), and Δ, σ (medians over rows,
     :func:`pcast.models.heads.head_scores_stats`, with ``sinks`` the head's sink keys) and their count."""
-    from pcast.models.heads import exact_probs, head_scores_stats, step1_scores
+    from pcast.models.heads import exact_probs, exact_scores, head_scores_stats
     from pcast.reference import causal_mask
 
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    s32 = step1_scores(q[b, h], k[b, h // (q.shape[1] // k.shape[1])], sm)
+    s_ex = exact_scores(q[b, h], k[b, h // (q.shape[1] // k.shape[1])], sm)
     if causal:
-        s32 = s32.masked_fill(~causal_mask(s32.shape[0], s32.shape[1], device=s32.device, offset=offset),
-                              float("-inf"))
+        s_ex = s_ex.masked_fill(~causal_mask(s_ex.shape[0], s_ex.shape[1], device=s_ex.device, offset=offset),
+                                float("-inf"))
     s64 = head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal, offset=offset)
     st = head_scores_stats(s64, list(sinks))
-    return {"s32": s32, "p_exact": exact_probs(s64), "delta": st["delta"], "sigma": st["sigma"],
+    return {"scores": s_ex, "p_exact": exact_probs(s64), "delta": st["delta"], "sigma": st["sigma"],
             "n_sinks": len(sinks), "masses": {}}
 
 
@@ -77,7 +77,7 @@ def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, wher
         want = (hr["underflow"],) if hr["backend"] == "emulator" else None
         key = (repr(sorted(full.items())), want)  # runs with the same rule (yours and a combination) share it
         if key not in hm["masses"]:
-            hm["masses"][key] = rule_mass(hm["s32"], hm["p_exact"], full, ksink=ksink, want=want, where=where,
+            hm["masses"][key] = rule_mass(hm["scores"], hm["p_exact"], full, ksink=ksink, want=want, where=where,
                                           sink_logit=sink_logit)
         mass = hm["masses"][key]
     dc = delta_c(full, hm["n_sinks"])

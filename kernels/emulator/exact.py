@@ -12,12 +12,12 @@ The bounds, per query row r and KV block b (``B = ‖q'_r‖·max_{k in b}‖k'_
 * a float32 score lies within ``E = (d + 2)·2⁻²³·B`` of the exact one (Higham's ``γ_d``, any summation order,
   with a factor of two to spare);
 * a block's exact maximum is among its keys whose float32 score is within ``2E`` of the block's float32
-  maximum (the candidates); only rows with a decision of the walk near its threshold are recomputed
-  (:func:`walk_exact`);
+  maximum (the candidates); only rows with a decision of the walk near its threshold have every block
+  recomputed (:func:`walk_exact`), elsewhere the float32 walk is the exact one;
 * the float32 x (``p·S`` or the exp2 form) lies within a relative ``δ`` of the exact one (:meth:`Chunk.make`:
-  the key's and the max's score errors, the roundings of ``s − m``, ``s·LOG2E`` and ``m·LOG2E − log2 S``,
-  eight ulps for exp and ``·S``); a key whose x lies within ``δ·x`` of a rounding midpoint, of ``max_finite``,
-  or whose ``s − m`` lies within 0.5 of where float32 exp underflows, is decided on its float64 value.
+  the key's score error, the max's actual error, the roundings of ``s − m``, ``m`` and ``log2 S``, eight ulps
+  for exp); a key whose x lies within ``δ·x`` of a rounding midpoint, of ``max_finite``, or whose ``s − m``
+  lies within 0.5 of where float32 exp underflows, is decided on its float64 value.
 
 Widening any bound only recomputes more keys: each decision is then made on the float64 value, which is exact
 for it unless the value lies within about 1e-15 (relative) of the boundary.
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pcast.contract import LOG2E
+from pcast.contract import LOG2E, float32
 from pcast.emulator.parts import max_in_force, running_max
 from pcast.emulator import compiled as _compiled
 from pcast.formats import FORMATS, FP8Format
@@ -104,7 +104,7 @@ def exact_scores(c, g: int, rows: torch.Tensor, keys: torch.Tensor) -> torch.Ten
     """float64 scores of (row, key) pairs of head g (rows absolute, keys padded positions): ``q'·k'`` of the
     float32 operands, times sm where it was not folded into q'."""
     s = (c.ex.q64[g].index_select(0, rows) * c.ex.k64[g].index_select(0, keys)).sum(-1)
-    return s if c.sm_pow2 else s * float(c.sm_scale)
+    return s if c.sm_pow2 else s * float32(c.sm_scale)
 
 
 def _score_error(c, g: int, rows, nb: int) -> torch.Tensor:

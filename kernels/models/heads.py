@@ -10,7 +10,7 @@ docs/interfaces.md ("Real attention"):
 * :func:`underflow_mask`: the kernel's running-max rule written directly (an independent
   statement of contract steps 1-3; its count equals the emulator's, tests);
 * :func:`mass_underflow`: the exact probability mass of the keys that round to zero;
-  :func:`step1_scores`, :func:`rule_applies` and :func:`rule_mass` put the two together for a run
+  :func:`exact_scores`, :func:`rule_applies` and :func:`rule_mass` put the two together for a run
   (the realmodel pipeline and ``pcast-audit --per-head`` both call them);
 * :func:`predict_underflow`: the Gaussian theory's prediction from the measured Δ, σ and sinks.
 """
@@ -26,7 +26,7 @@ from pcast.contract import LOG2E, ORDERS, float32, log2_scale
 from pcast.formats import FORMATS, get_format
 
 __all__ = ["SINK_Z", "SINK_ROW_FRACTION", "SINK_TYPES", "detect_sinks", "sink_type", "head_scores_stats",
-           "underflow_mask", "mass_underflow", "predict_underflow", "exact_probs", "step1_scores", "rule_applies",
+           "underflow_mask", "mass_underflow", "predict_underflow", "exact_probs", "exact_scores", "rule_applies",
            "rule_mass"]
 
 SINK_Z = 3.0  # a key is outlying in a row when s - median > SINK_Z * 1.4826 * MAD
@@ -125,7 +125,7 @@ def _check_rule_args(order, scale, block_n, fmt):
 def _max_in_force(bmax: torch.Tensor, order: str, tau: float, m0) -> torch.Tensor:
     """The max each block is processed under: the running max (τ = 0, no ``m0``), or step 2's lazy rule: in
     visiting order the max moves to a block's max bm when it is -inf or when ``(bm - m)·log2 e > τ``
-    (float32); ``m0`` (a learned sink logit, ``sink_mode="init"``) is the max each row starts with."""
+    (in bmax's dtype); ``m0`` (a learned sink logit, ``sink_mode="init"``) is the max each row starts with."""
     if tau == 0.0 and m0 is None:
         if order == "reverse":
             return torch.flip(torch.cummax(torch.flip(bmax, [-1]), dim=-1).values, [-1])
@@ -141,41 +141,46 @@ def _max_in_force(bmax: torch.Tensor, order: str, tau: float, m0) -> torch.Tenso
     return out
 
 
-def underflow_mask(scores32: torch.Tensor, *, order: str, scale: float, block_n: int, fmt="e4m3fn",
+def underflow_mask(scores: torch.Tensor, *, order: str, scale: float, block_n: int, fmt="e4m3fn",
                    scale_mode: str = "multiply", rescale_threshold: float = 0.0, m0: float | None = None
                    ) -> torch.Tensor:
-    """Which keys round to zero under the kernel's running-max rule, from float32 scores.
+    """Which keys round to zero under the kernel's running-max rule, decided on exact values.
 
     Blocks of ``block_n`` keys are visited forward (block 0 first) or in reverse; block j is processed
     under the max in force m_j: ``m_j = max(m_{j-1}, rowmax(block j))``, or with a lazy threshold τ
     (``rescale_threshold``) the block's max only when it exceeds m_{j-1} by more than τ in log2 units, and
     with ``m0`` (a learned sink logit that seeds the max) starting from m0. The unrounded value is
-    ``x = exp(s - m_j)·S`` ("multiply") or ``x = exp2(s·log2 e - (m_j·log2 e - log2 S))`` ("exp2_offset"),
-    in float32; a key underflows iff ``0 < x <= fmt.underflow_threshold``. Keys past Nk (the kernel's
-    padding) do not exist here; masked (-inf) keys give x = 0 and never count.
+    ``x = exp(s - m_j)·S`` ("multiply") or ``x = 2^((s - m_j)·LOG2E)·S`` ("exp2_offset"), in float64; a key
+    underflows iff its unrounded value (p, or exp2_offset's x) is positive in float32 (above 2^-150) and
+    ``x <= fmt.underflow_threshold`` (docs/interfaces.md, "Exact decisions"). Keys past Nk (the kernel's
+    padding) do not exist here; masked (-inf) keys never count.
 
     Args:
-        scores32: float32 [..., Nq, Nk] scores, computed as the kernel computes them (step 1).
+        scores: [..., Nq, Nk] the exact scores (:func:`exact_scores`: float64 of the float32 operands), or
+            scores that float64 holds exactly.
     Returns:
         bool [..., Nq, Nk].
     """
     f = _check_rule_args(order, scale, block_n, fmt)
     if scale_mode not in ("multiply", "exp2_offset"):
         raise ValueError(f"scale_mode={scale_mode!r} must be multiply or exp2_offset")
-    if scores32.dtype != torch.float32 or scores32.dim() < 2:
-        raise ValueError("scores32 must be a float32 [..., Nq, Nk] tensor (the kernel's step-1 scores)")
-    *lead, nq, nk = scores32.shape
+    if not scores.is_floating_point() or scores.dim() < 2:
+        raise ValueError("scores must be a float [..., Nq, Nk] tensor (the exact step-1 scores)")
+    scores = scores.double()
+    *lead, nq, nk = scores.shape
     nblk = -(-nk // block_n)
     pad = nblk * block_n - nk
-    s = torch.nn.functional.pad(scores32, (0, pad), value=float("-inf")) if pad else scores32
+    s = torch.nn.functional.pad(scores, (0, pad), value=float("-inf")) if pad else scores
     sb = s.reshape(*lead, nq, nblk, block_n)
     m = _max_in_force(sb.amax(-1), order, float(rescale_threshold), m0)
-    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)[..., None]
     if scale_mode == "exp2_offset":
-        x = torch.mul(sb, LOG2E).sub_((m * LOG2E - log2_scale(scale))[..., None]).exp2_()
+        x = torch.exp2((sb - m) * LOG2E) * float(scale)
+        u = x
     else:
-        x = torch.sub(sb, m[..., None]).exp_().mul_(torch.tensor(scale, dtype=torch.float32))
-    under = (x > 0) & (x <= f.underflow_threshold)
+        u = torch.exp(sb - m)
+        x = u * float(scale)
+    under = (u > 2.0 ** -150) & (x <= f.underflow_threshold)
     return under.reshape(*lead, nq, nblk * block_n)[..., :nk]
 
 
@@ -185,12 +190,10 @@ def mass_underflow(p_exact: torch.Tensor, mask: torch.Tensor) -> float:
     return float(torch.dot(p, mask.reshape(-1).to(torch.float64))) / max(mask.shape[0], 1)
 
 
-def step1_scores(q_h: torch.Tensor, k_h: torch.Tensor, sm_scale: float) -> torch.Tensor:
-    """One head's step-1 float32 scores [Nq, Nk] as the emulator computes them: ``sm_scale`` folded into q
-    when it is a power of two (exact), else ``matmul(q, kᵀ)`` times ``sm_scale`` in float32. No mask."""
-    if math.frexp(sm_scale)[0] == 0.5:
-        return torch.matmul(q_h * sm_scale, k_h.transpose(-1, -2))
-    return torch.matmul(q_h, k_h.transpose(-1, -2)) * torch.tensor(sm_scale, dtype=torch.float32)
+def exact_scores(q_h: torch.Tensor, k_h: torch.Tensor, sm_scale: float) -> torch.Tensor:
+    """One head's exact step-1 scores [Nq, Nk] in float64: ``q·kᵀ`` of the float32 operands times
+    ``float32(sm_scale)`` (what the emulator's decisions are made on). No mask."""
+    return torch.matmul(q_h.double(), k_h.double().transpose(-1, -2)) * float32(sm_scale)
 
 
 def rule_applies(kwargs, *, sink_logit=None) -> bool:
@@ -202,7 +205,7 @@ def rule_applies(kwargs, *, sink_logit=None) -> bool:
             and fmt is not None and (not isinstance(fmt, str) or fmt in FORMATS))
 
 
-def rule_mass(s32: torch.Tensor, p_exact: torch.Tensor, kwargs, *, ksink: int, want=None, where: str = "",
+def rule_mass(scores: torch.Tensor, p_exact: torch.Tensor, kwargs, *, ksink: int, want=None, where: str = "",
               sink_logit: float | None = None) -> float:
     """:func:`mass_underflow` of one head under the running-max rule of a run (``kwargs``: its order, scale,
     block_n, fmt, scale_mode, rescale_threshold, sink_mode). ``want``: the kernel's ``(non-sink,)`` or
@@ -210,7 +213,7 @@ def rule_mass(s32: torch.Tensor, p_exact: torch.Tensor, kwargs, *, ksink: int, w
     steps 1-3); a RuntimeError naming ``where`` if not. ``sink_logit``: a learned sink logit of the head.
     """
     m0 = sink_logit if sink_logit is not None and kwargs.get("sink_mode", "final") == "init" else None
-    mask = underflow_mask(s32, order=kwargs["order"], scale=float(kwargs["scale"]), block_n=int(kwargs["block_n"]),
+    mask = underflow_mask(scores, order=kwargs["order"], scale=float(kwargs["scale"]), block_n=int(kwargs["block_n"]),
                           fmt=kwargs.get("fmt", "e4m3fn"), scale_mode=kwargs.get("scale_mode", "multiply"),
                           rescale_threshold=float(kwargs.get("rescale_threshold", 0.0)), m0=m0)
     if want is not None:

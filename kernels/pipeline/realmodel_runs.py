@@ -160,7 +160,7 @@ def _shuffle(k: torch.Tensor, v: torch.Tensor, seed: int):
 
 
 def _head_info(q, k, ks, perm, sm: float) -> dict:
-    """Per (passage, head): step-1 float32 scores (as given and key-shuffled), detected sinks, measured stats,
+    """Per (passage, head): exact step-1 scores (as given and key-shuffled), detected sinks, measured stats,
     exact probabilities (the shuffled ones are the same probabilities, permuted)."""
     info = {}
     for p in range(q.shape[0]):
@@ -169,8 +169,8 @@ def _head_info(q, k, ks, perm, sm: float) -> dict:
             sinks = H.detect_sinks(s64)
             probs = H.exact_probs(s64)
             info[p, h] = {"sinks": sinks, "stats": H.head_scores_stats(s64, sinks), "probs": probs,
-                          "probs_shuf": probs[:, perm], "s32": H.step1_scores(q[p, h], k[p, h], sm),
-                          "s32_shuf": H.step1_scores(q[p, h], ks[p, h], sm)}
+                          "probs_shuf": probs[:, perm], "exact": H.exact_scores(q[p, h], k[p, h], sm),
+                          "exact_shuf": H.exact_scores(q[p, h], ks[p, h], sm)}
     return info
 
 
@@ -209,7 +209,7 @@ def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policie
                 if H.rule_applies(kw):  # compiled Triton's scores may differ by an ulp: the count check is the emulator's
                     want = (uf, int(r.underflow_sink[p, h].sum())) if r.backend == "emulator" else None
                     sfx = "_shuf" if shuffled else ""
-                    mass = H.rule_mass(hi["s32" + sfx], hi["probs" + sfx], kw, ksink=ksink, want=want,
+                    mass = H.rule_mass(hi["exact" + sfx], hi["probs" + sfx], kw, ksink=ksink, want=want,
                                        where=f"layer {layer} passage {p} head {h} run {name!r}")
                 rows.append({
                     "layer": layer, "head": h, "passage": p, "run": name, "kind": kind, "order": kw["order"],
