@@ -73,11 +73,10 @@ def max_rule(c, bm: torch.Tensor, seed) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Bounds:
-    """A call's operands in float64 and their norms, for the recomputation and the error bounds."""
+    """A call's operand norms, for the error bounds (float64), and its keys laid out row by row."""
 
-    q64: torch.Tensor  # [G, Nq, d] the laid-out queries (times sm when sm was folded into q)
-    k64: torch.Tensor  # [G, Np, d] the laid-out keys, zero-padded
-    qn: torch.Tensor  # [G, Nq] ‖q'_r‖
+    keys: torch.Tensor  # [G, Np, d] float32, the laid-out keys (zero-padded), contiguous
+    qn: torch.Tensor  # [G, Nq] ‖q'_r‖ (times sm when sm was folded into q)
     kn: torch.Tensor  # [G, nblk] the largest ‖k'_k‖ of each KV block (0 for padding)
     kf: torch.Tensor  # [G, Np] float32: kn at each key (rounded up)
     sm: float  # the factor still applied to q'·k' (1 when folded)
@@ -87,11 +86,11 @@ class Bounds:
 def bounds(qs: torch.Tensor, kT: torch.Tensor, block_n: int, sm: float) -> Bounds:
     """:class:`Bounds` of the laid-out queries ``qs`` [G, Nq, d] and keys ``kT`` [G, d, Np]."""
     G, d, np_ = kT.shape
-    q64 = qs.double()
-    k64 = kT.transpose(-1, -2).double().contiguous()
-    kn = k64.norm(dim=-1).view(G, np_ // block_n, block_n).amax(-1)
+    keys = kT.transpose(-1, -2).contiguous()
+    kn = torch.linalg.vector_norm(keys, dim=-1, dtype=torch.float64).view(G, np_ // block_n, block_n).amax(-1)
     kf = (kn * (1 + 2.0 ** -20)).to(torch.float32).repeat_interleave(block_n, dim=1)
-    return Bounds(q64=q64, k64=k64, qn=q64.norm(dim=-1), kn=kn, kf=kf, sm=sm, d=d)
+    qn = torch.linalg.vector_norm(qs, dim=-1, dtype=torch.float64)
+    return Bounds(keys=keys, qn=qn, kn=kn, kf=kf, sm=sm, d=d)
 
 
 def _norm_product(c, g: int, rows) -> torch.Tensor:
@@ -103,7 +102,7 @@ def _norm_product(c, g: int, rows) -> torch.Tensor:
 def exact_scores(c, g: int, rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """float64 scores of (row, key) pairs of head g (rows absolute, keys padded positions): ``q'·k'`` of the
     float32 operands, times sm where it was not folded into q'."""
-    s = (c.ex.q64[g].index_select(0, rows) * c.ex.k64[g].index_select(0, keys)).sum(-1)
+    s = (c.qs[g].index_select(0, rows).double() * c.ex.keys[g].index_select(0, keys).double()).sum(-1)
     return s if c.sm_pow2 else s * float32(c.sm_scale)
 
 
