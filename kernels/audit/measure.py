@@ -13,36 +13,43 @@ import math
 MEASURE_COLUMNS = ("mass_underflow", "mass_lost_share", "delta", "sigma", "delta_c", "distance_to_delta_c")
 
 
-def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool, offset: int = 0):
-    """Scaled float64 scores ``q·kᵀ·sm_scale`` [Nq, Nk] of (batch b, head h); masked keys -inf (causal: key j
-    visible to row i when ``j <= i + offset``).
-    Grouped-query attention: head h reads key head ``h // (H / H_kv)``."""
+def _product(q, k, b: int, h: int):
+    """float64 ``q·kᵀ`` [Nq, Nk] of (batch b, head h); head h reads key head ``h // (H / H_kv)``."""
+    return q[b, h].double() @ k[b, h // (q.shape[1] // k.shape[1])].double().transpose(0, 1)
+
+
+def _scaled(qk, sm: float, *, causal: bool, offset: int):
+    """``qk·sm`` with masked keys at -inf (causal: key j visible to row i when ``j <= i + offset``)."""
     from pcast.reference import causal_mask
 
-    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    kh = k[b, h // (q.shape[1] // k.shape[1])]
-    s = (q[b, h].double() @ kh.double().transpose(0, 1)) * sm
+    s = qk * sm
     if causal:
         s = s.masked_fill(~causal_mask(s.shape[0], s.shape[1], device=s.device, offset=offset), float("-inf"))
     return s
 
 
+def head_scores64(q, k, b: int, h: int, *, sm_scale: float | None, causal: bool, offset: int = 0):
+    """Scaled float64 scores ``q·kᵀ·sm_scale`` [Nq, Nk] of (batch b, head h); masked keys -inf (causal: key j
+    visible to row i when ``j <= i + offset``).
+    Grouped-query attention: head h reads key head ``h // (H / H_kv)``."""
+    sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
+    return _scaled(_product(q, k, b, h), sm, causal=causal, offset=offset)
+
+
 def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks, offset: int = 0) -> dict:
-    """What the runs of head (b, h) share: the exact step-1 scores (``scores``, float64, what the decisions
-    are made on), the float64 reference probabilities (``p_exact``), and Δ, σ (medians over rows,
+    """What the runs of head (b, h) share: the exact step-1 scores (``scores``: the product times
+    ``float32(sm_scale)``, :func:`pcast.models.heads.exact_scores`, what the decisions are made on), the float64
+    reference probabilities (``p_exact``), and Δ, σ (medians over rows,
     :func:`pcast.models.heads.head_scores_stats`, with ``sinks`` the head's sink keys) and their count."""
-    from pcast.models.heads import exact_probs, exact_scores, head_scores_stats
-    from pcast.reference import causal_mask
+    from pcast.contract import float32
+    from pcast.models.heads import exact_probs, head_scores_stats
 
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    s_ex = exact_scores(q[b, h], k[b, h // (q.shape[1] // k.shape[1])], sm)
-    if causal:
-        s_ex = s_ex.masked_fill(~causal_mask(s_ex.shape[0], s_ex.shape[1], device=s_ex.device, offset=offset),
-                                float("-inf"))
-    s64 = head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal, offset=offset)
+    qk = _product(q, k, b, h)
+    s64 = _scaled(qk, sm, causal=causal, offset=offset)
     st = head_scores_stats(s64, list(sinks))
-    return {"scores": s_ex, "p_exact": exact_probs(s64), "delta": st["delta"], "sigma": st["sigma"],
-            "n_sinks": len(sinks), "masses": {}}
+    return {"scores": _scaled(qk, float32(sm), causal=causal, offset=offset), "p_exact": exact_probs(s64),
+            "delta": st["delta"], "sigma": st["sigma"], "n_sinks": len(sinks), "masses": {}}
 
 
 def delta_c(full: dict, n_sinks: int):

@@ -40,7 +40,7 @@ from pcast.emulator.mx import cast_mx as _cast_mx, first_level as _first_level, 
 from pcast.emulator.mx import per_row_scale as _per_row_scale
 from pcast.formats.microscaling import MXFormat
 from pcast.formats.rounding import quantize_fast
-from pcast.emulator.parts import max_in_force, operand_cast, running_max
+from pcast.emulator.parts import max_in_force, operand_cast, previous_max, running_max
 from pcast.emulator import exact as _ex
 from pcast.emulator import tensorcore as _tc
 from pcast.reference import causal_mask, expand_kv
@@ -221,7 +221,7 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
             l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
         # step 5: accumulate
         if c.pv is not None:  # the tensor core: acc = acc·alpha per block, then its fused sums; V's scale after
-            alpha = _weights(c, _previous_max(m, c.reverse), m_safe)
+            alpha = _weights(c, previous_max(m, c.reverse), m_safe)
             accs = [_tc.accumulate(pq, vq[g], alpha, c.pv, c.block_n, c.reverse) * s_v[g]
                     for vq, s_v in zip(c.pv.vq, c.pv.s_v)]
         else:  # the same weights (per_row: over S_r, the kernel's division of p_q·V), then one matmul for all of P_q V
@@ -243,12 +243,6 @@ def _normalise(c: _Call, sc: _Scale, g: int, r0: int, r1: int, outs_i, accs: lis
     for out, acc in zip(outs_i, accs):
         out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
     lse[g, r0:r1] = row_lse(c, m_final, l)
-
-
-def _previous_max(m: torch.Tensor, reverse: bool) -> torch.Tensor:
-    """[rows, nblk] the max in force before each block (-inf before the first block visited)."""
-    first = torch.full_like(m[:, :1], float("-inf"))
-    return torch.cat([m[:, 1:], first], 1) if reverse else torch.cat([first, m[:, :-1]], 1)
 
 
 def row_lse(c: _Call, m, l) -> torch.Tensor:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from pcast.contract import LOG2E, float32
-from pcast.emulator.parts import max_in_force, running_max
+from pcast.emulator.parts import max_in_force, previous_max, running_max
 from pcast.emulator import compiled as _compiled
 from pcast.formats import FORMATS, FP8Format
 from pcast.formats.rounding import quantize_fast
@@ -111,27 +111,27 @@ def _score_error(c, g: int, rows, nb: int) -> torch.Tensor:
     return ((c.ex.d + 2) * _U) * _norm_product(c, g, rows)[:, :nb]
 
 
-def block_maxima(c, g: int, rows, sb: torch.Tensor, bm: torch.Tensor) -> torch.Tensor:
+def block_maxima(c, g: int, rows, sb: torch.Tensor, bm: torch.Tensor, which: torch.Tensor | None = None
+                 ) -> torch.Tensor:
     """The exact maximum of each block of the float32 scores ``sb`` [rows, nb, block_n] (the first nb blocks of
     the rows ``rows``: a slice or an index tensor of absolute rows), [rows, nb] float64, from ``bm`` their
     float32 block maxima: the candidates (keys within 2E of their block's float32 maximum) recomputed in
-    float64."""
+    float64. ``which`` [rows, nb] bool: only those blocks (NaN elsewhere); None: every block."""
     nr, nblk, bn = sb.shape
-    lo = (bm.double() - 2.0 * _score_error(c, g, rows, nblk)).to(torch.float32)
-    lo = torch.nextafter(lo, torch.full_like(lo, float("-inf")))  # (rounding the bound down keeps it a bound)
-    ri, j, kk = ((sb >= lo[..., None]) & (sb > float("-inf"))).nonzero(as_tuple=True)
-    out = torch.full((nr * nblk,), float("-inf"), dtype=torch.float64, device=sb.device)
-    if ri.numel():
-        absolute = ri + rows.start if isinstance(rows, slice) else rows[ri]
-        out.scatter_reduce_(0, ri * nblk + j, exact_scores(c, g, absolute, j * bn + kk), reduce="amax")
+    out = torch.full((nr * nblk,), float("nan"), dtype=torch.float64, device=sb.device)
+    rb = torch.arange(nr * nblk, device=sb.device) if which is None else which.flatten().nonzero().flatten()
+    if not rb.numel():
+        return out.view(nr, nblk)
+    lo = bm.double().flatten()[rb] - 2.0 * _score_error(c, g, rows, nblk).flatten()[rb]
+    lo = torch.nextafter(lo.to(torch.float32), torch.tensor(float("-inf"), device=sb.device))  # (still a bound)
+    blocks = sb.reshape(nr * nblk, bn).index_select(0, rb)
+    i, kk = ((blocks >= lo[:, None]) & (blocks > float("-inf"))).nonzero(as_tuple=True)
+    out[rb] = float("-inf")
+    pos = rb[i]
+    ri = pos // nblk
+    absolute = ri + rows.start if isinstance(rows, slice) else rows[ri]
+    out.scatter_reduce_(0, pos, exact_scores(c, g, absolute, (pos % nblk) * bn + kk), reduce="amax")
     return out.view(nr, nblk)
-
-
-def _before(m: torch.Tensor, reverse: bool, first) -> torch.Tensor:
-    """[rows, nblk] the max in force before each block in visiting order (``first`` [rows] or -inf before the
-    first)."""
-    first = torch.full_like(m[:, :1], float("-inf")) if first is None else first[:, None].to(m.dtype)
-    return torch.cat([m[:, 1:], first], 1) if reverse else torch.cat([first, m[:, :-1]], 1)
 
 
 def walk_exact(c, g: int, r0: int, r1: int, sb: torch.Tensor, bm: torch.Tensor, m: torch.Tensor, rule, seed=None,
@@ -148,7 +148,7 @@ def walk_exact(c, g: int, r0: int, r1: int, sb: torch.Tensor, bm: torch.Tensor, 
     if every:
         near = torch.ones(nr, dtype=torch.bool, device=bm.device)
     else:
-        prev = _before(m, c.reverse, seed).double()
+        prev = previous_max(m, c.reverse, seed).double()
         gap = (bm.double() - prev - (c.tau / LOG2E if c.tau else 0.0)).abs()
         margin = 3.0 * _score_error(c, g, slice(r0, r1), nblk) + 2.0 ** -20 * (bm.double().abs() + 1.0)
         near = ((gap <= margin) & ~torch.isneginf(prev)).any(-1)
@@ -165,21 +165,8 @@ def walk_exact(c, g: int, r0: int, r1: int, sb: torch.Tensor, bm: torch.Tensor, 
 
 def _setter_maxima(c, g: int, r0: int, sb: torch.Tensor, bm: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     """[rows, nblk] float64: the exact maximum of each block whose float32 maximum is the max in force there
-    (the blocks that set the max), NaN elsewhere; from their candidates (keys within 2E of the float32
-    maximum)."""
-    nr, nblk, bn = sb.shape
-    out = torch.full((nr * nblk,), float("nan"), dtype=torch.float64, device=sb.device)
-    rb = ((m == bm) & ~torch.isneginf(bm)).flatten().nonzero().flatten()
-    if not rb.numel():
-        return out.view(nr, nblk)
-    lo = (bm.double().flatten()[rb] - 2.0 * _score_error(c, g, slice(r0, r0 + nr), nblk).flatten()[rb])
-    lo = torch.nextafter(lo.to(torch.float32), torch.tensor(float("-inf"), device=sb.device))
-    blocks = sb.reshape(nr * nblk, bn).index_select(0, rb)
-    i, kk = ((blocks >= lo[:, None]) & (blocks > float("-inf"))).nonzero(as_tuple=True)
-    out[rb] = float("-inf")
-    pos = rb[i]
-    out.scatter_reduce_(0, pos, exact_scores(c, g, pos // nblk + r0, (pos % nblk) * bn + kk), reduce="amax")
-    return out.view(nr, nblk)
+    (the blocks that set the max), NaN elsewhere (:func:`block_maxima`)."""
+    return block_maxima(c, g, slice(r0, r0 + sb.shape[0]), sb, bm, (m == bm) & ~torch.isneginf(bm))
 
 
 def walked_max(bm: torch.Tensor, bm64: torch.Tensor, m64: torch.Tensor, seed=None) -> torch.Tensor:
@@ -238,12 +225,11 @@ class Chunk:
     seed: torch.Tensor | None  # [rows] the max a row starts with, or None
     full: tuple | None  # (row indices, [n, nblk] float64 exact max in force) of the rows recomputed
     setters: torch.Tensor  # [rows, nblk] float64 exact maxima of the blocks that set the max (NaN elsewhere)
-    a: torch.Tensor | None  # [rows] float64: the relative bound on x's float32 error is a·max‖k'‖ (its block) + cc
-    cc: torch.Tensor | None  # [rows] float64
+    a: torch.Tensor  # [rows] float64: the relative bound on x's float32 error is a·max‖k'‖ (its block) + cc
+    cc: torch.Tensor  # [rows] float64
 
     @classmethod
     def make(cls, c, g: int, r0: int, r1: int, bm, m, seed, full, setters) -> "Chunk":
-        ch = cls(c=c, g=g, r0=r0, r1=r1, bm=bm, m=m, seed=seed, full=full, setters=setters, a=None, cc=None)
         # δ = a·max‖k'‖ + cc per row and block: the key's score error and s - m's rounding (a); the max's
         # actual error, |float32 m - exact m| at the row's worst block, its rounding, log2 S's and exp's (cc)
         # (every max in force is a setter block's maximum, or the seed, exact as it is)
@@ -254,9 +240,9 @@ class Chunk:
             err[idx] = torch.where(fin, (m[idx].double() - m64).abs(), torch.zeros_like(m64)).amax(-1)
         mabs = torch.where(~torch.isneginf(m), m, torch.zeros_like(m)).abs().amax(-1).double()
         log2s = abs(c.log2_s) if c.exp2 else 0.0
-        ch.a = (1.01 * (c.ex.d + 1) * _U / 2 + 2 * _U) * c.ex.qn[g, r0:r1] * c.ex.sm
-        ch.cc = 1.01 * err + 4 * _U * mabs + _U * log2s + 8 * _U
-        return ch
+        a = (1.01 * (c.ex.d + 1) * _U / 2 + 2 * _U) * c.ex.qn[g, r0:r1] * c.ex.sm
+        cc = 1.01 * err + 4 * _U * mabs + _U * log2s + 8 * _U
+        return cls(c=c, g=g, r0=r0, r1=r1, bm=bm, m=m, seed=seed, full=full, setters=setters, a=a, cc=cc)
 
     @property
     def delta(self) -> torch.Tensor:

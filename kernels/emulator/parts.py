@@ -9,7 +9,7 @@ from pcast.contract import LOG2E, float32
 from pcast.formats import FP8Format
 from pcast.formats.rounding import quantize_fast
 
-__all__ = ["running_max", "max_in_force", "operand_cast", "operand_parts"]
+__all__ = ["running_max", "previous_max", "max_in_force", "operand_cast", "operand_parts"]
 
 
 def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
@@ -17,6 +17,13 @@ def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
     if reverse:
         return torch.flip(torch.cummax(torch.flip(block_max, [-1]), dim=-1).values, [-1])
     return torch.cummax(block_max, dim=-1).values
+
+
+def previous_max(m: torch.Tensor, reverse: bool, first: torch.Tensor | None = None) -> torch.Tensor:
+    """[rows, nblk] the max in force before each block of ``m`` [rows, nblk] in visiting order: ``first``
+    [rows] (the max a row starts with) before the first block visited, -inf where None."""
+    first = torch.full_like(m[:, :1], float("-inf")) if first is None else first[:, None].to(m.dtype)
+    return torch.cat([m[:, 1:], first], 1) if reverse else torch.cat([first, m[:, :-1]], 1)
 
 
 def max_in_force(block_max: torch.Tensor, reverse: bool, tau: float = 0.0,

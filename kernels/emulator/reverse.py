@@ -106,7 +106,7 @@ def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _Stat
     bm[:, :j0] = lead.amax(dim=-1)
     m, ch = _em.running_max(bm, True), None
     if c.ex is not None:  # exact decisions: the walk over the item's own blocks and the anchor's after them
-        m, ch = _ex.walk_exact(c, g, r0, r1, s.view(nr, c.nblk, bn), bm, m, lambda b, sd: _em.running_max(b, True))
+        m, ch = _ex.walk_exact(c, g, r0, r1, s.view(nr, c.nblk, bn), bm, m, lambda b, sd: _ex.max_rule(c, b, sd))
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     tk = ch.terms_keys(lead, m[:, :j0]) if ch is not None else None
     u = _em._unrounded(c, lead, m_safe[:, :j0], out=None)

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 import torch
 
 from pcast.models import heads as H
-from pcast.contract import COMBOS, combo_label
+from pcast.contract import COMBOS, combo_label, float32
 from pcast.pipeline.files import atomic_path, atomic_write_text
 from pcast.pipeline.logs import progress
 from pcast.pipeline.tables import csv_text
@@ -159,18 +159,19 @@ def _shuffle(k: torch.Tensor, v: torch.Tensor, seed: int):
     return k[..., perm, :].contiguous(), v[..., perm, :].contiguous(), perm
 
 
-def _head_info(q, k, ks, perm, sm: float) -> dict:
+def _head_info(q, k, perm, sm: float) -> dict:
     """Per (passage, head): exact step-1 scores (as given and key-shuffled), detected sinks, measured stats,
-    exact probabilities (the shuffled ones are the same probabilities, permuted)."""
+    exact probabilities (the shuffled scores and probabilities are the same ones, permuted by ``perm``)."""
     info = {}
     for p in range(q.shape[0]):
         for h in range(q.shape[1]):
-            s64 = q[p, h].double() @ k[p, h].double().T * sm
+            qk = q[p, h].double() @ k[p, h].double().T
+            s64 = qk * sm
+            exact = qk * float32(sm)  # (pcast.models.heads.exact_scores: the decisions' scores)
             sinks = H.detect_sinks(s64)
             probs = H.exact_probs(s64)
             info[p, h] = {"sinks": sinks, "stats": H.head_scores_stats(s64, sinks), "probs": probs,
-                          "probs_shuf": probs[:, perm], "exact": H.exact_scores(q[p, h], k[p, h], sm),
-                          "exact_shuf": H.exact_scores(q[p, h], ks[p, h], sm)}
+                          "probs_shuf": probs[:, perm], "exact": exact, "exact_shuf": exact[:, perm]}
     return info
 
 
@@ -187,7 +188,7 @@ def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policie
     # one float64 reference for both: keys and values permuted together leave every output row as it is
     ref = reference_attention(q, k, v, causal=False, sm_scale=sm)
     ref_power = (ref ** 2).mean(dim=(-2, -1))  # [P, H]
-    info = _head_info(q, k, ks, perm, sm)
+    info = _head_info(q, k, perm, sm)
     runs = run_names(cfg, policies)
     runs += [(SHUFFLED + name, "shuffled", kw) for name, kind, kw in runs if kind == "combo"]
     # one attention_calls for the runs on the captured keys and one for the shuffled keys (scores shared)
