@@ -22,6 +22,7 @@ import torch
 
 from pcast.emulator import core as _em
 from pcast.emulator import reverse as _rev
+from pcast.emulator.parts import sink_term
 from pcast.reference import _bits
 
 __all__ = ["emulate_calls", "SCORE_SLICE", "SHARING"]
@@ -50,7 +51,7 @@ def _clone_rows(c: _em._Call, g: int, a: int, r0: int, r1: int, outs: tuple, dia
         for name, t in diag.items():
             t[g, r0:r1] = t[a, r0:r1]
         if c.sink is not None:
-            l = l + _em._sink_value(c, c.sink[g], m_final)
+            l = l + sink_term(c, c.sink[g], m_final)
         for out, acc in zip(outs_i, accs):
             out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
         diag["lse"][g, r0:r1] = _em.row_lse(c, m_final, l)
@@ -208,11 +209,13 @@ def emulate_calls(q, k, v: tuple, calls) -> list:
 
 def _reverse_leads(members: list, shared: _Shared, clones: list) -> list[dict]:
     """Per call: item -> (anchor, leading columns) for the items, anchors included, that take their anchor's
-    blocks past the leading ones (:mod:`pcast.emulator.reverse`); empty for a call that is not eligible."""
+    blocks past the leading ones (:mod:`pcast.emulator.reverse`); empty for a call that is not eligible or that
+    the compiled P path runs."""
     leads = []
     for m, (c, *_) in enumerate(members):
         lead: dict = {}
-        for a in shared.last_use if _rev.eligible(c) else ():
+        # (through the compiled P path an item's own pass is faster than the eager shared one)
+        for a in shared.last_use if _rev.eligible(c) and not _em._fused.covers(c, c.qs) else ():
             items = [g for g, t in enumerate(shared.twin) if t == a and clones[m][g] is None]
             c0 = _rev.lead_columns(c.block_n, c.nblk, c.ks, [shared.cols[g] for g in items]) if items else None
             if c0 is not None:
@@ -254,9 +257,7 @@ def _run_group(members: list, G: int, Nq: int) -> None:
                 shared.skip(g, r0)
                 continue
             s = shared.scores(g, r0, r1)
-            # the calls that only read the scores first; the last of the others may overwrite them
-            rest = [m for m in need if g not in leads[m]]
-            for m in sorted(need, key=lambda m: g not in leads[m]):
+            for m in need:  # (every call reads the scores only)
                 c, outs, diags, _ = members[m]
                 SHARING["reused"] += m != need[0]
                 keep = kept[m].setdefault((g, r0), []) if g in anchors[m] else None
@@ -267,4 +268,4 @@ def _run_group(members: list, G: int, Nq: int) -> None:
                     SHARING["reverse"] += 1
                     _rev.item_rows(c, g, r0, r1, s, states[m, a], outs, diags, keep)
                 else:
-                    _em._rows(c, g, r0, r1, outs, diags, s if m == rest[-1] else s.clone(), keep)
+                    _em._rows(c, g, r0, r1, outs, diags, s, keep)  # (s is read only)

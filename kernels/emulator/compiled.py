@@ -25,11 +25,12 @@ try:
 except ImportError:  # the torch passes run instead
     numba = None
 else:
-    # numba's default OpenMP layer spins against torch's own OpenMP threads; its work queue does not
-    if "NUMBA_THREADING_LAYER" not in os.environ:
-        numba.config.THREADING_LAYER = "workqueue"
+    # OpenMP first: numba's work queue starts each parallel loop in about 100 µs and, after a torch matmul, waits
+    # on torch's spinning OpenMP threads (no speed-up on 2 threads, docs/performance.md); TBB is not a dependency
+    if "NUMBA_THREADING_LAYER" not in os.environ and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
+        numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
 
-__all__ = ["AVAILABLE", "cast_and_mark"]
+__all__ = ["AVAILABLE", "cast_and_mark", "run_on"]
 
 #: Whether the compiled pass runs (numba imports).
 AVAILABLE = numba is not None
@@ -63,28 +64,38 @@ def _cast_row(x, a, c, kf, pq, mark, rnd, rnd_min, half, mn, top, edge, near_max
 
 
 def _cast_rows(x, a, c, kf, pq, mark, rnd, rnd_min, half, mn, top, edge, near_max):
-    """Every row of x [rows, cols] (in parallel when compiled with ``parallel=True``; each row on its own)."""
+    """Every row of x [rows, cols], in parallel (each row on its own)."""
     for i in numba.prange(x.shape[0]):
         _row(x[i], a[i], c[i], kf, pq[i], mark[i], rnd, rnd_min, half, mn, top, edge, near_max)
 
 
-_compiled: dict = {}
+_compiled = None
 _row = None
 #: Below this many elements a chunk runs on one thread: starting the threads would cost more.
 _PARALLEL_ELEMS = 1 << 17
 
 
-def _kernel(parallel: bool):
-    """The compiled pass (compiled on first use, cached on disk by numba); in parallel on as many threads as
-    torch uses."""
-    global _row
-    if parallel not in _compiled:
-        if _row is None:
-            _row = numba.njit(fastmath=False, cache=True)(_cast_row)
-        _compiled[parallel] = numba.njit(parallel=parallel, fastmath=False, cache=True)(_cast_rows)
-    if parallel:
-        numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
-    return _compiled[parallel]
+def run_on(threads: int, fn, *args):
+    """``fn(*args)`` (a parallel numba function) on ``threads`` threads; torch's thread count is left as it was
+    (numba's OpenMP layer may change the count torch reads)."""
+    torch_threads = torch.get_num_threads()
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        return fn(*args)
+    finally:
+        if torch.get_num_threads() != torch_threads:
+            torch.set_num_threads(torch_threads)
+
+
+def _kernel():
+    """The compiled pass (compiled on first use, cached on disk by numba). One compiled version only, parallel:
+    numba's disk cache keeps one entry per function and signature, so a serial and a parallel compilation of the
+    same function would load each other's code."""
+    global _row, _compiled
+    if _compiled is None:
+        _row = numba.njit(fastmath=False, cache=True)(_cast_row)
+        _compiled = numba.njit(parallel=True, fastmath=False, cache=True)(_cast_rows)
+    return _compiled
 
 
 def cast_and_mark(x: torch.Tensor, a: torch.Tensor, c: torch.Tensor, kf: torch.Tensor, fmt,
@@ -99,8 +110,8 @@ def cast_and_mark(x: torch.Tensor, a: torch.Tensor, c: torch.Tensor, kf: torch.T
     mark = np.empty(xn.shape, dtype=np.uint8)
     up = 1 + 2.0 ** -20  # (a and c rounded up to float32 stay bounds)
     top = fmt.max_finite if saturate else float(np.finfo(np.float32).max)
-    parallel = torch.get_num_threads() > 1 and xn.size >= _PARALLEL_ELEMS
-    _kernel(parallel)(xn, (a * up).to(torch.float32).numpy(), (c * up).to(torch.float32).numpy(),
-              kf.contiguous().numpy(), pq, mark, _F(1.5 * 2.0 ** (23 - m)), _F(fmt.min_normal * 1.5 * 2.0 ** (23 - m)),
-              _F(2.0 ** -(m + 1)), _F(fmt.min_normal), _F(top), _F(fmt.max_finite), saturate)
+    threads = torch.get_num_threads() if xn.size >= _PARALLEL_ELEMS else 1
+    run_on(threads, _kernel(), xn, (a * up).to(torch.float32).numpy(), (c * up).to(torch.float32).numpy(),
+           kf.contiguous().numpy(), pq, mark, _F(1.5 * 2.0 ** (23 - m)), _F(fmt.min_normal * 1.5 * 2.0 ** (23 - m)),
+           _F(2.0 ** -(m + 1)), _F(fmt.min_normal), _F(top), _F(fmt.max_finite), saturate)
     return torch.from_numpy(pq), torch.from_numpy(mark).view(torch.bool)

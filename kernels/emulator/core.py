@@ -40,8 +40,11 @@ from pcast.emulator.mx import cast_mx as _cast_mx, first_level as _first_level, 
 from pcast.emulator.mx import per_row_scale as _per_row_scale
 from pcast.formats.microscaling import MXFormat
 from pcast.formats.rounding import quantize_fast
-from pcast.emulator.parts import max_in_force, operand_cast, previous_max, running_max
+from pcast.emulator.parts import (block_weights, max_in_force, operand_cast, previous_max, running_max,
+                                  sink_term)
 from pcast.emulator import exact as _ex
+from pcast.emulator import fused as _fused
+from pcast.emulator import ieee as _ieee
 from pcast.emulator import tensorcore as _tc
 from pcast.reference import causal_mask, expand_kv
 
@@ -49,7 +52,7 @@ __all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_
 
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
-_CHUNK_ELEMS = 1 << 18
+_CHUNK_ELEMS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -172,26 +175,26 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
           keep: list | None = None) -> None:
     """Steps 1-6 for query rows r0:r1 of head g into ``outs[i][j]`` (scale i, value tensor j) and ``diags[i]``:
     steps 1-2 once, 3-4 once per scale, 5-6 once per scale and value tensor, each as a call of its own.
-    ``s``: step 1's scores of these rows when another call computed them (:func:`_scores`' bits; overwritten).
+    ``s``: step 1's scores of these rows when another call computed them (:func:`_scores`' bits; read only).
     ``keep``: a list that receives, per scale, what step 6 starts from (``emulator_calls._clone_rows``)."""
     nr = r1 - r0
     Np = c.nblk * c.block_n
     # step 1: scores
     s = _scores(c, g, r0, r1) if s is None else s  # (given: shared with other calls, emulator_calls)
+    if _fused.covers(c, s):  # steps 2-4 in one compiled pass, the operations below
+        return _fused_rows(c, g, r0, r1, s, outs, diags, keep)
     # step 2: running max
     sb = s.view(nr, c.nblk, c.block_n)
     bm = sb.amax(dim=-1)  # the max in force when each block is processed: a cumulative max, or step 2's rule
     m, ch = _ex.in_force(c, g, r0, r1, sb, bm)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     tk = ch.terms_keys(sb, m) if ch is not None else None
-    # in place: s is not needed again. u is p (multiply) or x (exp2_offset), the unrounded value.
-    u = _unrounded(c, sb, m_safe, out=sb).view(nr, Np)
+    u = _unrounded(c, sb, m_safe).view(nr, Np)  # p (multiply) or x (exp2_offset), the unrounded value
     if tk is not None:
         ch.fix_terms(u, tk)
-    # The cast below overwrites u in place, so take what still needs the unrounded u now:
-    # its block sums (for the unrounded row sum) and its positive counts (for the diagnostics).
+    # The cast overwrites u in place: its block sums (unrounded row sum) and positive counts are taken now.
     if not c.rowsum_rounded:
-        lblk = u.view(nr, c.nblk, c.block_n).sum(-1)
+        lblk = _ieee.tree_sum(u.view(nr, c.nblk, c.block_n))
     # diagnostics: u >= 0, so sign(u) is 1 exactly where u > 0: a fast exact count.
     sgn = torch.sign(u)
     pos_s = sgn[:, :c.ks].sum(-1)
@@ -212,21 +215,34 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
         # step 4: row sum
         # Instead of rescaling by alpha once per block, weight block j by exp(m_j - m_final), the alphas' product.
         if c.rowsum_rounded:  # (else lblk holds the unrounded u's block sums, the same for every scale)
-            lblk = pq.view(nr, c.nblk, c.block_n).sum(-1)
+            lblk = _ieee.tree_sum(pq.view(nr, c.nblk, c.block_n))
             lblk = lblk if c.exp2 else lblk / (s_r if c.per_row else sc.scale)
         m_final = m_safe[:, 0] if c.reverse else m_safe[:, -1]
-        w = _weights(c, m, m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
-        l = (lblk * w).sum(-1)
+        w = block_weights(c, m, m_final[:, None])  # [rows, nblk]; 0 for blocks seen before any key
+        l = _ieee.tree_sum(lblk * w)
         if c.sink_init:  # the sink's own value l0, carried to the end by every block's alpha
-            l = l + _sink_value(c, c.sink[g], c.sink[g]) * _weights(c, c.sink[g], m_final)
+            l = l + sink_term(c, c.sink[g], c.sink[g]) * block_weights(c, c.sink[g], m_final)
         # step 5: accumulate
         if c.pv is not None:  # the tensor core: acc = acc·alpha per block, then its fused sums; V's scale after
-            alpha = _weights(c, previous_max(m, c.reverse), m_safe)
+            alpha = block_weights(c, previous_max(m, c.reverse), m_safe)
             accs = [_tc.accumulate(pq, vq[g], alpha, c.pv, c.block_n, c.reverse) * s_v[g]
                     for vq, s_v in zip(c.pv.vq, c.pv.s_v)]
         else:  # the same weights (per_row: over S_r, the kernel's division of p_q·V), then one matmul for all of P_q V
             pq.view(nr, c.nblk, c.block_n).mul_((w / s_r if c.per_row else w)[..., None])
             accs = [torch.matmul(pq, vf[g]) for vf in c.vf]
+        _normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep, diag["lse"])
+
+
+def _fused_rows(c: _Call, g: int, r0: int, r1: int, s: torch.Tensor, outs: tuple, diags: tuple, keep) -> None:
+    """Steps 2-6 of :func:`_rows` with steps 2-4 compiled (:func:`pcast.emulator.fused.p_rows`): the same
+    results."""
+    pws, ls, m_final, counts = _fused.p_rows(c, g, r0, r1, s)
+    for sc, outs_i, diag, pw, l, cnt in zip(c.scales, outs, diags, pws, ls, counts):
+        for i, name in enumerate(("terms", "terms_sink", "underflow", "underflow_sink", "saturated")):
+            diag[name][g, r0:r1] = cnt[:, i]
+        if c.sink_init:
+            l = l + sink_term(c, c.sink[g], c.sink[g]) * block_weights(c, c.sink[g], m_final)
+        accs = [torch.matmul(pw, vf[g]) for vf in c.vf]  # step 5
         _normalise(c, sc, g, r0, r1, outs_i, accs, l, m_final, keep, diag["lse"])
 
 
@@ -239,7 +255,7 @@ def _normalise(c: _Call, sc: _Scale, g: int, r0: int, r1: int, outs_i, accs: lis
         keep.append((accs, l, m_final))
     # step 6: normalise
     if c.sink is not None and not c.sink_init:
-        l = l + _sink_value(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
+        l = l + sink_term(c, c.sink[g], m_final)  # the sink joins l under the final (possibly stale) max
     for out, acc in zip(outs_i, accs):
         out[g, r0:r1] = acc / l[:, None] if c.exp2 else acc / (l * sc.scale)[:, None]
     lse[g, r0:r1] = row_lse(c, m_final, l)
@@ -304,30 +320,14 @@ def _counts(diag: dict, g: int, r0: int, r1: int, pos_s, pos_ns, ppos_s, ppos_ns
     diag["underflow_sink"][g, r0:r1] = (pos_s - ppos_s).to(torch.int64)
 
 
-def _unrounded(c: _Call, sb: torch.Tensor, m_safe: torch.Tensor, *, out: torch.Tensor | None) -> torch.Tensor:
+def _unrounded(c: _Call, sb: torch.Tensor, m_safe: torch.Tensor) -> torch.Tensor:
     """Step 2's unrounded value of every key of the scores ``sb`` [rows, j, block_n] under their blocks' maxima
-    ``m_safe`` [rows, j], into ``out`` (``sb`` itself: in place; None: a new tensor): ``p = exp(s - m)``
-    ("multiply"), or ``x = exp2(s·LOG2E - (m·LOG2E - log2 S))`` in float32 in that order ("exp2_offset"; p·S is
-    never formed)."""
+    ``m_safe`` [rows, j], a new tensor: ``p = exp(s - m)`` ("multiply"), or ``x = exp2(s·LOG2E - (m·LOG2E -
+    log2 S))`` in float32 in that order ("exp2_offset"; p·S is never formed); exp and exp2 are
+    :mod:`pcast.emulator.ieee`'s."""
     if c.exp2:
-        return torch.mul(sb, LOG2E, out=out).sub_((m_safe * LOG2E - c.log2_s)[..., None]).exp2_()
-    return torch.sub(sb, m_safe[..., None], out=out).exp_()
-
-
-def _weights(c: _Call, m, m_final):
-    """The product of the alphas from max ``m`` to the final max: ``exp(m - m_final)`` ("multiply") or
-    ``exp2(m·LOG2E - m_final·LOG2E)`` ("exp2_offset"); 0 where m is -inf."""
-    if c.exp2:
-        return torch.exp2(m * LOG2E - m_final * LOG2E)
-    return torch.exp(m - m_final)
-
-
-def _sink_value(c: _Call, sigma, m):
-    """A sink logit's term of the row sum under max ``m``: ``exp(σ - m)`` ("multiply") or
-    ``exp2(σ·LOG2E - (m·LOG2E - log2 S))`` ("exp2_offset")."""
-    if c.exp2:
-        return torch.exp2(sigma * LOG2E - (m * LOG2E - c.log2_s))
-    return torch.exp(sigma - m)
+        return _ieee.exp2(torch.mul(sb, LOG2E).sub_((m_safe * LOG2E - c.log2_s)[..., None]))
+    return _ieee.exp(torch.sub(sb, m_safe[..., None]))
 
 
 def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | None, causal: bool,

@@ -1,15 +1,18 @@
-"""Parts of steps 1-2 that the emulator and its engines share: the running max in visiting order, the
-max in force under step 2's update rule (lazy rescaling, a seeded max) and the operand casts of Q, K, V."""
+"""Parts of the steps that the emulator and its engines share: the running max in visiting order, the
+max in force under step 2's update rule (lazy rescaling, a seeded max), the operand casts of Q, K, V, and
+step 4's block weights and sink term (for a call ``c`` laid out by :mod:`pcast.emulator.core`)."""
 
 from __future__ import annotations
 
 import torch
 
 from pcast.contract import LOG2E, float32
+from pcast.emulator import ieee
 from pcast.formats import FP8Format
 from pcast.formats.rounding import quantize_fast
 
-__all__ = ["running_max", "previous_max", "max_in_force", "operand_cast", "operand_parts"]
+__all__ = ["running_max", "previous_max", "max_in_force", "operand_cast", "operand_parts", "block_weights",
+           "sink_term"]
 
 
 def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
@@ -63,3 +66,19 @@ def operand_parts(t: torch.Tensor, fmt: FP8Format, how) -> tuple[torch.Tensor, t
     else:
         st = torch.full_like(amax, how)
     return quantize_fast(t / st, fmt, saturate=True), st
+
+
+def block_weights(c, m, m_final):
+    """The product of the alphas from max ``m`` to the final max: ``exp(m - m_final)`` ("multiply") or
+    ``exp2(m·LOG2E - m_final·LOG2E)`` ("exp2_offset"); 0 where m is -inf."""
+    if c.exp2:
+        return ieee.exp2(m * LOG2E - m_final * LOG2E)
+    return ieee.exp(m - m_final)
+
+
+def sink_term(c, sigma, m):
+    """A sink logit's term of the row sum under max ``m``: ``exp(σ - m)`` ("multiply") or
+    ``exp2(σ·LOG2E - (m·LOG2E - log2 S))`` ("exp2_offset")."""
+    if c.exp2:
+        return ieee.exp2(sigma * LOG2E - (m * LOG2E - c.log2_s))
+    return ieee.exp(sigma - m)

@@ -19,7 +19,9 @@ import torch
 
 from pcast.emulator import core as _em
 from pcast.emulator import exact as _ex
+from pcast.emulator.ieee import tree_sum
 from pcast.emulator.mx import first_level
+from pcast.emulator.parts import block_weights
 from pcast.formats.rounding import quantize_fast
 
 __all__ = ["eligible", "lead_columns", "anchor_state", "item_rows"]
@@ -77,10 +79,10 @@ def anchor_state(c: _em._Call, s: torch.Tensor, c0: int, a: int, r0: int, r1: in
     m, ch = _ex.in_force(c, a, r0, r1, sb, bm)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     tk = ch.terms_keys(sb[:, j0:], m[:, j0:], j0) if ch is not None else None
-    u = _em._unrounded(c, sb[:, j0:], m_safe[:, j0:], out=None)  # (s is the shared scores, read only)
+    u = _em._unrounded(c, sb[:, j0:], m_safe[:, j0:])  # (s is the shared scores, read only)
     if tk is not None:
         ch.fix_terms(u, tk)
-    lblk = None if c.rowsum_rounded else u.sum(-1)
+    lblk = None if c.rowsum_rounded else tree_sum(u)
     pos = torch.sign(u).flatten(1).sum(-1)
     per_scale = []
     for i, sc in enumerate(c.scales):
@@ -88,7 +90,7 @@ def anchor_state(c: _em._Call, s: torch.Tensor, c0: int, a: int, r0: int, r1: in
         pq = _cast(c, sc, x.view(nr, -1), ch, sat, j0).view(x.shape)
         lr = None
         if c.rowsum_rounded:
-            lr = pq.sum(-1)
+            lr = tree_sum(pq)
             lr = lr if c.exp2 else lr / sc.scale
         per_scale.append((pq, torch.sign(pq).flatten(1).sum(-1), sat, lr))
     return _State(c0=c0, bm=bm, pos=pos, lblk=lblk, per_scale=per_scale)
@@ -109,15 +111,15 @@ def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _Stat
         m, ch = _ex.walk_exact(c, g, r0, r1, s.view(nr, c.nblk, bn), bm, m, lambda b, sd: _ex.max_rule(c, b, sd))
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     tk = ch.terms_keys(lead, m[:, :j0]) if ch is not None else None
-    u = _em._unrounded(c, lead, m_safe[:, :j0], out=None)
+    u = _em._unrounded(c, lead, m_safe[:, :j0])
     if tk is not None:
         ch.fix_terms(u, tk)
     if not c.rowsum_rounded:
-        lblk = torch.cat([u.sum(-1), st.lblk], dim=1)
+        lblk = torch.cat([tree_sum(u), st.lblk], dim=1)
     sgn = torch.sign(u).view(nr, st.c0)
     pos_s, pos_ns = sgn[:, :ks].sum(-1), sgn[:, ks:].sum(-1) + st.pos
     m_final = m_safe[:, 0]
-    w = _em._weights(c, m, m_final[:, None])  # [rows, nblk]
+    w = block_weights(c, m, m_final[:, None])  # [rows, nblk]
     for i, (sc, outs_i, diag) in enumerate(zip(c.scales, outs, diags)):
         pq_sh, ppos_sh, sat_sh, lr_sh = st.per_scale[i]
         # step 3: cast
@@ -129,9 +131,9 @@ def item_rows(c: _em._Call, g: int, r0: int, r1: int, s: torch.Tensor, st: _Stat
             diag["saturated"][g, r0:r1] = (sat + sat_sh).to(torch.int64)
         # step 4: row sum
         if c.rowsum_rounded:
-            lead_sum = pq.sum(-1)
+            lead_sum = tree_sum(pq)
             lblk = torch.cat([lead_sum if c.exp2 else lead_sum / sc.scale, lr_sh], dim=1)
-        l = (lblk * w).sum(-1)
+        l = tree_sum(lblk * w)
         # step 5: accumulate
         p = torch.empty(nr, c.nblk, bn, dtype=pq.dtype, device=pq.device)
         torch.mul(pq, w[:, :j0, None], out=p[:, :j0])

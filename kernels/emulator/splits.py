@@ -16,7 +16,9 @@ import torch
 
 from pcast.emulator import core as _em
 from pcast.emulator import exact as _ex
-from pcast.emulator.parts import max_in_force, running_max
+from pcast.emulator import ieee
+from pcast.emulator.ieee import tree_sum
+from pcast.emulator.parts import block_weights, max_in_force, running_max, sink_term
 
 __all__ = ["split_blocks", "emulate_splits", "merge"]
 
@@ -99,7 +101,7 @@ def _split_rows(c, parts, g: int, r0: int, r1: int, outs_i: tuple, diag: dict) -
         m, ch = _ex.walk_exact(c, g, r0, r1, sb, bm, m, lambda b, sd: _split_maxima(c, parts, b, sd), sig, every=True)
     m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     tk = ch.terms_keys(sb, m) if ch is not None else None
-    u = _em._unrounded(c, sb, m_safe, out=None)  # p (multiply) or x (exp2_offset), [rows, nblk, bn]
+    u = _em._unrounded(c, sb, m_safe)  # p (multiply) or x (exp2_offset), [rows, nblk, bn]
     if tk is not None:
         ch.fix_terms(u, tk)
     l_part = _partition_sums(c, parts, u, m_safe, sig) if partition else None
@@ -115,9 +117,9 @@ def _split_rows(c, parts, g: int, r0: int, r1: int, outs_i: tuple, diag: dict) -
     _em._counts(diag, g, r0, r1, pos_s, pos_ns, sgn[:, :c.ks].sum(-1), sgn[:, c.ks:].sum(-1))
     # step 4: row sum
     if c.rowsum_rounded:
-        lblk = pq.sum(-1) if c.exp2 else pq.sum(-1) / sc.scale
+        lblk = tree_sum(pq) if c.exp2 else tree_sum(pq) / sc.scale
     else:
-        lblk = u.sum(-1)
+        lblk = tree_sum(u)
     # step 5: accumulate
     lses, per_v = [], [[] for _ in c.vf]  # each split's lse_s and O_s (steps 4-5 over its own blocks)
     for i, J in parts:
@@ -140,7 +142,7 @@ def _partition_sums(c, parts, u: torch.Tensor, m_safe: torch.Tensor, sig) -> tor
     for i, J in parts:
         ls = u[:, J].sum(dim=(1, 2))
         if c.sink_init and i == 0:
-            ls = ls + torch.exp(sig - m_safe[:, J[0]])
+            ls = ls + ieee.exp(sig - m_safe[:, J[0]])
         l_blk[:, J] = ls[:, None]
     return l_blk
 
@@ -153,10 +155,10 @@ def _split_state(c, g: int, sc, J, m, m_safe, lblk, pq, seed, l_part) -> tuple:
         p = pq[:, J].reshape(nr, -1)
     else:
         m_f = m_safe[:, J[0]] if c.reverse else m_safe[:, J[-1]]
-        w = _em._weights(c, m[:, J], m_f[:, None])  # 0 for blocks seen before any key
-        l_s = (lblk[:, J] * w).sum(-1)
+        w = block_weights(c, m[:, J], m_f[:, None])  # 0 for blocks seen before any key
+        l_s = tree_sum(lblk[:, J] * w)
         if seed is not None:  # the sink's own value, carried to the end by every block's alpha
-            l_s = l_s + _em._sink_value(c, seed, seed) * _em._weights(c, seed, m_f)
+            l_s = l_s + sink_term(c, seed, seed) * block_weights(c, seed, m_f)
         p = (pq[:, J] * w[..., None]).reshape(nr, -1)
     accs = [torch.matmul(p, vf[g].view(c.nblk, bn, -1)[J].reshape(len(J) * bn, -1)) for vf in c.vf]
     if l_part is not None:

@@ -11,7 +11,9 @@ the leading (sink) columns (:class:`pcast.emulator.calls._Shared`, guarded by ``
 calls that differ only in ``scale`` share steps 1-2.
 
 ``pcast.emulator.calls.SHARING`` counts what was shared; the tests read its differences to check that
-sharing really happens (and does not, when the probe says no).
+sharing really happens (and does not, when the probe says no). Every test runs on both P paths: the compiled
+one (``pcast.emulator.fused``) and the eager torch one (what CUDA tensors take), which alone shares reverse
+order's blocks past the sinks (:func:`reverse_shared`).
 
 Every call names ``backend="emulator"``: on a machine with an FP8 GPU "auto" would run Triton, which
 shares nothing. One torch thread, as every pipeline job (tests/emulator/test_attention_values.py says why).
@@ -25,6 +27,7 @@ import torch
 import pcast
 import pcast.emulator.core as emulator
 import pcast.emulator.calls as engine
+from pcast.emulator import fused
 from pcast.contract import DIAGNOSTICS
 from pcast.pipeline.runs import value_stack
 from pcast.models.sinks import learned_sink, make_base
@@ -34,6 +37,19 @@ CPU = torch.device("cpu")
 DELTAS = [0.0, 4.0, 8.0, 12.0, 16.0]
 SCALES = [1.0, 100.0, 256.0, 448.0]  # 448: e4m3fn's max finite value
 EMU = {"backend": "emulator"}
+
+
+@pytest.fixture(autouse=True, params=["fused", "eager"])
+def p_path(request, monkeypatch):
+    """The P path every test of this module runs on."""
+    monkeypatch.setattr(fused, "ENABLED", request.param == "fused")
+    return request.param
+
+
+def reverse_shared(p_path, n):
+    """How many (item, chunk) runs share reverse order's blocks past the sinks: ``n`` on the eager path, none
+    through the compiled pass (each item's own pass is faster there)."""
+    return n if p_path == "eager" else 0
 
 
 def stack(seed=0, *, n=200, d=64, ksink=4, deltas=DELTAS, svs=(0.0, 1.0), heads=1, batch=1):
@@ -85,14 +101,15 @@ ORDER_SCALE = [{"order": o, "scale": s} for o in ("forward", "reverse") for s in
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("block_n", [32, 64])
-def test_delta_grid_every_order_and_scale_matches_run_by_run(causal, block_n):
+def test_delta_grid_every_order_and_scale_matches_run_by_run(causal, block_n, p_path):
     """Δ 0..16, S in {1, 100, 256, 448}, both orders, N = 200 (not a multiple of block_n), ksink 4,
     sink_v_scale 0 and 1: outputs and all five diagnostics bit-identical to run-by-run calls."""
     q, k, values = stack(seed=1)
     before = snapshot()
     got = assert_like_run_by_run(q, k, values, ORDER_SCALE, causal=causal, ksink=4, block_n=block_n, **EMU)
     assert grown(before)["sliced"] > 0  # the stack did share its non-sink scores
-    assert grown(before)["reverse"] == len(DELTAS)  # and reverse order its blocks past the sinks' (one chunk)
+    assert grown(before)["reverse"] == reverse_shared(p_path, len(DELTAS))  # and reverse order its blocks past
+    # the sinks' (one chunk)
     # the diagnostics are not all trivially zero (an all-zero diagnostic would compare equal by luck)
     assert sum(int(r.underflow.sum()) for res in got for r in res) > 0
     assert sum(int(r.terms_sink.sum()) for res in got for r in res) > 0
@@ -104,7 +121,7 @@ def test_delta_grid_every_order_and_scale_matches_run_by_run(causal, block_n):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_delta_grid_several_chunks_of_rows(monkeypatch, causal):
+def test_delta_grid_several_chunks_of_rows(monkeypatch, causal, p_path):
     """The same with several chunks of rows per item (a smaller chunk budget: 64 rows of 256 padded
     keys, the last chunk 8 rows): a twin takes its anchor's scores chunk by chunk."""
     monkeypatch.setattr(emulator, "_CHUNK_ELEMS", 64 * 256)
@@ -117,7 +134,7 @@ def test_delta_grid_several_chunks_of_rows(monkeypatch, causal):
     items, chunks = len(DELTAS), 4
     assert g["full"] + g["sliced"] + g["copied"] == items * chunks  # one score group: scores once per chunk
     assert g["full"] < items * chunks * len(calls)
-    assert g["reverse"] == 2 * items * chunks  # both reverse calls, chunk by chunk (block_n 128: the second of 2 blocks)
+    assert g["reverse"] == reverse_shared(p_path, 2 * items * chunks)  # both reverse calls, chunk by chunk (block_n 128: the second of 2 blocks)
 
 
 def test_sinks_wider_than_one_slice():
@@ -156,7 +173,7 @@ MIXED = [
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_mixed_calls_sink_keys(causal):
+def test_mixed_calls_sink_keys(causal, p_path):
     """Different blocks (32/64/128), exp2_offset, τ > 0, fmt None, rounded row sums, e5m2, operand
     casts and policy names in one list, on a Δ stack with sink keys: all bit-identical to run by run."""
     q, k, values = stack(seed=4)
@@ -166,7 +183,7 @@ def test_mixed_calls_sink_keys(causal):
     # reverse order shared its blocks past the sinks' in the six eligible distinct calls: S 256, 512 (saturating),
     # exp2_offset (fa3 is the same call), fmt None with a rounded row sum, e5m2 and flashinfer-hopper; not fa4
     # (τ > 0) nor the per-tensor q/k cast (its items' scores differ throughout)
-    assert grown(before)["reverse"] == 6 * len(DELTAS)
+    assert grown(before)["reverse"] == reverse_shared(p_path, 6 * len(DELTAS))
     assert got[3][0].saturated.sum() > 0  # S = 512 in reverse order saturates
     if not causal:  # (causal rows are shorter: their running max stays near the sinks' scores)
         assert sum(int(r.underflow_sink.sum()) for res in got for r in res) > 0
@@ -256,7 +273,7 @@ def test_identical_calls_do_not_share_tensors(twin):
 
 # --- sharing really happens, and only where the probe allows it --------------------------------------------
 
-def test_sharing_counters_on_a_delta_stack():
+def test_sharing_counters_on_a_delta_stack(p_path):
     """No operand casts, one padded length: the twins' scores are sliced, and full matmuls are far
     fewer than items × chunks × calls (one chunk of rows per item here: N = 200 rows of 256 keys)."""
     q, k, values = stack(seed=8)
@@ -266,7 +283,7 @@ def test_sharing_counters_on_a_delta_stack():
     g = grown(before)
     items, chunks = len(DELTAS), 1
     assert g["sliced"] == items - 1  # every item but the anchor (Δ = 0) recomputes only its sink columns
-    assert g["reverse"] == items  # the reverse scales' call, anchor included (not the τ = 8 one: a stale max)
+    assert g["reverse"] == reverse_shared(p_path, items)  # the reverse scales' call, anchor included (not the τ = 8 one: a stale max)
     assert g["full"] == 1
     assert g["full"] < items * chunks * len(calls)
     assert g["reused"] > 0  # the other calls took the group's scores as they were
