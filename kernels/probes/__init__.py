@@ -76,7 +76,7 @@ def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0, 
              f"{int(allow * chk.rows)} rows, allow={allow:g})"]
     lines += [f"  {f}" for f in chk.failures]
     if diagnose:
-        diff = explain(pol, sc.search(pol))
+        diff = explain(pol, sc.search(pol), sc)
         if diff:
             looks = ", ".join(f"{o} = {_g(v)}" for o, (v, _) in diff.items())
             declared = ", ".join(_g(w) for _, (_, w) in diff.items())

@@ -221,9 +221,16 @@ class _Scorer:
         return params, cur
 
 
-def explain(start: Policy, end: Policy) -> dict:
-    """option -> (end's value, start's value) for every option of :data:`PARAM_GRID` the two differ in."""
-    return {n: (getattr(end, n), getattr(start, n)) for n in PARAM_GRID if getattr(end, n) != getattr(start, n)}
+def explain(start: Policy, end: Policy, scorer: "_Scorer | None" = None) -> dict:
+    """option -> (end's value, start's value) for every option of :data:`PARAM_GRID` the two differ in. With
+    ``scorer``, only the options whose start value, put back into ``end``, leaves more probe rows outside
+    tolerance: an option the probes cannot tell apart at ``end`` (exp2 offset or multiply at S = 1) is not
+    named."""
+    diff = {n: (getattr(end, n), getattr(start, n)) for n in PARAM_GRID if getattr(end, n) != getattr(start, n)}
+    if scorer is None or not diff:
+        return diff
+    outside = scorer.score(end)[0]
+    return {n: vw for n, vw in diff.items() if scorer.score(_moved(end, n, vw[1]))[0] > outside}
 
 
 def _layout(d, dtype, batch, heads, kv_heads, causal) -> Shape:
@@ -291,5 +298,5 @@ def fingerprint(fn, *, candidates=None, probes=None, device="cpu", params: bool 
         start = cands[nearest[0]]
         if end is None or explain(start, end) == {} or not sc.passes(end, allow):
             end = sc.search(start)
-        fp.explains = explain(start, end)
+        fp.explains = explain(start, end, sc)
     return fp
