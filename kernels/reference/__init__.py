@@ -41,16 +41,43 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
 
     Returns:
         float64 tensor [B, H, Nq, d].
+
+    Heads are computed a few at a time (at most :data:`HEAD_CHUNK_ELEMS` scores at once), each on its own, so
+    the memory stays that of a few heads' scores; the values are those of one batched computation.
     """
+    k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
+    return _by_heads(q, k, sink_logit, v.shape[-1], lambda b, h, sig: _attend(
+        q[b, h], k[b, h], v[b, h], causal, sm_scale, causal_offset, sig))
+
+
+def _by_heads(q, k, sink_logit, width: int | None, fn):
+    """``fn(b, h, sig)`` of each group of heads (b: a batch index as a slice of one, h: a slice of heads, sig
+    the group's sink logits [1, h] or None) into a float64 [B, H, Nq, width] (None: [B, H, Nq])."""
+    B, H, nq = q.shape[:3]
+    sig = None if sink_logit is None else sink_logit.double().expand(B, H)
+    step = max(1, HEAD_CHUNK_ELEMS // max(1, nq * k.shape[-2]))
+    out = torch.empty((B, H, nq) + (() if width is None else (width,)), dtype=torch.float64, device=q.device)
+    for b in range(B):
+        for h0 in range(0, H, step):
+            bs, hs = slice(b, b + 1), slice(h0, min(H, h0 + step))
+            out[bs, hs] = fn(bs, hs, None if sig is None else sig[bs, hs])
+    return out
+
+
+#: The most float64 scores :func:`reference_attention` holds at once (its heads are computed in groups).
+HEAD_CHUNK_ELEMS = 1 << 25
+
+
+def _attend(q, k, v, causal, sm_scale, causal_offset, sig):
+    """:func:`reference_attention` of heads [1, h, Nq, d] (k, v expanded to them), ``sig`` [1, h] or None."""
     s = _scores(q, k, causal, sm_scale, causal_offset)
-    v64 = expand_kv(v, q.shape[1]).double()
-    if sink_logit is None:
+    if sig is None:
         p = torch.softmax(s, dim=-1)
     else:
         # the sink as one more column of the softmax, dropped before P·V (it has no value vector)
-        sig = sink_logit.double().expand(q.shape[:2])[..., None, None].expand(*s.shape[:-1], 1)
-        p = torch.softmax(torch.cat([s, sig], dim=-1), dim=-1)[..., :-1]
-    return torch.matmul(p, v64)
+        col = sig[..., None, None].expand(*s.shape[:-1], 1)
+        p = torch.softmax(torch.cat([s, col], dim=-1), dim=-1)[..., :-1]
+    return torch.matmul(p, v.double())
 
 
 def _scores(q, k, causal, sm_scale, causal_offset):
@@ -65,12 +92,15 @@ def _scores(q, k, causal, sm_scale, causal_offset):
 
 def reference_lse(q, k, *, causal=False, sm_scale=None, sink_logit=None, causal_offset: int = 0) -> torch.Tensor:
     """float64 [B, H, Nq]: each row's natural-log softmax normaliser ``logsumexp`` of its visible scores,
-    with the sink logit as one more column."""
-    s = _scores(q, k, causal, sm_scale, causal_offset)
-    if sink_logit is not None:
-        sig = sink_logit.double().expand(q.shape[:2])[..., None, None].expand(*s.shape[:-1], 1)
-        s = torch.cat([s, sig], dim=-1)
-    return torch.logsumexp(s, dim=-1)
+    with the sink logit as one more column (heads a few at a time, as :func:`reference_attention`)."""
+    k = expand_kv(k, q.shape[1])
+
+    def lse(b, h, sig):
+        s = _scores(q[b, h], k[b, h], causal, sm_scale, causal_offset)
+        if sig is not None:
+            s = torch.cat([s, sig[..., None, None].expand(*s.shape[:-1], 1)], dim=-1)
+        return torch.logsumexp(s, dim=-1)
+    return _by_heads(q, k, sink_logit, None, lse)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
