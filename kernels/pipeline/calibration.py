@@ -22,6 +22,7 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
     import torch
 
     from pcast import attention_calls
+    from pcast.emulator.core import _CHUNK_ELEMS
     from pcast.reference import reference_stack
     from pcast.models.sinks import make_base
     from pcast.pipeline.runs import value_stack
@@ -37,7 +38,7 @@ def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
                 "mx6": (6, 1, [{"scale": 256.0, "fmt": "nvfp4"}])}  # a microscaled cast instead of E4M3
         best = dict.fromkeys([*runs, "ref2", "ref6", "scores"], float("inf"))
         q1, kT = stacks[2][0][0, 0], stacks[2][1][0, 0].t()
-        rows = max(1, (1 << 18) // n)  # the emulator's chunk of rows (pcast.emulator.core._CHUNK_ELEMS)
+        rows = max(1, _CHUNK_ELEMS // n)  # the emulator's chunk of rows
         for _ in range(repeats):
             t0 = time.perf_counter()
             for r0 in range(0, n, rows):
@@ -184,7 +185,7 @@ def _decode_costs(repeats: int) -> dict:
 
 # ----------------------------------------------------------------------------- the cached calibration
 
-_CAL_FORMAT = "pcast-fp8 calibration v8"
+_CAL_FORMAT = "pcast-fp8 calibration v9"
 
 
 def _machine_key() -> dict:
