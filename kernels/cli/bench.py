@@ -30,6 +30,9 @@ collapse-shaped sweep, in runs per second, against its arithmetic floor:
   run's P in torch ops, one pass an op, sharing what the engine shares: reverse order's blocks past the sink
   block; :meth:`_Sweep.eager_bound`): where engine / floor must stay below on this machine unless passes are
   fused or more of P is shared between runs.
+* fused bound (also interleaved; with numba): floor / (floor + one exp per (order, Δ) and one cast per run over
+  every padded key, at the compiled P path's own cost per element: its exp and its cast with the
+  exact-decision test; :meth:`_Sweep.fused_bound`): the least a fused engine adds to the floor.
 
 The headline figure is engine / floor runs/s (the fraction of the floor reached). ``--json PATH``
 writes the numbers (atomically).
@@ -44,6 +47,7 @@ import statistics
 import tempfile
 import time
 
+import numpy as np
 import torch
 
 
@@ -180,6 +184,28 @@ class _Sweep:
                                   out=self.pw[:r1 - r0].view(r1 - r0, -1, _BLOCK_N))
         return u, buf
 
+    def fused_bound(self):
+        """The least work a fused engine adds to the floor (pcast-bench --sweep's fused bound): one compiled exp
+        per (order, Δ, value) unit and one compiled cast with its exact-decision test per run, over every padded
+        key, in the runs' chunks of rows (:func:`pcast.emulator.fusedmath.exp_rows`,
+        :func:`pcast.emulator.compiled.cast_and_mark`)."""
+        from pcast.emulator.compiled import cast_and_mark
+        from pcast.emulator.fusedmath import exp_rows
+        from pcast.formats import FORMATS
+
+        n, rows = self.n, self.rows
+        u = np.empty((rows, self.s.shape[-1]), np.float32)
+        a, c = torch.full((rows,), 1e-6), torch.full((rows,), 1e-6)
+        kf = torch.ones(self.s.shape[-1])
+        for _ in range(self.units):
+            for r0 in range(0, n, rows):
+                r1 = min(n, r0 + rows)
+                exp_rows(self.s[r0:r1].numpy(), u[:r1 - r0], torch.get_num_threads())
+        for _ in range(self.runs):
+            for r0 in range(0, n, rows):
+                r1 = min(n, r0 + rows)
+                cast_and_mark(torch.from_numpy(u[:r1 - r0]), a[:r1 - r0], c[:r1 - r0], kf, FORMATS["e4m3fn"], True)
+
     def floor(self):
         p, out, rows, n = self.p, self.out, self.rows, self.n
         for r in range(self.runs):
@@ -208,14 +234,20 @@ def _measure_at(main, big, reps):
     main.floor()
     main.reference()
     main.eager_bound()
+    fused = _compiled_available()
+    if fused:
+        main.fused_bound()
     if big is not None:
         big.engine()
-    times = {"engine": [], "floor": [], "reference": [], "eager": []} | ({"engine_4x": []} if big is not None else {})
+    times = ({"engine": [], "floor": [], "reference": [], "eager": []} | ({"fused": []} if fused else {})
+             | ({"engine_4x": []} if big is not None else {}))
     for _ in range(reps):  # interleaved: drifts in machine load hit every part alike
         times["engine"].append(_timed(main.engine))
         times["floor"].append(_timed(main.floor))
         times["reference"].append(_timed(main.reference))
         times["eager"].append(_timed(main.eager_bound))
+        if fused:
+            times["fused"].append(_timed(main.fused_bound))
         if big is not None:
             times["engine_4x"].append(_timed(big.engine))
     med = {k_: statistics.median(v_) for k_, v_ in times.items()}
@@ -226,12 +258,19 @@ def _measure_at(main, big, reps):
            "fraction_of_floor": med["floor"] / med["engine"],
            "with_reference_runs_per_s": main.runs / with_ref,
            "eager_bound_fraction": med["floor"] / (med["floor"] + med["eager"]),
+           "fused_bound_fraction": med["floor"] / (med["floor"] + med["fused"]) if fused else None,
            "seconds": times, "sharing": sharing}
     if big is not None:
         row["scaling"] = {"deltas": len(big.deltas), "runs": big.runs,
                           "engine_runs_per_s": big.runs / med["engine_4x"],
                           "ratio": (big.runs / med["engine_4x"]) / row["engine_runs_per_s"]}
     return row
+
+
+def _compiled_available() -> bool:
+    from pcast.emulator.compiled import AVAILABLE
+
+    return AVAILABLE
 
 
 def measure_sweep(n=1024, d=64, deltas=16, reps=5, threads=(1, 2), scaling=False, seed=0):
@@ -272,7 +311,7 @@ def _print_sweep(r):
     print(f"floor: one float32 P·V matmul per run ([{r['n']}, {r['n']}] @ [{r['n']}, {r['d']}] in chunks of "
           f"{r['floor_rows']} rows)")
     head = (f"{'threads':>7}  {'engine runs/s':>13}  {'floor runs/s':>12}  {'engine/floor':>12}  {'with reference':>14}"
-            f"  {'eager bound':>11}")
+            f"  {'eager bound':>11}  {'fused bound':>11}")
     if r["scaling"]:
         s0 = r["results"][0]["scaling"]
         head += f"  {str(s0['deltas']) + ' Δ runs/s':>14}  {'4x/1x':>6}"
@@ -280,7 +319,9 @@ def _print_sweep(r):
     for row in r["results"]:
         line = (f"{row['threads']:>7}  {row['engine_runs_per_s']:>13.1f}  {row['floor_runs_per_s']:>12.1f}  "
                 f"{row['fraction_of_floor']:>12.3f}  {row['with_reference_runs_per_s']:>14.1f}"
-                f"  {row['eager_bound_fraction']:>11.3f}")
+                f"  {row['eager_bound_fraction']:>11.3f}  " + (f"{row['fused_bound_fraction']:>11.3f}"
+                                                               if row["fused_bound_fraction"] is not None else
+                                                               f"{'-':>11}"))
         if r["scaling"]:
             sc = row["scaling"]
             line += f"  {sc['engine_runs_per_s']:>14.1f}  {sc['ratio']:>6.2f}"
@@ -288,7 +329,9 @@ def _print_sweep(r):
     print("eager bound: floor / (floor + the least elementwise work of an engine that forms every run's P in "
           "torch ops, one pass an op: exp once per order and Δ, and per run the cast's two passes and the p_q > 0 "
           "count, over every key forward and the leading block reverse, and the alpha weights); engine/floor "
-          "stays below it unless passes are fused or more of P is shared between runs")
+          "stays below it unless passes are fused or more of P is shared between runs; fused bound: floor / (floor + "
+          "one compiled exp per order and Δ and one compiled cast per run over every key), the least a fused engine "
+          "adds")
 
 
 def _threads_list(ap, text):

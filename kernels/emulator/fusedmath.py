@@ -17,7 +17,7 @@ import numpy as np
 from pcast.emulator.ieee import EXP_CONSTANTS as _C
 
 __all__ = ["exp", "exp2", "tree", "tree_from", "next_down", "score64", "round_exact", "exp_array",
-           "exp2_array"]
+           "exp2_array", "exp_rows"]
 
 _F = np.float32
 _I = np.int32
@@ -84,6 +84,27 @@ def exp_array(x: np.ndarray) -> np.ndarray:
     out = np.empty_like(x)
     _exp_array(x, out)
     return out
+
+
+def _exp_rows(x, out):
+    for i in numba.prange(x.shape[0]):
+        xi, oi = x[i], out[i]
+        for j in range(xi.shape[0]):
+            oi[j] = exp(xi[j])
+
+
+_exp_rows_jit = None
+
+
+def exp_rows(x: np.ndarray, out: np.ndarray, threads: int) -> None:
+    """The compiled exp of every row of x [rows, cols] float32 into out, in parallel on ``threads`` threads (for
+    pcast-bench's fused bound: the fused pass's own cost of one exp an element)."""
+    from pcast.emulator.compiled import run_on
+
+    global _exp_rows_jit
+    if _exp_rows_jit is None:
+        _exp_rows_jit = numba.njit(parallel=True, fastmath=False, cache=True)(_exp_rows)
+    run_on(threads, _exp_rows_jit, x, out)
 
 
 def exp2_array(x: np.ndarray) -> np.ndarray:

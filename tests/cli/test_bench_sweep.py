@@ -14,7 +14,7 @@ from pcast.emulator.core import _CHUNK_ELEMS
 
 TINY = ["--sweep", "--n", "64", "--d", "16", "--deltas", "2", "--reps", "1"]
 ROW_KEYS = {"threads", "engine_runs_per_s", "floor_runs_per_s", "fraction_of_floor", "with_reference_runs_per_s",
-            "eager_bound_fraction", "seconds", "sharing"}
+            "eager_bound_fraction", "fused_bound_fraction", "seconds", "sharing"}
 
 
 def _positive(x):
@@ -40,14 +40,16 @@ def test_sweep_json_counts_four_runs_per_delta_and_reports_positive_numbers(tmp_
             assert _positive(row[key]), (key, row[key])
         assert row["fraction_of_floor"] == pytest.approx(row["engine_runs_per_s"] / row["floor_runs_per_s"])
         assert row["with_reference_runs_per_s"] <= row["engine_runs_per_s"]  # the reference only adds time
-        assert {k: len(v) for k, v in row["seconds"].items()} == {"engine": 1, "floor": 1, "reference": 1, "eager": 1}
+        assert {k: len(v) for k, v in row["seconds"].items()} == {"engine": 1, "floor": 1, "reference": 1, "eager": 1,
+                                                                  "fused": 1}
         sec = {k: v[0] for k, v in row["seconds"].items()}
         assert 0 < row["eager_bound_fraction"] < 1
         assert row["eager_bound_fraction"] == pytest.approx(sec["floor"] / (sec["floor"] + sec["eager"]))
+        assert row["fused_bound_fraction"] == pytest.approx(sec["floor"] / (sec["floor"] + sec["fused"]))
         assert row["sharing"]["full"] > 0  # the engine call really ran the emulator's chunks
     text = capsys.readouterr().out
     assert "8 runs per call" in text and "engine/floor" in text and "with reference" in text
-    assert "eager bound" in text
+    assert "eager bound" in text and "fused bound" in text
     assert len([ln for ln in text.splitlines() if ln.split()[:1] in (["1"], ["2"])]) == 2  # one row per count
 
 
