@@ -52,7 +52,7 @@ __all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_
 
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
-_CHUNK_ELEMS = 1 << 20
+_CHUNK_ELEMS = 1 << 18
 
 
 @dataclass(frozen=True)
