@@ -25,6 +25,8 @@ try:
 except ImportError:  # the torch passes run instead
     numba = None
 else:
+    from pcast.emulator.fusedmath import round_mark
+
     # OpenMP first: numba's work queue starts each parallel loop in about 100 µs and, after a torch matmul, waits
     # on torch's spinning OpenMP threads (no speed-up on 2 threads, docs/performance.md); TBB is not a dependency
     if "NUMBA_THREADING_LAYER" not in os.environ and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
@@ -36,30 +38,15 @@ __all__ = ["AVAILABLE", "cast_and_mark", "run_on"]
 AVAILABLE = numba is not None
 
 _F = np.float32
-_I = np.int32
-_EXP_MASK = _I(0x7F800000)
 
 
 def _cast_row(x, a, c, kf, pq, mark, rnd, rnd_min, half, mn, top, edge, near_max):
     """One row: ``pq = round(x)`` on the grid (values clamped to ±``top``), and ``mark = 1`` where
     ``|x - pq| + δ·x >= h/2`` (h the grid step at x) and x > 0, or (``near_max``) ``|x - edge| <= 2·edge·δ``;
     ``δ = a·kf[j] + c``. A flat loop, so that it vectorises."""
-    zero = _F(0.0)
-    two = _F(2.0)
     for j in range(x.shape[0]):
-        xv = x[j]
-        d = a * kf[j] + c
-        v = xv if xv < top else top
-        v = v if v > -top else -top
-        mg = _I(_F(v).view(_I) & _EXP_MASK).view(_F) * rnd
-        mg = mg if mg > rnd_min else rnd_min
-        q = (v + mg) - mg
+        q, m = round_mark(x[j], a * kf[j] + c, rnd, rnd_min, half, mn, top, edge, near_max)
         pq[j] = q
-        h = _I(_F(xv).view(_I) & _EXP_MASK).view(_F)
-        h = (h if h > mn else mn) * half
-        m = (abs(xv - q) + xv * d >= h) & (xv > zero)
-        if near_max:
-            m = m | (abs(xv - edge) <= two * edge * d)
         mark[j] = np.uint8(m)
 
 

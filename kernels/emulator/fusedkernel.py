@@ -25,18 +25,16 @@ import numpy as np
 from pcast.contract import LOG2E
 from pcast.emulator import compiled as _compiled  # (sets numba's threading layer)
 from pcast.emulator.fusedmath import exp as _exp, exp2 as _exp2, next_down as _next_down
-from pcast.emulator.fusedmath import round_exact as _round_exact, score64 as _score64
+from pcast.emulator.fusedmath import round_exact as _round_exact, round_mark as _round_mark, score64 as _score64
 from pcast.emulator.fusedmath import tree as _tree, tree_from as _tree_from
 
 __all__ = ["kernel", "exp_edge"]
 
 _F = np.float32
-_I = np.int32
 _LOG2E = _F(LOG2E)
 _LOG2E_D = float(LOG2E)
-_ZERO, _HALF, _TWO = _F(0.0), _F(0.5), _F(2.0)
+_ZERO, _HALF = _F(0.0), _F(0.5)
 _NEG = _F(-np.inf)
-_EXP_MASK = _I(0x7F800000)
 _U = 2.0 ** -23
 _UP = 1.0 + 2.0 ** -20
 #: tasks of the parallel loop over a chunk's rows (each with its own scratch arrays)
@@ -217,18 +215,8 @@ def _cast_row(u, kf, a32, c32, scale, chk, exp2, grid, pq, mark):
     for t in range(u.shape[0]):
         x = u[t] if exp2 else u[t] * scale
         nsat += chk & (x > maxf)
-        dl = a32 * kf[t] + c32
-        v = x if x < top else top
-        v = v if v > -top else -top
-        mg = _I(_F(v).view(_I) & _EXP_MASK).view(_F) * rnd
-        mg = mg if mg > rnd_min else rnd_min
-        qv = (v + mg) - mg
+        qv, mk = _round_mark(x, a32 * kf[t] + c32, rnd, rnd_min, half, mn, top, maxf, chk)
         pq[t] = qv
-        h = _I(_F(x).view(_I) & _EXP_MASK).view(_F)
-        h = (h if h > mn else mn) * half
-        mk = (abs(x - qv) + x * dl >= h) & (x > _ZERO)
-        if chk:
-            mk = mk | (abs(x - maxf) <= _TWO * maxf * dl)
         mark[t] = np.uint8(mk)
         nmark += mk
     return nsat, nmark

@@ -4,7 +4,8 @@
   op (numba without fast-math keeps IEEE float32 operations as written: no contraction, no reassociation),
   so both give the same bits (``tests/emulator/test_ieee.py``);
 * :func:`score64`: a float64 score q·k, the exact score of a key whose decision lies near its boundary;
-* :func:`round_exact`: :func:`pcast.emulator.exact.round_exact` of one float64 value.
+* :func:`round_exact`: :func:`pcast.emulator.exact.round_exact` of one float64 value;
+* :func:`round_mark`: step 3's float32 rounding of one value and its exact-decision test.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from pcast.emulator.ieee import EXP_CONSTANTS as _C
 
-__all__ = ["exp", "exp2", "tree", "tree_from", "next_down", "score64", "round_exact", "exp_array",
+__all__ = ["exp", "exp2", "tree", "tree_from", "next_down", "score64", "round_exact", "round_mark", "exp_array",
            "exp2_array", "exp_rows"]
 
 _F = np.float32
@@ -24,7 +25,8 @@ _I = np.int32
 _MAGIC, _LN2, _LN2_HI, _LN2_LO, _LOG2E = _C["MAGIC"], _C["LN2"], _C["LN2_HI"], _C["LN2_LO"], _C["LOG2E"]
 _P0, _P1, _P2, _P3, _P4, _P5 = (_C[f"P{i}"] for i in range(6))
 _LO, _HI, _LO2, _HI2 = _C["LO"], _C["HI"], _C["LO2"], _C["HI2"]
-_ZERO, _ONE = _F(0.0), _F(1.0)
+_ZERO, _ONE, _TWO = _F(0.0), _F(1.0), _F(2.0)
+_EXP_MASK = _I(0x7F800000)
 _jit = numba.njit(fastmath=False, cache=True)
 
 
@@ -176,3 +178,22 @@ def round_exact(x, man, emin, maxf):
     e = math.frexp(x)[1]
     step = 2.0 ** (max(e - 1, emin) - man)
     return min(np.rint(x / step) * step, maxf)
+
+
+@_jit
+def round_mark(x, dl, rnd, rnd_min, half, mn, top, edge, near_max):
+    """``(q, m)``: x (clamped to ±top) rounded onto the grid by adding and subtracting the magic constant at its
+    exponent (``rnd``: 1.5·2^(23−man) times the exponent's power of two, at least ``rnd_min``), and whether x
+    lies within ``dl·x`` of a rounding midpoint (``|x − q| + dl·x >= h/2``, h the grid step at x, x > 0) or,
+    with ``near_max``, of ``edge`` (``|x − edge| <= 2·edge·dl``)."""
+    v = x if x < top else top
+    v = v if v > -top else -top
+    mg = _I(_F(v).view(_I) & _EXP_MASK).view(_F) * rnd
+    mg = mg if mg > rnd_min else rnd_min
+    q = (v + mg) - mg
+    h = _I(_F(x).view(_I) & _EXP_MASK).view(_F)
+    h = (h if h > mn else mn) * half
+    m = (abs(x - q) + x * dl >= h) & (x > _ZERO)
+    if near_max:
+        m = m | (abs(x - edge) <= _TWO * edge * dl)
+    return q, m
