@@ -90,9 +90,8 @@ def _check(var: str, n: int, d: int, ksink: int, deltas) -> None:
     assert not diff, (f"{len(diff)} of {len(first['counts'])} counts differ between {var}="
                       f"{_ENVS[var][0]} and {_ENVS[var][1]} (outputs differ in their bits in {sum(calls)} "
                       f"of {len(calls)} calls):\n" + "\n".join(diff))
-    if var == "ATEN_CPU_CAPABILITY":  # torch's vector ISA changes its exp and sums, which the P path does not use;
-        assert first["probe"][1] != second["probe"][1]  # (torch's exp does change here,)
-        assert not any(calls), f"outputs differ in their bits in {sum(calls)} of {len(calls)} calls"  # (outputs not)
+    if var == "ATEN_CPU_CAPABILITY":  # torch's vector ISA changes its exp and sums, which the P path does not use
+        assert not any(calls), f"outputs differ in their bits in {sum(calls)} of {len(calls)} calls"
 
 
 @pytest.mark.slow
