@@ -15,8 +15,6 @@ take the torch passes. :data:`AVAILABLE` says which.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import torch
 
@@ -24,15 +22,10 @@ try:
     import numba
 except ImportError:  # the torch passes run instead
     numba = None
-else:
-    from pcast.emulator.fusedmath import round_mark
+else:  # (fusedmath sets numba's threading layer and runs its parallel functions: run_on)
+    from pcast.emulator.fusedmath import round_mark, run_on
 
-    # OpenMP first: numba's work queue starts each parallel loop in about 100 µs and, after a torch matmul, waits
-    # on torch's spinning OpenMP threads (no speed-up on 2 threads, docs/performance.md); TBB is not a dependency
-    if "NUMBA_THREADING_LAYER" not in os.environ and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
-        numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
-
-__all__ = ["AVAILABLE", "cast_and_mark", "run_on"]
+__all__ = ["AVAILABLE", "cast_and_mark"]
 
 #: Whether the compiled pass runs (numba imports).
 AVAILABLE = numba is not None
@@ -60,18 +53,6 @@ _compiled = None
 _row = None
 #: Below this many elements a chunk runs on one thread: starting the threads would cost more.
 _PARALLEL_ELEMS = 1 << 17
-
-
-def run_on(threads: int, fn, *args):
-    """``fn(*args)`` (a parallel numba function) on ``threads`` threads; torch's thread count is left as it was
-    (numba's OpenMP layer may change the count torch reads)."""
-    torch_threads = torch.get_num_threads()
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    try:
-        return fn(*args)
-    finally:
-        if torch.get_num_threads() != torch_threads:
-            torch.set_num_threads(torch_threads)
 
 
 def _kernel():

@@ -50,7 +50,7 @@ def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     ``(pw, l, m_final, counts)``: per scale, pw [rows, Np] p_q times its block's weight, l [rows] the row sum
     of the keys, m_final [rows] the final max (-inf as 0) and counts [rows, 5] int64 (terms, terms_sink,
     underflow, underflow_sink, saturated)."""
-    from pcast.emulator import fusedkernel as _fw
+    from pcast.emulator import fusedkernel as _fw, fusedmath as _fm  # (numba: imported where it runs)
 
     nr, np_ = s.shape
     ns = len(c.scales)
@@ -73,7 +73,7 @@ def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     vals = np.array([c.tau, seed, b.sm, float32(c.sm_scale), c.log2_s, abs(c.log2_s) if c.exp2 else 0.0,
                      _fw.exp_edge(c)], np.float64)
     threads = torch.get_num_threads() if s.numel() >= _PARALLEL_ELEMS else 1
-    _compiled.run_on(threads, _fw.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.keys[g].numpy(),
+    _fm.run_on(threads, _fw.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.keys[g].numpy(),
                      b.qn[g, r0:r1].numpy(), b.kn[g].numpy(), b.kf[g].numpy(),
                      s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), c.block_n, c.ks, b.d, flags, vals, sc, sat, grid,
                      np.array(fm, np.int64), pw, l, mf, counts)

@@ -23,7 +23,6 @@ import numba
 import numpy as np
 
 from pcast.contract import LOG2E
-from pcast.emulator import compiled as _compiled  # (sets numba's threading layer)
 from pcast.emulator.fusedmath import exp as _exp, exp2 as _exp2, next_down as _next_down
 from pcast.emulator.fusedmath import round_exact as _round_exact, round_mark as _round_mark, score64 as _score64
 from pcast.emulator.fusedmath import tree as _tree, tree_from as _tree_from
@@ -334,7 +333,7 @@ _kernel = None
 
 def kernel():
     """The compiled chunk kernel (compiled on first use, cached on disk by numba; one compiled version only, as
-    :func:`pcast.emulator.compiled._kernel`); run it with :func:`pcast.emulator.compiled.run_on`."""
+    :func:`pcast.emulator.compiled._kernel`); run it with :func:`pcast.emulator.fusedmath.run_on`."""
     global _kernel
     if _kernel is None:
         _kernel = numba.njit(parallel=True, fastmath=False, cache=True)(_rows)

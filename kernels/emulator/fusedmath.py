@@ -5,20 +5,29 @@
   so both give the same bits (``tests/emulator/test_ieee.py``);
 * :func:`score64`: a float64 score q·k, the exact score of a key whose decision lies near its boundary;
 * :func:`round_exact`: :func:`pcast.emulator.exact.round_exact` of one float64 value;
-* :func:`round_mark`: step 3's float32 rounding of one value and its exact-decision test.
+* :func:`round_mark`: step 3's float32 rounding of one value and its exact-decision test;
+* :func:`run_on`: a parallel numba function on a given number of threads. Importing this module sets numba's
+  threading layer (OpenMP first) unless ``NUMBA_THREADING_LAYER`` or ``NUMBA_THREADING_LAYER_PRIORITY`` is set.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numba
 import numpy as np
+import torch
 
 from pcast.emulator.ieee import EXP_CONSTANTS as _C
 
 __all__ = ["exp", "exp2", "tree", "tree_from", "next_down", "score64", "round_exact", "round_mark", "exp_array",
-           "exp2_array", "exp_rows"]
+           "exp2_array", "exp_rows", "run_on"]
+
+# OpenMP first: numba's work queue starts each parallel loop in about 100 µs and, after a torch matmul, waits on
+# torch's spinning OpenMP threads (no speed-up on 2 threads, docs/performance.md); TBB is not a dependency
+if "NUMBA_THREADING_LAYER" not in os.environ and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
+    numba.config.THREADING_LAYER_PRIORITY = ["omp", "workqueue", "tbb"]
 
 _F = np.float32
 _I = np.int32
@@ -101,8 +110,6 @@ _exp_rows_jit = None
 def exp_rows(x: np.ndarray, out: np.ndarray, threads: int) -> None:
     """The compiled exp of every row of x [rows, cols] float32 into out, in parallel on ``threads`` threads (for
     pcast-bench's fused bound: the fused pass's own cost of one exp an element)."""
-    from pcast.emulator.compiled import run_on
-
     global _exp_rows_jit
     if _exp_rows_jit is None:
         _exp_rows_jit = numba.njit(parallel=True, fastmath=False, cache=True)(_exp_rows)
@@ -197,3 +204,15 @@ def round_mark(x, dl, rnd, rnd_min, half, mn, top, edge, near_max):
     if near_max:
         m = m | (abs(x - edge) <= _TWO * edge * dl)
     return q, m
+
+
+def run_on(threads: int, fn, *args):
+    """``fn(*args)`` (a parallel numba function) on ``threads`` threads; torch's thread count is left as it was
+    (numba's OpenMP layer may change the count torch reads)."""
+    torch_threads = torch.get_num_threads()
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        return fn(*args)
+    finally:
+        if torch.get_num_threads() != torch_threads:
+            torch.set_num_threads(torch_threads)
