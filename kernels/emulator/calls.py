@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from pcast.emulator import core as _em
+from pcast.emulator import fused as _fused
 from pcast.emulator import reverse as _rev
 from pcast.emulator.parts import sink_term
 from pcast.reference import _bits
@@ -215,7 +216,7 @@ def _reverse_leads(members: list, shared: _Shared, clones: list) -> list[dict]:
     for m, (c, *_) in enumerate(members):
         lead: dict = {}
         # (through the compiled P path an item's own pass is faster than the eager shared one)
-        for a in shared.last_use if _rev.eligible(c) and not _em._fused.covers(c, c.qs) else ():
+        for a in shared.last_use if _rev.eligible(c) and not _fused.covers(c, c.qs) else ():
             items = [g for g, t in enumerate(shared.twin) if t == a and clones[m][g] is None]
             c0 = _rev.lead_columns(c.block_n, c.nblk, c.ks, [shared.cols[g] for g in items]) if items else None
             if c0 is not None:

@@ -25,7 +25,7 @@ except ImportError:  # the torch passes run instead
 else:  # (fusedmath sets numba's threading layer and runs its parallel functions: run_on)
     from pcast.emulator.fusedmath import round_mark, run_on
 
-__all__ = ["AVAILABLE", "cast_and_mark"]
+__all__ = ["AVAILABLE", "cast_and_mark", "grid"]
 
 #: Whether the compiled pass runs (numba imports).
 AVAILABLE = numba is not None
@@ -66,20 +66,28 @@ def _kernel():
     return _compiled
 
 
+def grid(fmt) -> tuple:
+    """The rounding constants of ``fmt``'s grid, float32: (the magic constant per unit exponent
+    ``1.5·2^(23−man)``, its least value ``min_normal·1.5·2^(23−man)``, half a grid step per unit exponent
+    ``2^−(man+1)``, ``min_normal``, ``max_finite``)."""
+    m = fmt.man_bits
+    return (_F(1.5 * 2.0 ** (23 - m)), _F(fmt.min_normal * 1.5 * 2.0 ** (23 - m)), _F(2.0 ** -(m + 1)),
+            _F(fmt.min_normal), _F(fmt.max_finite))
+
+
 def cast_and_mark(x: torch.Tensor, a: torch.Tensor, c: torch.Tensor, kf: torch.Tensor, fmt,
                   saturate: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``(p_q, marked)`` of x [rows, cols] float32 (CPU): p_q the rounding onto ``fmt``'s grid (saturating when
     ``saturate``), a new tensor, and ``marked`` [rows, cols] bool the keys to decide on their float64 value,
     with the relative bound ``δ = a[row]·kf[col] + c[row]`` on x's error (``near max_finite`` too when
     ``saturate``)."""
-    m = fmt.man_bits
     xn = x.contiguous().numpy()
     pq = np.empty_like(xn)
     mark = np.empty(xn.shape, dtype=np.uint8)
     up = 1 + 2.0 ** -20  # (a and c rounded up to float32 stay bounds)
-    top = fmt.max_finite if saturate else float(np.finfo(np.float32).max)
+    rnd, rnd_min, half, mn, maxf = grid(fmt)
+    top = maxf if saturate else _F(np.finfo(np.float32).max)
     threads = torch.get_num_threads() if xn.size >= _PARALLEL_ELEMS else 1
     run_on(threads, _kernel(), xn, (a * up).to(torch.float32).numpy(), (c * up).to(torch.float32).numpy(),
-           kf.contiguous().numpy(), pq, mark, _F(1.5 * 2.0 ** (23 - m)), _F(fmt.min_normal * 1.5 * 2.0 ** (23 - m)),
-           _F(2.0 ** -(m + 1)), _F(fmt.min_normal), _F(top), _F(fmt.max_finite), saturate)
+           kf.contiguous().numpy(), pq, mark, rnd, rnd_min, half, mn, top, maxf, saturate)
     return torch.from_numpy(pq), torch.from_numpy(mark).view(torch.bool)

@@ -47,6 +47,12 @@ _U = 2.0 ** -23
 _EXP_ZERO = -150.0 * math.log(2.0)
 
 
+def exp_edge(c) -> float:
+    """Where float32 exp's argument ``s − m`` underflows to 0 for the call ``c``: ``−150·ln 2``, or under
+    exp2_offset ``(−150 − log2 S)/LOG2E`` (its x = 2^((s − m)·LOG2E)·S)."""
+    return _EXP_ZERO if not c.exp2 else (-150.0 - math.log2(c.scales[0].scale)) / LOG2E
+
+
 def eligible(fmt, scale_mode: str, p_normalize: str = "online") -> bool:
     """Whether a call's decisions are made exactly: an FP8 or 16-bit P format (or none), ``multiply`` or
     ``exp2_offset``, online normalisation."""
@@ -290,7 +296,7 @@ class Chunk:
         scores) whose ``s - m`` lies within 0.5 of where float32 exp underflows to 0, or None (the usual case:
         no row's bound reaches there). ``m`` [rows, nb]: the float32 max in force."""
         c = self.c
-        edge = _EXP_ZERO if not c.exp2 else (-150.0 - math.log2(c.scales[0].scale)) / LOG2E
+        edge = exp_edge(c)
         nr, nb, bn = sb.shape
         reach = 2.0 * _norm_product(c, self.g, slice(self.r0, self.r1))[:, j0:j0 + nb] + \
             self.m[:, j0:j0 + nb].abs().double() + 1.0

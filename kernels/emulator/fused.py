@@ -1,4 +1,4 @@
-"""Steps 2-5's elementwise work compiled with numba: one pass per query row between the two matmuls.
+"""Steps 2-4 compiled with numba: one pass per query row between the two matmuls.
 
 Per row, in one parallel loop over rows (each row on its own, so nothing depends on the thread count):
 
@@ -28,6 +28,7 @@ import torch
 
 from pcast.contract import float32
 from pcast.emulator import compiled as _compiled
+from pcast.emulator.exact import exp_edge
 from pcast.formats import FORMATS
 
 __all__ = ["ENABLED", "covers", "p_rows"]
@@ -62,22 +63,18 @@ def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     mf = np.empty(nr, np.float32)
     sc = np.array([sc.scale for sc in c.scales], np.float32)
     sat = np.array([sc.check_saturation for sc in c.scales], np.bool_)
-    m = fmt.man_bits if fmt is not None else 0
-    grid = np.array([1.5 * 2.0 ** (23 - m), (fmt.min_normal if fmt else 1.0) * 1.5 * 2.0 ** (23 - m),
-                     2.0 ** -(m + 1), fmt.min_normal if fmt else 1.0, fmt.max_finite if fmt else 1.0,
-                     float(np.finfo(np.float32).max)], np.float32)
+    f32max = np.finfo(np.float32).max
+    grid = np.array([*(_compiled.grid(fmt) if fmt is not None else (1.0,) * 5), f32max], np.float32)
     fm = (fmt.man_bits, fmt.emin) if fmt is not None else (0, 0)
     seed = float(c.sink[g]) if c.sink_init else float("-inf")
     flags = np.array([c.reverse, c.cummax, c.sink_init, c.exp2, c.sm_pow2, fmt is not None,
                       c.rowsum_rounded], np.bool_)
     vals = np.array([c.tau, seed, b.sm, float32(c.sm_scale), c.log2_s, abs(c.log2_s) if c.exp2 else 0.0,
-                     _fw.exp_edge(c)], np.float64)
+                     exp_edge(c)], np.float64)
     threads = torch.get_num_threads() if s.numel() >= _PARALLEL_ELEMS else 1
-    _fm.run_on(threads, _fw.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.keys[g].numpy(),
-                     b.qn[g, r0:r1].numpy(), b.kn[g].numpy(), b.kf[g].numpy(),
-                     s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), c.block_n, c.ks, b.d, flags, vals, sc, sat, grid,
-                     np.array(fm, np.int64), pw, l, mf, counts)
+    _fm.run_on(threads, _fw.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.keys[g].numpy(), b.qn[g, r0:r1].numpy(),
+               b.kn[g].numpy(), b.kf[g].numpy(), s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), c.block_n, c.ks,
+               b.d, flags, vals, sc, sat, grid, np.array(fm, np.int64), pw, l, mf, counts)
     pw_t = torch.from_numpy(pw)
     return ([pw_t[i] for i in range(ns)], [torch.from_numpy(l[i]) for i in range(ns)], torch.from_numpy(mf),
             [torch.from_numpy(counts[i]) for i in range(ns)])
-

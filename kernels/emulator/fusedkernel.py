@@ -27,7 +27,7 @@ from pcast.emulator.fusedmath import exp as _exp, exp2 as _exp2, next_down as _n
 from pcast.emulator.fusedmath import round_exact as _round_exact, round_mark as _round_mark, score64 as _score64
 from pcast.emulator.fusedmath import tree as _tree, tree_from as _tree_from
 
-__all__ = ["kernel", "exp_edge"]
+__all__ = ["kernel"]
 
 _F = np.float32
 _LOG2E = _F(LOG2E)
@@ -39,12 +39,6 @@ _UP = 1.0 + 2.0 ** -20
 #: tasks of the parallel loop over a chunk's rows (each with its own scratch arrays)
 _TASKS = 16
 _jit = numba.njit(fastmath=False, cache=True)
-
-
-def exp_edge(c) -> float:
-    """Where float32 exp's argument ``s − m`` underflows to 0 (:meth:`pcast.emulator.exact.Chunk.terms_keys`)."""
-    from pcast.emulator.exact import _EXP_ZERO
-    return _EXP_ZERO if not c.exp2 else (-150.0 - math.log2(c.scales[0].scale)) / LOG2E
 
 
 @_jit
