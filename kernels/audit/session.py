@@ -164,8 +164,9 @@ def _print(rows, args, head_rows=None):
           "sat frac: P entries above the format's max / all P > 0"
           + ("; mass uf: exact softmax mass of the keys that round to zero, mean over rows, - where the rule of "
              "pcast.models.heads does not describe the run (Q/K casts, microscaled P); delta, sigma: the head's "
-             "measured sink strength and spread; to dc: the theory's critical delta/sigma of the run minus the "
-             "head's, - where the run does not collapse from sink keys)" if args.per_head else ")"))
+             "measured sink strength (the sinks' largest score above the non-sink mean) and spread, in logits; "
+             "to dc: the run's half-underflow crossing 6.93 + ln S minus delta, in logits (negative: past it), - "
+             "where the run does not collapse from sink keys)" if args.per_head else ")"))
     worst = worst_head(head_rows or [])
     if worst is not None:
         L, b, h, ratio, x, y = worst

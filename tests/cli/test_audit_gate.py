@@ -106,10 +106,11 @@ def test_per_head_measures_and_mass_underflow_for_fa3_and_fa4(files, tmp_path):
     for name in ("fa3", "fa4"):  # exp2_offset, and lazy τ = 8: numbers, checked against the kernel's count in the run
         for h in (0, 1):
             assert isinstance(heads[(name, h)]["mass_underflow"], float) and 0 <= heads[(name, h)]["mass_underflow"] < 1
-    # Δ/σ of the Δ = 9 head is past forward S=1's Δc (6.93 - δ_1 = 6.93 for e4m3fn, k = 1), the Δ = 3 head is not
+    # the Δ = 9 head is past forward S=1's Δc (6.93 + ln 1 logits for e4m3fn), the Δ = 3 head is not
     strong, weak = heads[("forward S=1", 0)], heads[("forward S=1", 1)]
     assert strong["delta_c"] == pytest.approx(6.931, abs=1e-3)
     assert strong["distance_to_delta_c"] < 0 < weak["distance_to_delta_c"]
+    assert strong["distance_to_delta_c"] == pytest.approx(strong["delta_c"] - strong["delta"])  # logits
     assert strong["delta"] / strong["sigma"] == pytest.approx(9.0, abs=0.5)
     assert heads[("reverse S=256", 0)]["delta_c"] is None  # the sink's block comes last: no collapse from it
     # the collapsed head loses more mass than the clean one, and forward S=1 more than reverse S=256
