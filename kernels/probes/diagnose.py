@@ -1,0 +1,68 @@
+"""Why a black box is not the declared policy, claiming no more than the probes support.
+
+:func:`diagnose` runs the option search (:data:`pcast.probes.fingerprint.PARAM_GRID`) from the declared policy
+and stops at the first option set that passes the criterion (:func:`pcast.probes.check_policy`). When one does,
+each option it moved away from the declared value (and that the probes see: putting the declared value back
+leaves more rows outside) is named with its confidence: 1 when exactly one value of its grid passes with the
+other options there, 1/k when k values do. When none does, the kernel is outside the model: no option set of
+the contract reproduces its rows, the best distance found is given, and no option is named.
+
+Used by :func:`pcast.probes.assert_policy`; :func:`pcast.probes.fingerprint` states the same ``OUTSIDE`` words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pcast.policies import Policy
+
+__all__ = ["Diagnosis", "diagnose", "OUTSIDE"]
+
+OUTSIDE = "outside the model: no option of the contract reproduces these rows"
+
+
+def _g(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The option search's end (``end``) from ``declared``; ``outside``: no option set passed, with
+    ``rows_outside`` of ``rows`` at the nearest one found; ``options``: ``(name, kernel's value, declared
+    value, grid values that pass)`` for each option named (none when outside)."""
+
+    declared: Policy
+    end: Policy
+    outside: bool
+    rows_outside: int
+    rows: int
+    options: tuple = ()
+
+    @property
+    def distance(self) -> float:
+        return self.rows_outside / self.rows if self.rows else 0.0
+
+    def text(self) -> str:
+        """``the kernel looks like scale = 1 (confidence 1); declared 256``, the outside-the-model line, or ''."""
+        if self.outside:
+            return (f"{OUTSIDE} (best distance {self.distance:.3g}: the nearest option set the search found "
+                    f"leaves {self.rows_outside} of {self.rows} rows outside); no option is named")
+        if not self.options:
+            return ""
+        looks = ", ".join(f"{n} = {_g(v)} (confidence {1.0 / len(ok):.2g}"
+                          + (f"; matching: {', '.join(map(_g, ok))}" if len(ok) > 1 else "") + ")"
+                          for n, v, _, ok in self.options)
+        return f"the kernel looks like {looks}; declared {', '.join(_g(w) for _, _, w, _ in self.options)}"
+
+
+def diagnose(declared: Policy, scorer, allow: float) -> Diagnosis:
+    """The :class:`Diagnosis` of a black box (its ``scorer``, :class:`pcast.probes.fingerprint._Scorer`) that
+    fails ``declared`` at ``allow``."""
+    from pcast.probes.fingerprint import explain
+
+    end = scorer.search(declared, allow)
+    chk = scorer.check(end, allow)
+    if not chk.passed:
+        return Diagnosis(declared, end, True, chk.outside, chk.rows)
+    named = tuple((n, v, w, scorer.matching(end, n, allow)) for n, (v, w) in explain(declared, end, scorer).items())
+    return Diagnosis(declared, end, False, chk.outside, chk.rows, named)
