@@ -206,7 +206,7 @@ def remedies(args, layers, failing, runs) -> list:
             except ValueError:  # the change is not a valid policy with the others (e.g. per_row without nvfp4)
                 entry["tried"].append({"option": change[0], "to": change[1], "clears": False})
                 continue
-            left = gate([new], fail_on, gated=[hr["policy"]])
+            left = gate([new], fail_on, gated=[hr["policy"]])[0]
             entry["tried"].append({"option": change[0], "to": change[1], "clears": not left})
             if not left:
                 entry["fix"] = {"option": change[0], "from": full[change[0]], "to": change[1],

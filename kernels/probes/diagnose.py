@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 from pcast.policies import Policy
 
-__all__ = ["Diagnosis", "diagnose", "OUTSIDE"]
+__all__ = ["Diagnosis", "diagnose", "OUTSIDE", "single_changes", "SINGLE_OPTIONS"]
+
+#: The options a single change moves, nearest first (the decode options need a decode kernel's splits).
+SINGLE_OPTIONS = ("order", "scale", "scale_mode", "block_n", "rescale_threshold", "rowsum", "fmt", "sink_mode")
 
 OUTSIDE = "outside the model: no option of the contract reproduces these rows"
 
@@ -53,6 +56,22 @@ class Diagnosis:
                           + (f"; matching: {', '.join(map(_g, ok))}" if len(ok) > 1 else "") + ")"
                           for n, v, _, ok in self.options)
         return f"the kernel looks like {looks}; declared {', '.join(_g(w) for _, _, w, _ in self.options)}"
+
+
+def single_changes(policy: Policy):
+    """``(option, value, policy with that one option changed)`` for every value of
+    :data:`pcast.probes.fingerprint.PARAM_GRID` of each option of :data:`SINGLE_OPTIONS` other than the policy's
+    own, skipping option sets the contract refuses."""
+    from pcast.probes.fingerprint import PARAM_GRID, _moved
+
+    for name in SINGLE_OPTIONS:
+        for value in PARAM_GRID[name]:
+            if value == getattr(policy, name):
+                continue
+            try:
+                yield name, value, _moved(policy, name, value)
+            except ValueError:
+                continue
 
 
 def diagnose(declared: Policy, scorer, allow: float) -> Diagnosis:
