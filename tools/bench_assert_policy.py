@@ -3,6 +3,7 @@
 A plain PyTorch blocked FP8-P kernel written here (forward KV-block order, S = 1, block_n = 64, E4M3 P by
 torch's own cast, float32 accumulation) is asserted against a policy it does not implement (``fa3``: reverse,
 exp2 offset 8, block_n = 160) with the default probes at ``--d`` (128) and ``--dtype`` (bf16), diagnosis on.
+A first call (``diagnose=False``, not timed) loads what a process loads once (numba's cache, torch's kernels).
 It prints, per repeat: the wall time of the failing call, the callable's own time inside it (every call of the
 kernel timed), the time of the check and diagnosis alone (wall minus callable), the same call with
 ``diagnose=False`` (the floor: the probes run and checked, no search), the ratio of the two, the first line of
@@ -31,7 +32,8 @@ def blocked_forward_s1(q, k, v, sink_logit=None, *, block_n: int = 64, scale: fl
     q32, k32, v32 = (t.float() for t in (q, k, v))
     group = q.shape[1] // k.shape[1]
     k32, v32 = (t.repeat_interleave(group, dim=1) for t in (k32, v32))
-    s = (q32 @ k32.transpose(-1, -2)) * (1.0 / q.shape[-1] ** 0.5)
+    sm = torch.tensor(1.0 / q.shape[-1] ** 0.5, dtype=torch.float32)
+    s = (q32.double() @ k32.double().transpose(-1, -2)).float() * sm  # exact products, rounded once
     m = torch.full(s.shape[:-1], float("-inf"))
     acc = torch.zeros(*s.shape[:-1], v.shape[-1])
     rowsum = torch.zeros(s.shape[:-1])
@@ -90,6 +92,7 @@ def main(argv=None) -> None:
     print(f"CPU: {cpu}, {os.cpu_count()} cores; torch threads {torch.get_num_threads()}")
     print(f"failing assert_policy(blocked forward S=1 kernel, {args.policy!r}), default probes, d={args.d}, "
           f"{args.dtype}")
+    one(args.policy, d=args.d, dtype=dtype, diagnose=False)  # warm-up, not timed
     for r in range(args.repeats):
         load0 = os.getloadavg()[0]
         floor, floor_fn, _ = one(args.policy, d=args.d, dtype=dtype, diagnose=False)

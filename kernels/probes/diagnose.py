@@ -5,7 +5,8 @@ and stops at the first option set that passes the criterion (:func:`pcast.probes
 each option it moved away from the declared value (and that the probes see: putting the declared value back
 leaves more rows outside) is named with its confidence: 1 when exactly one value of its grid passes with the
 other options there, 1/k when k values do. When none does, the kernel is outside the model: no option set of
-the contract reproduces its rows, the best distance found is given, and no option is named.
+the contract reproduces its rows, and the best distance found is given with the nearest option set, at
+confidence 0.
 
 Used by :func:`pcast.probes.assert_policy`; :func:`pcast.probes.fingerprint` states the same ``OUTSIDE`` words.
 """
@@ -32,7 +33,8 @@ def _g(value) -> str:
 class Diagnosis:
     """The option search's end (``end``) from ``declared``; ``outside``: no option set passed, with
     ``rows_outside`` of ``rows`` at the nearest one found; ``options``: ``(name, kernel's value, declared
-    value, grid values that pass)`` for each option named (none when outside)."""
+    value, grid values that pass)`` for each option named (when outside: the options of the nearest set that
+    differ from the declared ones, which no grid value makes pass, so their confidence is 0)."""
 
     declared: Policy
     end: Policy
@@ -48,8 +50,10 @@ class Diagnosis:
     def text(self) -> str:
         """``the kernel looks like scale = 1 (confidence 1); declared 256``, the outside-the-model line, or ''."""
         if self.outside:
-            return (f"{OUTSIDE} (best distance {self.distance:.3g}: the nearest option set the search found "
-                    f"leaves {self.rows_outside} of {self.rows} rows outside); no option is named")
+            near = ", ".join(f"{n} = {_g(v)}" for n, v, _, _ in self.options)
+            at = f" ({near}; confidence 0: it does not pass either)" if near else ""
+            return (f"{OUTSIDE} (best distance {self.distance:.3g}: the nearest option set the search found{at} "
+                    f"leaves {self.rows_outside} of {self.rows} rows outside)")
         if not self.options:
             return ""
         looks = ", ".join(f"{n} = {_g(v)} (confidence {1.0 / len(ok):.2g}"
@@ -82,6 +86,7 @@ def diagnose(declared: Policy, scorer, allow: float) -> Diagnosis:
     end = scorer.search(declared, allow)
     chk = scorer.check(end, allow)
     if not chk.passed:
-        return Diagnosis(declared, end, True, chk.outside, chk.rows)
+        moved = tuple((n, v, w, ()) for n, (v, w) in explain(declared, end).items())
+        return Diagnosis(declared, end, True, chk.outside, chk.rows, moved)
     named = tuple((n, v, w, scorer.matching(end, n, allow)) for n, (v, w) in explain(declared, end, scorer).items())
     return Diagnosis(declared, end, False, chk.outside, chk.rows, named)

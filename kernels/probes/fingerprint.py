@@ -102,7 +102,7 @@ class Fingerprint:
             return ""
         bad, rows = self.best
         return (f"{OUTSIDE} (best distance {bad / rows if rows else 0.0:.3g}: the nearest option set the search "
-                f"found leaves {bad} of {rows} rows outside); no option is named")
+                f"found leaves {bad} of {rows} rows outside; the options below are that set, each at confidence 0)")
 
     def _confidence(self, option: str) -> str:
         p = self.params.get(option)
