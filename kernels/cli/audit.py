@@ -72,19 +72,7 @@ def _parser():
                     help="yours: only your policies (the flags' and --policy/--policies), without the four "
                          "reference combinations")
     ap.add_argument("--no-reference-combos", action="store_true", help="the same as --only yours")
-    ap.add_argument("--fail-on", action="append", default=[], metavar="COND",
-                    help="exit 1 when any head of your policies meets COND (repeatable): collapse, saturation, "
-                         "rel-mse>X (relative MSE above X), floor>F (MSE above F times the V-cast floor), "
-                         "mass-underflow>X (the exact attention mass of the keys that round to zero above X), ratio>X "
-                         "(MSE above X times the best of the four combinations on that head), mismatch (with "
-                         "--kernel: a head of the kernel does not implement the policy; gated with --kernel "
-                         "whether listed or not, unless --report-mismatch); ':' works for '>'. With --kernel, the "
-                         "kernel's measured output is judged: rel-mse and ratio on its measured MSE; collapse, "
-                         "saturation, floor and mass-underflow (read from the predicted policy's run) only on "
-                         "heads where the kernel agrees with that policy")
-    ap.add_argument("--json", default=None, metavar="FILE",
-                    help="write every number (rows, heads, summary, gate) to FILE as JSON (schema "
-                         "kernels/audit/schema.json)")
+    _gate_args(ap)
     ap.add_argument("--quiet", action="store_true",
                     help="print the header, summary and gate only; the full table goes to --csv / --json")
     ap.add_argument("--collapse-threshold", type=float, default=0.5,
@@ -98,6 +86,23 @@ def _parser():
     _kernel_args(ap)
     add_policy_flags(ap)
     return ap
+
+
+def _gate_args(ap) -> None:
+    """``--fail-on`` and ``--json``: the gate and its record."""
+    ap.add_argument("--fail-on", action="append", default=[], metavar="COND",
+                    help="exit 1 when any head of your policies meets COND (repeatable): collapse, saturation, "
+                         "rel-mse>X (relative MSE above X), floor>F (MSE above F times the V-cast floor), "
+                         "mass-underflow>X (the exact attention mass of the keys that round to zero above X), ratio>X "
+                         "(MSE above X times the best of the four combinations on that head), mismatch (with "
+                         "--kernel: a head of the kernel does not implement the policy; gated with --kernel "
+                         "whether listed or not, unless --report-mismatch); ':' works for '>'. With --kernel, the "
+                         "kernel's measured output is judged: rel-mse and ratio on its measured MSE; collapse, "
+                         "saturation, floor and mass-underflow (read from the predicted policy's run) only on "
+                         "heads where the kernel agrees with that policy")
+    ap.add_argument("--json", default=None, metavar="FILE",
+                    help="write every number (rows, heads, summary, gate) to FILE as JSON (schema "
+                         "kernels/audit/schema.json)")
 
 
 def _kernel_args(ap) -> None:

@@ -8,7 +8,8 @@ other options there, 1/k when k values do. When none does, the kernel is outside
 the contract reproduces its rows, and the best distance found is given with the nearest option set, at
 confidence 0.
 
-Used by :func:`pcast.probes.assert_policy`; :func:`pcast.probes.fingerprint` states the same ``OUTSIDE`` words.
+Used by :func:`pcast.probes.assert_policy`; :func:`pcast.probes.fingerprint` states the same words
+(:data:`pcast.probes.expect.OUTSIDE`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pcast.policies import Policy
+from pcast.probes.expect import OUTSIDE
 
 __all__ = ["Diagnosis", "diagnose", "OUTSIDE", "single_changes", "SINGLE_OPTIONS"]
 
 #: The options a single change moves, nearest first (the decode options need a decode kernel's splits).
 SINGLE_OPTIONS = ("order", "scale", "scale_mode", "block_n", "rescale_threshold", "rowsum", "fmt", "sink_mode")
 
-OUTSIDE = "outside the model: no option of the contract reproduces these rows"
 
 
 def _g(value) -> str:

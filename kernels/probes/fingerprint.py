@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 import torch
 
 from pcast.policies import POLICIES, Policy
-from pcast.probes.expect import (ALLOW, ATOL, RTOL, PolicyCheck, SinkSupport, _digest, as_policy, check_policy,
+from pcast.probes.expect import (ALLOW, ATOL, OUTSIDE, RTOL, PolicyCheck, SinkSupport, _digest, as_policy, check_policy,
                                  expected_out, row_mismatches, run_box, sink_support)
-from pcast.probes.diagnose import OUTSIDE
 from pcast.probes.inputs import Shape, default_probes, small_probes
 
 __all__ = ["fingerprint", "Fingerprint", "Param", "PARAM_GRID", "distance", "TOLERANCE_NOTE", "candidate_set",

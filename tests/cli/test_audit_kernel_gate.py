@@ -114,3 +114,24 @@ def test_the_help_names_the_flag(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "--report-mismatch" in capsys.readouterr().out
+
+
+def test_nothing_predicts_a_kernel_outside_the_model_and_measured_conditions_still_apply():
+    """A KernelAudit with no policy (the fingerprint found the kernel outside the model): collapse and
+    saturation are not judged, with the reason; ratio and rel-mse read the kernel's measured MSE."""
+    from pcast.audit.kernel import KernelAudit, KernelHead
+    from pcast.audit.report import gate
+
+    why = "the fingerprint finds the kernel outside the model: no option of the contract reproduces these rows"
+    kernel = KernelAudit(None, "fingerprinted", [KernelHead(None, 0, 0, 4e-6, 0.5, None, None, None, 64, None),
+                                                 KernelHead(None, 0, 1, 1e-6, 0.01, None, None, None, 64, None)],
+                         outside=why)
+    combos = [{"policy": "reverse S=256", "layer": None, "batch": 0, "head": h, "mse": 1e-6} for h in (0, 1)]
+    hits, unjudged = gate(combos, [("collapse", None), ("saturation", None), ("ratio", 2.0), ("rel-mse", 0.1),
+                                   ("mismatch", None)], gated=["yours"], kernel=kernel)
+    assert sorted((h["condition"], h["head"]) for h in hits) == [("ratio>2", 0), ("rel-mse>0.1", 0)]
+    assert all(h["policy"] == "kernel" and h["kernel"] for h in hits)
+    assert hits[0]["value"] in (4.0, 0.5)
+    assert sorted((u["condition"], u["head"]) for u in unjudged) == [("collapse", 0), ("collapse", 1),
+                                                                     ("saturation", 0), ("saturation", 1)]
+    assert all(u["reason"] == why for u in unjudged)
