@@ -13,7 +13,7 @@ import os
 
 from pcast.contract import COMBO_LABELS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: delta_c and the distance in logits; not_judged; the kernel gate
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schema.json")
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
 from pcast.audit.verdicts import VERDICT_COLUMNS, collapse_words  # noqa: F401 - re-exported for the CSV columns

@@ -84,7 +84,7 @@ def test_json_validates_against_its_schema_and_holds_the_table(files, schema, tm
                  str(js), "--csv", str(cs), "--per-head", "--quiet"]) == 0
     doc = json.load(open(js))
     jsonschema.validate(doc, schema)
-    assert doc["schema_version"] == 1 and doc["exit_code"] == 0
+    assert doc["schema_version"] == 2 and doc["exit_code"] == 0
     names = ["yours", "forward S=1", "forward S=256", "reverse S=1", "reverse S=256", "fa3", "fa4", "deployed"]
     assert [r["policy"] for r in doc["rows"]] == names and len(doc["heads"]) == 2 * len(names)
     # the same numbers as --csv (per head), to the printed digits
