@@ -26,8 +26,8 @@ COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "m
 # --per-head: one row per (layer, batch, head, run); sinks: the head's detected sink keys ("0;511", empty when
 # not detected), ksink: the ksink the head ran with, mass_underflow: exact P mass of the keys that round to zero
 # delta, sigma: the head's measured sink strength and spread (pcast.models.heads.head_scores_stats),
-# delta_c: the theory's critical Δ/σ for the run (None where it does not collapse from sink keys),
-# distance_to_delta_c: delta_c - delta/sigma (negative: past it)
+# delta_c: the run's half-underflow crossing for that Δ, in logits (pcast.audit.measure.delta_c; None where it does
+# not collapse from sink keys), distance_to_delta_c: delta_c - delta in logits (negative: past it)
 PER_HEAD_COLUMNS = COLUMNS + ("batch", "head", "ksink", "sinks", "mass_underflow", "mass_lost_share", "delta", "sigma",
                               "delta_c", "distance_to_delta_c")
 WORST_HEAD_COMBOS = (("forward", 1.0), ("reverse", 256.0))  # the worst-head line: MSE ratio of these two

@@ -60,59 +60,72 @@ def load_kernel(spec: str):
 
 
 def kernel_policy(fn, policy, *, d: int, dtype, causal: bool = False):
-    """``(Policy, source)``: the declared policy (a name, a dict of Policy fields or a Policy) with source
-    ``"declared"``, or, when ``policy`` is None, the one :func:`pcast.probes.fingerprint` reads from ``fn`` at
-    head dimension ``d`` and ``dtype`` (a named preset, else the identified options) with source
-    ``"fingerprinted"``."""
+    """``(Policy or None, source, outside)``: the declared policy (a name, a dict of Policy fields or a Policy)
+    with source ``"declared"``, or, when ``policy`` is None, the one :func:`pcast.probes.fingerprint` reads from
+    ``fn`` at head dimension ``d`` and ``dtype`` (a named preset, else the identified options) with source
+    ``"fingerprinted"``. ``outside``: '' or, when the fingerprint finds the kernel outside the model (no option
+    set of the contract reproduces its probe rows), its words; the policy is then None: nothing predicts it."""
     from pcast.api_inputs import as_policy
 
     if policy is not None:
-        return as_policy(policy), "declared"
+        return as_policy(policy), "declared", ""
     from pcast.policies import Policy, get_policy
     from pcast.probes import fingerprint
 
     fp = fingerprint(fn, d=d, dtype=dtype, causal=causal, small=True)
     if fp.policy is not None:
         name = fp.policy if isinstance(fp.policy, str) else fp.policy[0]
-        return get_policy(name), "fingerprinted"
-    return Policy("fingerprinted", **{n: p.value for n, p in fp.params.items()}), "fingerprinted"
+        return get_policy(name), "fingerprinted", ""
+    if fp.outside:
+        return None, "fingerprinted", "the fingerprint finds the kernel " + fp.outside_text()
+    return Policy("fingerprinted", **{n: p.value for n, p in fp.params.items()}), "fingerprinted", ""
 
 
 @dataclass(frozen=True)
 class KernelHead:
     """One head: measured and predicted MSE and relative MSE against the float64 reference, its rows outside
-    the probes' tolerance around the policy's output, and whether the head agrees (at most ``allow`` rows out)."""
+    the probes' tolerance around the policy's output, and whether the head agrees (at most ``allow`` rows out);
+    the predicted numbers, the rows outside and ``agrees`` are None where nothing predicts the kernel."""
 
     layer: object
     batch: int
     head: int
     measured_mse: float
     measured_rel_mse: float
-    predicted_mse: float
-    predicted_rel_mse: float
-    rows_outside: int
+    predicted_mse: float | None
+    predicted_rel_mse: float | None
+    rows_outside: int | None
     rows: int
-    agrees: bool
+    agrees: bool | None
 
     def text(self, policy_source: str) -> str:
         where = f"layer {'-' if self.layer is None else self.layer}, batch {self.batch}, head {self.head}"
+        if self.agrees is None:
+            return f"{where}: measured MSE {self.measured_mse:.3g} (nothing predicts it)"
         if self.agrees:
             return (f"{where}: the kernel implements the {policy_source} policy: measured MSE "
-                    f"{self.measured_mse:.3g}, predicted {self.predicted_mse:.3g}")
-        return (f"{where}: the kernel does not implement the {policy_source} policy: measured "
-                f"{self.measured_mse:.2g}, predicted {self.predicted_mse:.2g} ({self.rows_outside} of {self.rows} rows "
-                f"outside the probes' tolerance)")
+                    f"{self.measured_mse:.3g}, predicted MSE {self.predicted_mse:.3g}")
+        return (f"{where}: the kernel does not implement the {policy_source} policy: measured MSE "
+                f"{self.measured_mse:.3g}, predicted MSE {self.predicted_mse:.3g} ({self.rows_outside} of {self.rows} "
+                f"rows outside the probes' tolerance)")
 
 
 @dataclass
 class KernelAudit:
-    """What :func:`audit_kernel` found: the policy compared with and where it came from, one
-    :class:`KernelHead` per (layer, batch, head), and the tolerance's source."""
+    """What :func:`audit_kernel` found: the policy compared with (None when nothing predicts the kernel:
+    ``outside`` says why) and where it came from, one :class:`KernelHead` per (layer, batch, head), the
+    tolerance's source, whether a disagreeing head fails the gate (``mismatch_gated``) and the single option
+    change that reproduces the disagreeing heads (``differs``: ``(option, kernel's value, the policy's)``,
+    None when none does, or not searched)."""
 
     policy: object
     policy_source: str
     heads: list = field(default_factory=list)
     allow: float = 0.02
+    outside: str = ""
+    mismatch_gated: bool = True
+    differs: tuple | None = None
+    searched: bool = False
 
     @property
     def tolerance(self) -> str:
@@ -120,14 +133,30 @@ class KernelAudit:
 
     @property
     def mismatches(self) -> list:
-        return [h for h in self.heads if not h.agrees]
+        return [h for h in self.heads if h.agrees is False]
+
+    def differs_text(self) -> str:
+        """``differing option: order = forward (the declared policy: reverse)``, or why none is named."""
+        if self.differs is not None:
+            name, got, want = self.differs
+            return (f"differing option: {name} = {got!r} (the {self.policy_source} policy: {want!r}), checked: "
+                    "with it the emulator reproduces the disagreeing heads")
+        if self.searched:
+            return ("no single option change of the contract reproduces the disagreeing heads; no option is "
+                    "named")
+        return ""
 
     def __str__(self) -> str:
         from pcast.probes.expect import policy_text
 
-        lines = [f"kernel vs the {self.policy_source} policy {policy_text(self.policy)}: "
-                 f"{len(self.heads) - len(self.mismatches)} of {len(self.heads)} heads agree"]
+        if self.policy is None:
+            lines = [f"kernel: nothing predicts it: {self.outside}"]
+        else:
+            lines = [f"kernel vs the {self.policy_source} policy {policy_text(self.policy)}: "
+                     f"{len(self.heads) - len(self.mismatches)} of {len(self.heads)} heads agree"]
         lines += ["  " + h.text(self.policy_source) for h in (self.mismatches or self.heads)[:8]]
+        if self.mismatches and self.differs_text():
+            lines.append("  " + self.differs_text())
         lines.append(f"  (tolerance: {self.tolerance})")
         return "\n".join(lines)
 
@@ -135,8 +164,12 @@ class KernelAudit:
         """The ``kernel`` section of ``--json``."""
         from dataclasses import asdict
 
-        return {"policy": self.policy.name, "policy_source": self.policy_source,
-                "options": self.policy.attention_kwargs(), "tolerance": self.tolerance, "allow": self.allow,
+        return {"policy": None if self.policy is None else self.policy.name, "policy_source": self.policy_source,
+                "options": None if self.policy is None else self.policy.attention_kwargs(),
+                "tolerance": self.tolerance, "allow": self.allow, "outside": self.outside or None,
+                "mismatch": "gated" if self.mismatch_gated else "reported",
+                "differing_option": None if self.differs is None else
+                {"option": self.differs[0], "kernel": self.differs[1], "policy": self.differs[2]},
                 "heads": [asdict(h) for h in self.heads]}
 
 
@@ -155,7 +188,8 @@ def _call_kernel(fn, q, k, v, sink_logit):
 
 
 def kernel_heads(out, pred, ref, *, layer=None, allow: float = 0.0) -> list:
-    """One :class:`KernelHead` per (batch, head) from the kernel's output, the policy's and the reference."""
+    """One :class:`KernelHead` per (batch, head) from the kernel's output, the policy's (None: nothing predicts
+    it) and the reference."""
     import torch
 
     from pcast.probes.expect import row_mismatches
@@ -163,11 +197,15 @@ def kernel_heads(out, pred, ref, *, layer=None, allow: float = 0.0) -> list:
     heads = []
     for b in range(out.shape[0]):
         for h in range(out.shape[1]):
-            o, p, r = (t[b, h].to(torch.float64) for t in (out, pred, ref))
+            o, r = (t[b, h].to(torch.float64) for t in (out, ref))
             power = float((r**2).mean())
-            meas, want = float(((o - r) ** 2).mean()), float(((p - r) ** 2).mean())
-            outside = int((row_mismatches(out[b, h], pred[b, h], out.dtype) > 1).sum())
             rel = (lambda x: x / power if power > 0 else float("nan"))
+            meas = float(((o - r) ** 2).mean())
+            if pred is None:
+                heads.append(KernelHead(layer, b, h, meas, rel(meas), None, None, None, o.shape[0], None))
+                continue
+            want = float(((pred[b, h].to(torch.float64) - r) ** 2).mean())
+            outside = int((row_mismatches(out[b, h], pred[b, h], out.dtype) > 1).sum())
             heads.append(KernelHead(layer, b, h, meas, rel(meas), want, rel(want), outside, o.shape[0],
                                     outside <= allow * o.shape[0]))
     return heads
@@ -194,11 +232,57 @@ def audit_kernel(fn, q, k, v, *, policy=None, sink_logit=None, causal: bool = Fa
     if isinstance(allow, bool) or not isinstance(allow, (int, float)) or not 0 <= allow < 1:
         raise ValueError(f"allow={allow!r} is not allowed; allowed: a fraction in [0, 1)")
     inp = check_inputs(q, k, v, policy=policy)
-    pol, source = kernel_policy(fn, inp.policy, d=q.shape[-1], dtype=inp.dtype, causal=causal)
+    pol, source, outside = kernel_policy(fn, inp.policy, d=q.shape[-1], dtype=inp.dtype, causal=causal)
+    return measure_kernel(fn, q, k, v, pol, source, outside=outside, sink_logit=sink_logit, causal=causal,
+                          layer=layer, allow=allow)
+
+
+def measure_kernel(fn, q, k, v, pol, source: str, *, outside: str = "", sink_logit=None, causal: bool = False,
+                   layer=None, allow: float = 0.02, differs: bool = False) -> KernelAudit:
+    """:func:`audit_kernel` with the policy ``pol`` already resolved (None: nothing predicts the kernel, the heads
+    are measured only; ``outside`` says why). ``differs``: for the heads that disagree, search the single option
+    changes of ``pol`` (:func:`pcast.probes.diagnose.single_changes`) for the first that reproduces them all."""
+    import torch
+
+    from pcast.api import attention
+    from pcast.api_inputs import check_inputs
+
+    inp = check_inputs(q, k, v, policy=None)
     if sink_logit is not None and not isinstance(sink_logit, torch.Tensor):
         sink_logit = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
     mask = {"causal": True, "causal_align": "bottom_right"} if causal else {}
     out = _call_kernel(fn, q, k, v, sink_logit)
-    pred = attention(inp.q, inp.k, inp.v, policy=pol, sink_logit=sink_logit, backend="emulator", **mask).out
+    pred = None if pol is None else attention(inp.q, inp.k, inp.v, policy=pol, sink_logit=sink_logit,
+                                              backend="emulator", **mask).out
     ref = attention(inp.q, inp.k, inp.v, sink_logit=sink_logit, backend="reference", **mask).out
-    return KernelAudit(pol, source, kernel_heads(out, pred, ref, layer=layer, allow=allow), float(allow))
+    got = KernelAudit(pol, source, kernel_heads(out, pred, ref, layer=layer, allow=allow), float(allow), outside)
+    if differs and got.mismatches:
+        got.searched = True
+        got.differs = _differing_option(out, inp, pol, got.mismatches, sink_logit, mask, allow)
+    return got
+
+
+def _differing_option(out, inp, pol, bad, sink_logit, mask, allow):
+    """The first single option change of ``pol`` under which the emulator reproduces every head of ``bad``
+    (at most 8 of them) within the tolerance: ``(option, value, pol's value)``, or None."""
+    from pcast.api import attention
+    from pcast.probes.diagnose import single_changes
+    from pcast.probes.expect import row_mismatches
+
+    import torch
+
+    bad = bad[:8]
+    group = inp.q.shape[1] // inp.k.shape[1]
+    q = torch.stack([inp.q[h.batch, h.head] for h in bad])[None]
+    k, v = (torch.stack([t[h.batch, h.head // group] for h in bad])[None] for t in (inp.k, inp.v))
+    o = torch.stack([out[h.batch, h.head] for h in bad])
+    sl = None if sink_logit is None else torch.stack([sink_logit[h.batch, h.head] for h in bad])[None]
+    for name, value, cand in single_changes(pol):
+        try:
+            pred = attention(q, k, v, policy=cand, sink_logit=sl, backend="emulator", **mask).out[0]
+        except ValueError:  # an option set the contract refuses on these inputs
+            continue
+        if all(int((row_mismatches(o[i], pred[i], out.dtype) > 1).sum()) <= allow * o.shape[1]
+               for i in range(len(bad))):
+            return name, value, getattr(pol, name)
+    return None

@@ -1,5 +1,5 @@
 """pcast-audit's per-head measures: the head's sink strength Δ and spread σ, the theory's critical Δc of
-each run and the head's distance to it, and ``mass_underflow``, the exact softmax mass of the keys that
+each run and the head's distance to it (all three in logits, :func:`delta_c`), and ``mass_underflow``, the exact softmax mass of the keys that
 round to zero under the run's rule (:func:`pcast.models.heads.underflow_mask`: multiply or exp2_offset,
 any lazy threshold τ, a sink logit that seeds the max), checked against the kernel's own count.
 
@@ -53,10 +53,24 @@ def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks, offset
 
 
 def delta_c(full: dict, n_sinks: int):
-    """The theory's critical Δ/σ of a run (:func:`pcast.theory.policy.critical_delta_policy` with the run's S,
-    scale mode, τ, format and the head's number of sink keys): forward order, eager or lazy, multiply or exp2
-    offset, an FP8 P format, at least one sink key. None otherwise: a reverse-order run does not collapse from
-    sink keys (the sink's block comes last), and a per-row scale or a microscaled format has other laws."""
+    """The half-underflow crossing Δc of a run for the Δ the audit measures, in logits; None where the run does
+    not collapse from sink keys.
+
+    The audit's Δ is a row's largest sink score minus the mean of its non-sink scores, and σ their standard
+    deviation (:func:`pcast.models.heads.head_scores_stats`, medians over rows). Forward order meets the sink
+    block first, so the max in force for every non-sink key is that largest sink score, ``mean + Δ`` (eager, or
+    lazy: a later block moves it only to a larger score). A non-sink key of score s gets ``x = S·exp(s − mean − Δ)``
+    and rounds to zero iff ``s − mean ≤ Δ − c`` with ``c = ln(1/u_f) + ln S`` (e4m3fn: 10 ln 2 = 6.93; the S
+    an exp2 offset really applies). With the non-sink scores spread N(mean, σ²) the fraction that rounds to zero
+    is ``Φ((Δ − c)/σ)``: one half at ``Δc = c = 6.93 + ln S`` whatever σ is; σ sets only how steeply it rises.
+    The paper's Δ is the sink block's shift, whose max is Δ + σ·δk; the measured max already holds δk, so δk is
+    not subtracted here (:func:`pcast.theory.critical_delta` with k = 1, where δ1 = 0). The distance to Δc is
+    ``Δc − Δ`` in logits: negative past it (more than half round to zero), ``(Δc − Δ)/σ`` standard deviations.
+    The law holds while the sink is the max in force; where the non-sink keys' own max (about σ·sqrt(2 ln n))
+    passes ``c``, more than half of them round to zero from their spread whatever the sink, in either order.
+
+    None for reverse order (the sink's block comes last), no sink key, a per-row scale or a microscaled format.
+    """
     from pcast.formats import FORMATS
     from pcast.theory.policy import critical_delta_policy
 
@@ -64,7 +78,7 @@ def delta_c(full: dict, n_sinks: int):
     if (full["order"] != "forward" or n_sinks < 1 or not isinstance(fmt, str) or fmt not in FORMATS
             or full["scale_mode"] not in ("multiply", "exp2_offset")):
         return None
-    return critical_delta_policy(float(full["scale"]), k=n_sinks, fmt=fmt, order="forward",
+    return critical_delta_policy(float(full["scale"]), k=1, fmt=fmt, order="forward",
                                  scale_mode=full["scale_mode"], rescale_threshold=float(full["rescale_threshold"]))
 
 
@@ -73,7 +87,7 @@ def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, wher
     nothing rounds; None where the rule does not describe the run: Q/K casts, microscaled P), mass_lost_share
     (mass_underflow over the non-sink attention mass, both means over rows: the share of what the non-sink keys
     carry that is lost), Δ, σ, Δc and the
-    distance Δc - Δ/σ. On the emulator (the same step-1 matmul; Triton's scores may differ by an ulp,
+    distance Δc − Δ (logits, :func:`delta_c`). On the emulator (the same step-1 matmul; Triton's scores may differ by an ulp,
     :mod:`pcast.conformance`) the rule's non-sink count must be the kernel's underflow count."""
     from pcast.models.heads import rule_applies, rule_mass
 
@@ -88,8 +102,7 @@ def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, wher
                                           sink_logit=sink_logit)
         mass = hm["masses"][key]
     dc = delta_c(full, hm["n_sinks"])
-    ratio = hm["delta"] / hm["sigma"] if hm["sigma"] > 0 else math.nan
     nonsink = float(hm["p_exact"][:, ksink:].sum(-1).mean())  # the non-sink attention mass, mean over rows
     share = None if mass is None else (mass / nonsink if nonsink > 0 else 0.0)
     return {"mass_underflow": mass, "mass_lost_share": share, "delta": hm["delta"], "sigma": hm["sigma"], "delta_c": dc,
-            "distance_to_delta_c": None if dc is None or not math.isfinite(ratio) else dc - ratio}
+            "distance_to_delta_c": None if dc is None or not math.isfinite(hm["delta"]) else dc - hm["delta"]}

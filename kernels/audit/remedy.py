@@ -8,9 +8,10 @@ saturates (the per-head verdicts of :mod:`pcast.audit.verdicts`). The causes:
   ``S·2^τ`` (:func:`pcast.theory.policy.max_safe_tau`): it saturates when ``log2 S + τ > log2 max_finite``;
   with τ = 0, when S itself is above max_finite. In a microscaled format (nvfp4, mxfp4) it is the rounding of
   the group scale that puts a group's largest P above E2M1's 6, whatever S and τ.
-- collapse (and the error gates): forward order meets the sink first, so the non-sink keys get
-  ``S·exp(s − Δ − δk)`` and half of them round to zero at Δc
-  (:func:`pcast.theory.policy.critical_delta_policy`); the head's Δ/σ against its Δc says how far past it is.
+- collapse (and the error gates): forward order meets the sink first, so a non-sink key gets
+  ``S·exp(s − mean − Δ)`` (Δ: the sinks' largest score above the non-sink mean) and half of them round to zero at
+  Δc = ln(1/u_f) + ln S in logits (:func:`pcast.audit.measure.delta_c`); the head's Δ against its Δc, in logits
+  and in σ, says how far past it is.
 
 The candidate fixes are single option changes, nearest first (for saturation: the largest safe τ, then the
 largest safe S (:func:`pcast.theory.policy.best_lazy_scale`), then τ = 0; a microscaled format: E4M3; for the others: reverse order, then
@@ -85,15 +86,24 @@ def _saturation_cause(full) -> str:
             f"S ≤ {fmt.max_finite:g}")
 
 
+def _phi(z: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.cdf(z))
+
+
 def _collapse_cause(hr, full) -> str:
     uf, share = hr["underflow_frac"], hr.get("mass_lost_share")
     lost = f"{uf:.1%} of non-sink P round to zero" + ("" if share is None else f", carrying {share:.3g} of the "
                                                                                   "non-sink mass")
     dc, delta, sigma = hr.get("delta_c"), hr.get("delta"), hr.get("sigma")
-    if full["order"] == "forward" and dc is not None and delta is not None and sigma:
-        where = "past" if delta / sigma > dc else "below"
-        return (f"forward order meets the sink first: the head's Δ/σ = {delta / sigma:.3g} is {where} "
-                f"Δc = {dc:.3g} (ln(1/u_f) + ln S − δk at S = {float(full['scale']):g}): {lost}")
+    if full["order"] == "forward" and dc is not None and delta is not None:
+        where = "past" if delta > dc else "below"
+        steep = f" = {(delta - dc) / sigma:+.3g}σ (σ = {sigma:.3g})" if sigma else ""
+        return (f"forward order meets the sink first: the head's Δ = {delta:.3g} is {where} Δc = {dc:.3g} "
+                f"(ln(1/u_f) + ln S at S = {float(full['scale']):g}; logits): Δ − Δc = {delta - dc:+.3g}{steep}, "
+                f"expected fraction Φ((Δ − Δc)/σ) = {_phi((delta - dc) / sigma) if sigma else float(delta > dc):.3g}: "
+                f"{lost}")
     if full["order"] == "reverse":
         return (f"{lost}; in reverse order the sink's block comes last, so the loss comes from the spread of the "
                 "non-sink scores, not from the sink")
@@ -196,7 +206,7 @@ def remedies(args, layers, failing, runs) -> list:
             except ValueError:  # the change is not a valid policy with the others (e.g. per_row without nvfp4)
                 entry["tried"].append({"option": change[0], "to": change[1], "clears": False})
                 continue
-            left = gate([new], fail_on, gated=[hr["policy"]])
+            left = gate([new], fail_on, gated=[hr["policy"]])[0]
             entry["tried"].append({"option": change[0], "to": change[1], "clears": not left})
             if not left:
                 entry["fix"] = {"option": change[0], "from": full[change[0]], "to": change[1],

@@ -14,7 +14,7 @@ import sys
 from pcast.audit.files import check_tensors, estimate, file_dtype, load_layers, resolve_policies
 from pcast.audit.flags import declared, offset_warnings, parse_fail_on, yours
 from pcast.audit.heads import COLUMNS, PER_HEAD_COLUMNS, audit_heads, detect_head_sinks, leading_ksink, plan_runs, worst_head
-from pcast.audit.kernel import KernelAudit, audit_kernel, kernel_policy, load_kernel
+from pcast.audit.kernel import KernelAudit, kernel_policy, load_kernel, measure_kernel
 from pcast.audit.remedy import failing_heads, print_remedies, remedies
 from pcast.audit.report import (EXIT_FAIL, EXIT_PASS, gate, gated_policies, json_document, print_gate, print_summary,
                                 summary, write_json)
@@ -81,11 +81,21 @@ def _check_options(args):
 
 
 def _check_kernel_options(args):
-    """``--kernel`` and what goes with it: ``--fail-on mismatch`` needs it; the callable takes no score scale."""
-    if any(w == "mismatch" for w, _ in args.fail_on_parsed) and args.kernel is None:
+    """``--kernel`` and what goes with it: ``--fail-on mismatch`` and ``--report-mismatch`` need it (and exclude
+    each other); the callable takes no score scale. With ``--kernel``, ``mismatch`` is gated unless
+    ``--report-mismatch`` asks otherwise."""
+    asked = any(w == "mismatch" for w, _ in args.fail_on_parsed)
+    if asked and args.kernel is None:
         raise ValueError("--fail-on mismatch needs --kernel MODULE:FN; allowed: --kernel with it, or another condition")
+    if args.report_mismatch and args.kernel is None:
+        raise ValueError("--report-mismatch needs --kernel MODULE:FN; allowed: --kernel with it, or neither")
+    if args.report_mismatch and asked:
+        raise ValueError("--report-mismatch is not allowed with --fail-on mismatch; allowed: one of them (with "
+                         "--kernel, mismatch is gated unless --report-mismatch is given)")
     if args.kernel is None:
         return
+    if not asked and not args.report_mismatch:
+        args.fail_on_parsed.append(("mismatch", None))
     if args.sm_scale is not None:
         raise ValueError("--sm-scale is not allowed with --kernel; allowed: the default 1/sqrt(d), the score scale "
                          "of the probes' callable convention")
@@ -97,13 +107,14 @@ def _check_kernel_options(args):
 
 
 def _ksink_summary(per_layer) -> str:
-    """``ksink detected: 1 in 60 heads, 0 in 12`` over every (layer, batch, head)."""
+    """``ksink = 1 on 60 of 72 heads, ksink = 0 on 12 of 72`` over every (layer, batch, head)."""
     from collections import Counter
 
     counts = Counter(ks for hk in per_layer for ks in hk.values())
+    total = sum(counts.values())
     parts = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return "ksink detected: " + ", ".join(f"{ks} in {n}" + (" heads" if i == 0 else "")
-                                          for i, (ks, n) in enumerate(parts))
+    return ", ".join(f"ksink = {ks} on {n} of {total}" + (" heads" if i == 0 else "")
+                     for i, (ks, n) in enumerate(parts))
 
 
 def header_line(layers, args, mine, head_ksink=None) -> str:
@@ -164,8 +175,9 @@ def _print(rows, args, head_rows=None):
           "sat frac: P entries above the format's max / all P > 0"
           + ("; mass uf: exact softmax mass of the keys that round to zero, mean over rows, - where the rule of "
              "pcast.models.heads does not describe the run (Q/K casts, microscaled P); delta, sigma: the head's "
-             "measured sink strength and spread; to dc: the theory's critical delta/sigma of the run minus the "
-             "head's, - where the run does not collapse from sink keys)" if args.per_head else ")"))
+             "measured sink strength (the sinks' largest score above the non-sink mean) and spread, in logits; "
+             "to dc: the run's half-underflow crossing 6.93 + ln S minus delta, in logits (negative: past it), - "
+             "where the run does not collapse from sink keys)" if args.per_head else ")"))
     worst = worst_head(head_rows or [])
     if worst is not None:
         L, b, h, ratio, x, y = worst
@@ -223,19 +235,36 @@ def load(args, block_n):
     return layers, sinks, head_ksink
 
 
+def predict_kernel(args, layers, runs) -> list:
+    """With ``--kernel``: the policy that predicts it (the declared one, else the fingerprinted one, or None when
+    the fingerprint finds it outside the model), kept in ``args.kernel_prediction``; a fingerprinted policy joins
+    ``runs`` so its prediction is measured head by head. Returns the runs."""
+    if args.kernel_fn is None:
+        return runs
+    pol, source, outside = kernel_policy(args.kernel_fn, args.kernel_policy, d=layers[0][1].shape[-1],
+                                         dtype=args.input_dtype, causal=args.causal)
+    args.kernel_prediction = (pol, source, outside)
+    if pol is not None and pol.name not in [name for name, _ in runs]:
+        runs = runs + [(pol.name, pol.attention_kwargs())]
+    return runs
+
+
 def run_kernel(args, layers):
     """With ``--kernel``: the callable on every layer (heads batched, in the file's dtype) beside its policy's
-    prediction (:func:`pcast.audit.kernel.audit_kernel`); the declared policy, else the fingerprinted one."""
+    prediction (:func:`pcast.audit.kernel.measure_kernel`), with the differing option searched on the first layer
+    whose heads disagree."""
     if args.kernel_fn is None:
         return None
     dt = args.input_dtype
-    pol, source = kernel_policy(args.kernel_fn, args.kernel_policy, d=layers[0][1].shape[-1], dtype=dt,
-                                causal=args.causal)
-    out = KernelAudit(pol, source, allow=args.kernel_allow)
+    pol, source, outside = args.kernel_prediction
+    out = KernelAudit(pol, source, allow=args.kernel_allow, outside=outside, mismatch_gated=not args.report_mismatch)
     for L, q, k, v in layers:
-        got = audit_kernel(args.kernel_fn, q.to(dt), k.to(dt), v.to(dt), policy=pol, sink_logit=args.sink_logit,
-                           causal=args.causal, layer=L, allow=args.kernel_allow)
+        got = measure_kernel(args.kernel_fn, q.to(dt), k.to(dt), v.to(dt), pol, source, outside=outside,
+                             sink_logit=args.sink_logit, causal=args.causal, layer=L, allow=args.kernel_allow,
+                             differs=not out.searched)
         out.heads += got.heads
+        if got.searched:
+            out.searched, out.differs = True, got.differs
     return out
 
 
@@ -270,10 +299,10 @@ def report(args, header, runs, rows, head_rows, warnings, kernel=None, layers=()
     judge_heads(head_rows, args)
     blocks = summary(head_rows, [name for name, _ in runs])
     gated = gated_policies(runs)
-    hits = gate(head_rows, args.fail_on_parsed, gated=gated, kernel=kernel)
+    hits, unjudged = gate(head_rows, args.fail_on_parsed, gated=gated, kernel=kernel)
     code = EXIT_FAIL if hits else EXIT_PASS
     print_summary(blocks, args, len(head_rows) // max(len(runs), 1))
-    print_gate(hits, args.fail_on_parsed, gated, head_rows, args)
+    print_gate(hits, args.fail_on_parsed, gated, head_rows, args, kernel=kernel, unjudged=unjudged)
     if kernel is not None:
         print(kernel)
     failing = failing_heads(head_rows, hits, gated, args.fail_on_parsed)
@@ -296,7 +325,7 @@ def report(args, header, runs, rows, head_rows, warnings, kernel=None, layers=()
     if args.json:
         write_json(args.json, json_document(args=args, header=header, rows=rows, head_rows=head_rows, blocks=blocks,
                                             hits=hits, gated=gated, fail_on=args.fail_on_parsed, warnings=warnings,
-                                            exit_code=code, kernel=kernel, remedies=fixes))
+                                            exit_code=code, kernel=kernel, remedies=fixes, unjudged=unjudged))
     return code
 
 

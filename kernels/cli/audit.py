@@ -15,8 +15,9 @@ past each threshold), the ``--fail-on`` gate, then (unless ``--quiet``) the tabl
 per (layer, batch, head, run) with ``--per-head``: Δ, σ, the distance to the run's Δc and
 ``mass_underflow``), the worst forward S=1 / reverse S=256 head and the verdict lines. ``--csv`` and
 ``--json`` (schema :data:`pcast.audit.report.SCHEMA_PATH`) write the numbers. Exit codes: 0, 1
-when a ``--fail-on`` condition holds for a head of your policies, 2 for bad input (a one-line error
-before any work). User guide: docs/audit.md.
+when a ``--fail-on`` condition holds for a head of your policies (with ``--kernel``: of the kernel, judged on
+what it ran, and whenever a head of it disagrees with the predicted policy unless ``--report-mismatch``), 2 for
+bad input (a one-line error before any work). User guide: docs/audit.md.
 
 The work is :mod:`pcast.audit`; this module is the command line (its arguments and ``main``).
 """
@@ -29,7 +30,7 @@ import sys
 from pcast.audit.files import LAYOUTS
 from pcast.audit.flags import add_policy_flags
 from pcast.audit.report import EXIT_ERROR
-from pcast.audit.session import header_line, load, report, run, run_kernel, setup
+from pcast.audit.session import header_line, load, predict_kernel, report, run, run_kernel, setup
 
 __all__ = ["main"]
 
@@ -71,15 +72,7 @@ def _parser():
                     help="yours: only your policies (the flags' and --policy/--policies), without the four "
                          "reference combinations")
     ap.add_argument("--no-reference-combos", action="store_true", help="the same as --only yours")
-    ap.add_argument("--fail-on", action="append", default=[], metavar="COND",
-                    help="exit 1 when any head of your policies meets COND (repeatable): collapse, saturation, "
-                         "rel-mse>X (relative MSE above X), floor>F (MSE above F times the V-cast floor), "
-                         "mass-underflow>X (the exact attention mass of the keys that round to zero above X), ratio>X "
-                         "(MSE above X times the best of the four combinations on that head), mismatch (with "
-                         "--kernel: a head of the kernel does not implement the policy); ':' works for '>'")
-    ap.add_argument("--json", default=None, metavar="FILE",
-                    help="write every number (rows, heads, summary, gate) to FILE as JSON (schema "
-                         "kernels/audit/schema.json)")
+    _gate_args(ap)
     ap.add_argument("--quiet", action="store_true",
                     help="print the header, summary and gate only; the full table goes to --csv / --json")
     ap.add_argument("--collapse-threshold", type=float, default=0.5,
@@ -95,6 +88,23 @@ def _parser():
     return ap
 
 
+def _gate_args(ap) -> None:
+    """``--fail-on`` and ``--json``: the gate and its record."""
+    ap.add_argument("--fail-on", action="append", default=[], metavar="COND",
+                    help="exit 1 when any head of your policies meets COND (repeatable): collapse, saturation, "
+                         "rel-mse>X (relative MSE above X), floor>F (MSE above F times the V-cast floor), "
+                         "mass-underflow>X (the exact attention mass of the keys that round to zero above X), ratio>X "
+                         "(MSE above X times the best of the four combinations on that head), mismatch (with "
+                         "--kernel: a head of the kernel does not implement the policy; gated with --kernel "
+                         "whether listed or not, unless --report-mismatch); ':' works for '>'. With --kernel, the "
+                         "kernel's measured output is judged: rel-mse and ratio on its measured MSE; collapse, "
+                         "saturation, floor and mass-underflow (read from the predicted policy's run) only on "
+                         "heads where the kernel agrees with that policy")
+    ap.add_argument("--json", default=None, metavar="FILE",
+                    help="write every number (rows, heads, summary, gate) to FILE as JSON (schema "
+                         "kernels/audit/schema.json)")
+
+
 def _kernel_args(ap) -> None:
     """``--kernel`` and ``--kernel-allow``: your own kernel beside its policy's prediction."""
     ap.add_argument("--kernel", default=None, metavar="MODULE:FN",
@@ -106,6 +116,11 @@ def _kernel_args(ap) -> None:
                     help="with --kernel: the fraction of a head's rows that may lie outside the probes' tolerance "
                          "(default 0.02, pcast.probes.expect.ALLOW: one FP8 rounding tipped by another summation "
                          "order or exp)")
+    ap.add_argument("--report-mismatch", action="store_true",
+                    help="with --kernel: report a head where the kernel disagrees with the predicted policy but do "
+                         "not fail the gate on it (by default such a head fails it, whatever --fail-on lists); the "
+                         "JSON records the choice (kernel.mismatch: reported), and the prediction-based conditions "
+                         "of that head stay unjudged")
 
 
 def main(argv=None):
@@ -117,6 +132,7 @@ def main(argv=None):
         layers, sinks, head_ksink = load(args, mine.block_n)
         header = header_line(layers, args, mine, head_ksink)
         print(header)
+        runs = predict_kernel(args, layers, runs)
         rows, head_rows = run(args, layers, runs, sinks, head_ksink)
         kernel = run_kernel(args, layers)
     except ValueError as e:

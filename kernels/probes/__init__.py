@@ -13,7 +13,8 @@ black-box kernel implements (docs/probes.md).
   the rows it misses and the options that explain them; whether it takes learned sinks; its distance to each
   candidate with the worst row; and its options one by one, each with a confidence.
 - :func:`assert_policy`: a pytest helper that fails giving the declared policy in full, every failing probe and
-  the options the kernel looks like it has instead.
+  the options the kernel looks like it has instead, each with its confidence, or that it is outside the model
+  (:mod:`pcast.probes.diagnose`).
 - :func:`check_policy`: the one criterion both apply.
 - :mod:`pcast.probes.cases`: the public 2026 reports of FP8-P failures, rebuilt and checked (table T9);
   its public name is :mod:`pcast.cases`.
@@ -50,12 +51,14 @@ def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0, 
         allow: fraction of the probes' rows that may lie outside the tolerance (0: none; a compiled GPU
             kernel may need :data:`~pcast.probes.expect.ALLOW` for an exp error that tips one FP8 rounding).
             :func:`fingerprint` names a preset by this same criterion (:func:`check_policy`).
-        diagnose: on failure, also search the options from the declared policy and name those the kernel's
-            outputs point to instead.
+        diagnose: on failure, also search the options from the declared policy (stopping at the first option
+            set that passes) and name those the kernel's outputs point to instead, each with its confidence; or
+            say the kernel is outside the model when no option set of the contract reproduces its rows.
 
     The message gives the declared policy in full, every failing probe (what it observes, rows outside, the
     worst row and column with the expected and the actual value) and the options the kernel looks like it has
-    instead ("the kernel looks like scale = 128; declared 256"). Raises ProbeError when fn raises or returns the
+    instead ("the kernel looks like scale = 128 (confidence 1); declared 256"), or "outside the model: no option
+    of the contract reproduces these rows (best distance ...)". Raises ProbeError when fn raises or returns the
     wrong shape, dtype or device.
     """
     from pcast.api_inputs import as_policy
@@ -76,16 +79,12 @@ def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0, 
              f"{int(allow * chk.rows)} rows, allow={allow:g})"]
     lines += [f"  {f}" for f in chk.failures]
     if diagnose:
-        diff = explain(pol, sc.search(pol), sc)
-        if diff:
-            looks = ", ".join(f"{o} = {_g(v)}" for o, (v, _) in diff.items())
-            declared = ", ".join(_g(w) for _, (_, w) in diff.items())
-            lines.append(f"the kernel looks like {looks}; declared {declared}")
+        from pcast.probes.diagnose import diagnose as _diagnose
+
+        text = _diagnose(pol, sc, allow).text()
+        if text:
+            lines.append(text)
     raise AssertionError("\n".join(lines))
-
-
-def _g(value) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _tol_text() -> str:

@@ -21,11 +21,13 @@ from pcast.probes.inputs import DEFAULT_SHAPE, Shape
 
 __all__ = ["RTOL", "ATOL", "ALLOW", "ProbeError", "expected", "expected_out", "exact", "run_box", "row_mismatches",
            "as_policy", "Observed", "check_policy", "PolicyCheck", "ProbeFailure", "SinkSupport", "sink_support",
-           "policy_text"]
+           "policy_text", "OUTSIDE"]
 
 RTOL = 2.0 ** -12  # relative tolerance per output element (float32 summation order, exp's 2 ulp)
 ATOL = 2.0 ** -14  # absolute floor for outputs near 0 (V is in [-1, 1])
 ALLOW = 0.02  # fraction of probe rows a compiled GPU kernel may miss (an exp error tipping one FP8 rounding)
+#: What a diagnosis says when no option set of the contract passes the criterion on a black box's rows
+OUTSIDE = "outside the model: no option of the contract reproduces these rows"
 _CACHE: dict = {}  # (probe digest, shape, policy key) -> expected out [rows, d]
 _CACHE_MAX = 4096
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pcast.policies import POLICIES, Policy
-from pcast.probes.expect import (ALLOW, ATOL, RTOL, PolicyCheck, SinkSupport, _digest, as_policy, check_policy,
+from pcast.probes.expect import (ALLOW, ATOL, OUTSIDE, RTOL, PolicyCheck, SinkSupport, _digest, as_policy, check_policy,
                                  expected_out, row_mismatches, run_box, sink_support)
 from pcast.probes.inputs import Shape, default_probes, small_probes
 
@@ -77,7 +77,9 @@ class Fingerprint:
     nearest within :data:`NEAR`, with ``near_check`` (its :class:`~pcast.probes.expect.PolicyCheck`: the rows
     and probes it misses) and ``explains`` (option -> (the kernel's value, the candidate's) where the option
     search moved away from it); ``sinks``: whether learned sinks are supported; ``shape`` the probes' layout;
-    ``allow`` the criterion's allowance; ``tolerance``: what is tolerated."""
+    ``allow`` the criterion's allowance; ``tolerance``: what is tolerated; ``outside``: with no candidate named,
+    whether the option search found no option set that passes either (None when options were not searched),
+    ``best``: the rows outside and the rows at the nearest option set it found."""
 
     policy: str | tuple | None
     distance: dict
@@ -90,20 +92,40 @@ class Fingerprint:
     shape: Shape = field(default_factory=Shape)
     allow: float = 0.0
     tolerance: str = TOLERANCE_NOTE
+    outside: bool | None = None
+    best: tuple = (0, 0)
+
+    def outside_text(self) -> str:
+        """``outside the model: no option of the contract reproduces these rows (best distance ...)``, or ''."""
+        if not self.outside:
+            return ""
+        bad, rows = self.best
+        return (f"{OUTSIDE} (best distance {bad / rows if rows else 0.0:.3g}: the nearest option set the search "
+                f"found leaves {bad} of {rows} rows outside; the options below are that set, each at confidence 0)")
+
+    def _confidence(self, option: str) -> str:
+        p = self.params.get(option)
+        return "" if p is None else f", confidence {p.confidence:.2g}"
 
     def near_text(self) -> str:
-        """``fa3? 4 of 90 rows outside (mass-2048: 3, two-hot-256: 1): scale looks like 128 (fa3: 256)``, or ''."""
+        """``fa3? 4 of 90 rows outside (mass-2048: 3, two-hot-256: 1): scale looks like 128 (fa3: 256, confidence
+        1)``, or ''; a kernel outside the model gets that line instead of options."""
         if self.near is None:
             return ""
         c = self.near_check
         probes = ", ".join(f"{n}: {b}" for n, b, _ in c.missed)
-        why = "; ".join(f"{o} looks like {_fmt(v)} ({self.near}: {_fmt(w)})" for o, (v, w) in self.explains.items())
+        why = "; ".join(f"{o} looks like {_fmt(v)} ({self.near}: {_fmt(w)}{self._confidence(o)})"
+                        for o, (v, w) in self.explains.items())
+        if self.outside:
+            why = self.outside_text()
         return f"{self.near}? {c.outside} of {c.rows} rows outside ({probes})" + (f": {why}" if why else "")
 
     def __str__(self) -> str:
         lines = [f"policy: {self.policy!r}"]
         if self.near is not None:
             lines.append(f"near: {self.near_text()}")
+        elif self.outside:
+            lines.append(self.outside_text())
         lines.append(f"probes: {self.shape.describe()}")
         lines.append(str(self.sinks) + ("" if self.sinks.supported else "; the sink probes are left out"))
         lines.append("distance (fraction of probe rows outside tolerance; the worst row):")
@@ -171,6 +193,7 @@ class _Scorer:
     def __init__(self, observed, probes, shape: Shape):
         self.observed, self.probes, self.shape = observed, probes, shape
         self.digests = [_digest(p, shape) for p in probes]
+        self._missed: dict = {}  # probe index -> how often it failed an option set (tried first by passes)
 
     def score(self, policy: Policy) -> tuple[float, float]:
         """(fraction of rows outside tolerance, mean log(1 + row error)): the second orders option sets that
@@ -186,13 +209,28 @@ class _Scorer:
         return check_policy(self.observed, self.probes, policy, allow=allow, shape=self.shape, digests=self.digests)
 
     def passes(self, policy: Policy, allow: float) -> bool:
+        """:meth:`check`'s verdict, probe by probe, stopping at the first probe that puts it past ``allow``
+        (the probes a failing option set missed last go first)."""
+        budget = allow * sum(obs.out.shape[0] for obs in self.observed)
+        outside = 0
+        order = sorted(range(len(self.probes)), key=lambda i: -self._missed.get(i, 0))
         try:
-            return self.check(policy, allow).passed
+            for i in order:
+                err = row_mismatches(self.observed[i].out, expected_out(self.probes[i], policy, self.shape,
+                                                                        self.digests[i]), self.observed[i].dtype)
+                bad = int((err > 1).sum())
+                outside += bad
+                if outside > budget:
+                    self._missed[i] = self._missed.get(i, 0) + 1
+                    return False
         except ValueError:  # an option set the contract refuses
             return False
+        return True
 
-    def search(self, start: Policy) -> Policy:
-        """Coordinate search over PARAM_GRID from ``start``: each option in turn takes its best value."""
+    def search(self, start: Policy, allow: float | None = None) -> Policy:
+        """Coordinate search over PARAM_GRID from ``start``: each option in turn takes its best value. With
+        ``allow``, it stops at the first option set that passes the criterion (at most ``allow`` of the rows
+        outside): a failing check's diagnosis needs an explaining option set, not the nearest of all."""
         cur = start.replace(name="search")
         for _ in range(4):
             moved = False
@@ -201,9 +239,15 @@ class _Scorer:
                 if scores[getattr(cur, name)] > min(scores.values()):
                     cur = _moved(cur, name, min(scores, key=scores.get))
                     moved = True
+                    if allow is not None and scores[getattr(cur, name)][0] <= allow:
+                        return cur
             if not moved:
                 break
         return cur
+
+    def matching(self, at: Policy, name: str, allow: float) -> tuple:
+        """The values of option ``name``'s grid that pass the criterion with the other options at ``at``."""
+        return tuple(v for v in PARAM_GRID[name] if self.passes(_moved(at, name, v), allow))
 
     def identify(self, starts, allow: float) -> tuple[dict[str, Param], Policy]:
         """The best end point of a coordinate search from each of ``starts`` in turn (stopping at the first
@@ -215,8 +259,8 @@ class _Scorer:
                 break
         cur = min(ends, key=self.score)
         params = {}
-        for name, grid in PARAM_GRID.items():
-            ok = tuple(v for v in grid if self.passes(_moved(cur, name, v), allow))
+        for name in PARAM_GRID:
+            ok = self.matching(cur, name, allow)
             params[name] = Param(name, getattr(cur, name), (1.0 / len(ok)) if ok else 0.0, ok)
         return params, cur
 
@@ -293,10 +337,15 @@ def fingerprint(fn, *, candidates=None, probes=None, device="cpu", params: bool 
     end = None
     if params:
         fp.params, end = sc.identify([cands[n] for n in nearest[:SEARCH_STARTS]], allow)
+        if policy is None:
+            best = sc.check(end, allow)
+            fp.outside, fp.best = not best.passed, (best.outside, best.rows)
     if policy is None and dist[nearest[0]] <= NEAR:
         fp.near, fp.near_check = nearest[0], checks[nearest[0]]
         start = cands[nearest[0]]
         if end is None or explain(start, end) == {} or not sc.passes(end, allow):
-            end = sc.search(start)
-        fp.explains = explain(start, end, sc)
+            end = sc.search(start, allow)
+        if sc.passes(end, allow):  # options are named only where an option set reproduces the rows
+            fp.explains = explain(start, end, sc)
+            fp.outside = False if fp.outside is not None else None
     return fp

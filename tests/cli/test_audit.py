@@ -342,11 +342,11 @@ def test_ksink_auto_detects_the_sinks(tmp_path, capsys):
     p = _layered(tmp_path, {0: _heads(*(dict(seed=s, ksink=4, delta=10.0) for s in (1, 2, 3))),
                             1: _heads(*(dict(seed=s, ksink=4, delta=0.0) for s in (4, 5, 6)))})
     assert main([str(p), "--ksink", "auto", "--layer", "0", "--backend", "emulator"]) == 0
-    assert "ksink=auto (ksink detected: 4 in 3 heads);" in capsys.readouterr().out.splitlines()[0]
+    assert "ksink=auto (ksink = 4 on 3 of 3 heads);" in capsys.readouterr().out.splitlines()[0]
     assert main([str(p), "--ksink", "AUTO", "--layer", "1", "--backend", "emulator"]) == 0
-    assert "ksink=auto (ksink detected: 0 in 3 heads);" in capsys.readouterr().out.splitlines()[0]
+    assert "ksink=auto (ksink = 0 on 3 of 3 heads);" in capsys.readouterr().out.splitlines()[0]
     assert main([str(p), "--ksink", "auto", "--backend", "emulator"]) == 0
-    assert "ksink=auto (ksink detected: 0 in 3 heads, 4 in 3);" in capsys.readouterr().out.splitlines()[0]
+    assert "ksink=auto (ksink = 0 on 3 of 6 heads, ksink = 4 on 3 of 6);" in capsys.readouterr().out.splitlines()[0]
 
 
 def test_leading_ksink():

@@ -84,7 +84,7 @@ def test_json_validates_against_its_schema_and_holds_the_table(files, schema, tm
                  str(js), "--csv", str(cs), "--per-head", "--quiet"]) == 0
     doc = json.load(open(js))
     jsonschema.validate(doc, schema)
-    assert doc["schema_version"] == 1 and doc["exit_code"] == 0
+    assert doc["schema_version"] == 2 and doc["exit_code"] == 0
     names = ["yours", "forward S=1", "forward S=256", "reverse S=1", "reverse S=256", "fa3", "fa4", "deployed"]
     assert [r["policy"] for r in doc["rows"]] == names and len(doc["heads"]) == 2 * len(names)
     # the same numbers as --csv (per head), to the printed digits
@@ -106,10 +106,11 @@ def test_per_head_measures_and_mass_underflow_for_fa3_and_fa4(files, tmp_path):
     for name in ("fa3", "fa4"):  # exp2_offset, and lazy τ = 8: numbers, checked against the kernel's count in the run
         for h in (0, 1):
             assert isinstance(heads[(name, h)]["mass_underflow"], float) and 0 <= heads[(name, h)]["mass_underflow"] < 1
-    # Δ/σ of the Δ = 9 head is past forward S=1's Δc (6.93 - δ_1 = 6.93 for e4m3fn, k = 1), the Δ = 3 head is not
+    # the Δ = 9 head is past forward S=1's Δc (6.93 + ln 1 logits for e4m3fn), the Δ = 3 head is not
     strong, weak = heads[("forward S=1", 0)], heads[("forward S=1", 1)]
     assert strong["delta_c"] == pytest.approx(6.931, abs=1e-3)
     assert strong["distance_to_delta_c"] < 0 < weak["distance_to_delta_c"]
+    assert strong["distance_to_delta_c"] == pytest.approx(strong["delta_c"] - strong["delta"])  # logits
     assert strong["delta"] / strong["sigma"] == pytest.approx(9.0, abs=0.5)
     assert heads[("reverse S=256", 0)]["delta_c"] is None  # the sink's block comes last: no collapse from it
     # the collapsed head loses more mass than the clean one, and forward S=1 more than reverse S=256

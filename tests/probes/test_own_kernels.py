@@ -56,14 +56,14 @@ def test_a_kernel_that_ignores_sink_logit_is_reported_as_not_supporting_sinks():
 def test_an_s128_variant_is_never_labelled_fa3_and_is_near_it(found):
     fp = found["fa3-s128"]
     assert fp.policy is None and fp.near == "fa3" and fp.explains == {"scale": (128.0, 256.0)}
-    assert fp.near_text().startswith("fa3? 1 of 50 rows outside (mass-512: 1): scale looks like 128 (fa3: 256)")
+    assert fp.near_text().startswith("fa3? 1 of 50 rows outside (mass-512: 1): scale looks like 128 (fa3: 256, confidence 1)")
     assert "near: fa3?" in str(fp)
     with pytest.raises(AssertionError) as e:  # the shared criterion: assert_policy fails it too
         assert_policy(make_kernel(**KERNELS["fa3-s128"][0]), "fa3", **AT)
     msg = str(e.value)
     assert "block_m=192, block_n=160" in msg and "scale_mode='exp2_offset'" in msg  # the declared policy in full
     assert "probe 'mass-512'" in msg and "1 of 9 rows outside" in msg
-    assert "the kernel looks like scale = 128; declared 256" in msg
+    assert "the kernel looks like scale = 128 (confidence 1); declared 256" in msg
 
 
 @pytest.mark.parametrize("name", ["fa3-no-sinks", "fa3-s128"])
@@ -94,7 +94,7 @@ def test_every_failing_probe_is_summarised_and_a_dict_policy_is_given_in_full():
         assert_policy(fn, {"order": "forward", "scale": 256.0, "block_n": 64}, small=True)
     msg = str(e.value)
     assert "policy 'options' (order='forward', scale=256.0," in msg
-    assert msg.count("\n  probe '") >= 3 and "the kernel looks like scale = 1; declared 256" in msg
+    assert msg.count("\n  probe '") >= 3 and "the kernel looks like scale = 1 (confidence 1); declared 256" in msg
 
 
 @pytest.mark.parametrize("d", [64, 128, 256])
