@@ -130,6 +130,10 @@ def test_two_clean_runs_are_byte_identical_with_1_and_2_cores(smoke_run, tmp_pat
     assert sorted(str(p.relative_to(b)) for p in (b / "results/tidy").glob("*.csv")) == tidy
     for t in tidy:
         assert (b / t).read_bytes() == (smoke_run / t).read_bytes(), f"{t} differs between --cores 2 and --cores 1"
+    shards = sorted(str(p.relative_to(b)) for p in (b / "results/inputs").rglob("shard*.safetensors"))
+    assert shards
+    for t in shards:  # the input jobs of two runs: the same bytes, metadata included
+        assert (b / t).read_bytes() == (smoke_run / t).read_bytes(), f"{t} differs between two runs"
 
 
 @pytest.mark.smoke_reader
