@@ -59,7 +59,7 @@ from pcast.analysis.verdicts.underflow import claim_c1, claim_c2
 __all__ = [
     "VERDICTS", "Subcase", "Choice", "combine", "across_readings", "subcase_verdict", "family_z", "ci_tolerance",
     "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
-    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "baseline_fraction", "render_markdown", "to_json",
+    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "baseline_fraction", "render_markdown", "verdict_table", "to_json",
     "intervals",
 ]
 
@@ -187,6 +187,17 @@ def _section(key: str, r: Mapping) -> list[str]:
     return lines
 
 
+def verdict_table(result: Mapping, *, error: BaseException | None = None) -> str:
+    """The verdict table alone (claims.md when the full rendering fails: the verdicts are never lost), with the
+    rendering error that left out the rest."""
+    lines = ["# Claims verdict", "", "| claim | verdict |", "|---|---|"]
+    lines += [f"| {key} | **{r['verdict']}** |" for key, r in result.items()] + [""]
+    if error is not None:
+        lines += [f"The rest of this file could not be rendered ({type(error).__name__}: {error}); claims.json holds "
+                  "every verdict with its numbers.", ""]
+    return "\n".join(lines)
+
+
 def render_markdown(result: Mapping, *, preset: str | None = None, expected: Mapping | None = None) -> str:
     """``figures/claims.md``: a verdict table, what the preset is expected to give (``expected``: claim ->
     {verdict, why}, the preset's ``expected_verdicts``), then per claim the criterion and the numbers."""
@@ -208,7 +219,7 @@ def render_markdown(result: Mapping, *, preset: str | None = None, expected: Map
 def expected_section(result: Mapping, expected: Mapping, preset: str | None) -> list[str]:
     """Markdown lines: per claim the preset's expected verdict, this run's, and why it is expected (each ``why`` a
     template filled from this run's numbers, :mod:`.templates`)."""
-    from pcast.analysis.verdicts.templates import fill
+    from pcast.analysis.verdicts.templates import fill, gaps
 
     differ = [k for k, e in expected.items() if k in result and result[k]["verdict"] != e["verdict"]]
     lines = [f"## Expected verdicts of the `{preset}` preset", "",
@@ -219,4 +230,8 @@ def expected_section(result: Mapping, expected: Mapping, preset: str | None) -> 
         got = result[key]["verdict"] if key in result else "not run"
         why = fill(e["why"], result).replace("|", "\\|")
         lines.append(f"| {key} | {e['verdict']} | {got}{' (differs)' if key in differ else ''} | {why} |")
+    missing = [f"{key}: {g}" for key, e in expected.items() for g in gaps(e["why"], result)]
+    if missing:
+        lines += ["", "Numbers the expected texts name that this run does not have (a grid override or an experiment "
+                  "left out; each shown as [not in this run: ...] above):", ""] + [f"- {m}" for m in missing]
     return lines + [""]
