@@ -9,13 +9,14 @@ or an output is added here and nowhere else. Torch-free and pandas-free: the Sna
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pcast.contract import (CONFORMANCE, DECODE_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL,
                               SWEEP_EXPERIMENTS, TENSORCORE_EXPERIMENT)
 
 __all__ = ["Claim", "Output", "PAPER", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
-           "EXPERIMENT_CATEGORY", "claim", "category"]
+           "EXPERIMENT_CATEGORY", "STATISTICS_READS", "claim", "category", "statistics_reads"]
 
 PAPER = "paper"  # the section comparing the abstract's numbers with the artifact's
 
@@ -143,6 +144,31 @@ EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIME
                                                    TENSORCORE_EXPERIMENT, DECODE_EXPERIMENT),
                                (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES, _REALMODEL, _FP4, _TENSORCORE,
                                 _DECODE)))
+
+
+_BOOTSTRAP = ("bootstrap_resamples", "confidence_level", "bootstrap_method", "seed")
+
+#: The keys of the ``statistics:`` section each job reads: the statistics builders of
+#: :mod:`pcast.analysis.stats` (by their tidy table) and the tables that print them. A job's Snakemake params hold
+#: these and no others, so a changed key reruns only the jobs that read it.
+STATISTICS_READS = {
+    "collapse": ("seed_interval",),
+    "paired": ("pairs", "tost_margin", "alpha", "reference", "knee_factor", *_BOOTSTRAP),
+    "scales": ("baseline", "seed_interval", *_BOOTSTRAP),
+    "threshold": ("crossing_level", *_BOOTSTRAP),
+    "policies": ("crossing_level", *_BOOTSTRAP),
+    "fp4": ("crossing_level", *_BOOTSTRAP),
+    "decode": ("crossing_level", *_BOOTSTRAP),
+    "table_paired_tests": ("table_deltas", "confidence_level", "tost_margin", "alpha"),
+    "table_policies": ("crossing_level", "confidence_level"),
+    "table_fp4": ("crossing_level", "confidence_level"),
+    "table_decode": ("crossing_level", "confidence_level"),
+}
+
+
+def statistics_reads(job: str, statistics: Mapping) -> dict:
+    """The part of the ``statistics:`` section that ``job`` (a key of :data:`STATISTICS_READS`) reads."""
+    return {k: statistics[k] for k in STATISTICS_READS[job]}
 
 
 def claim(claim_id: str) -> Claim:

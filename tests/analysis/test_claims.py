@@ -493,3 +493,22 @@ def test_registry_criterion_keys_are_the_config_and_schema_keys(cfgs):
             continue
         assert set(c.criterion_keys) == set(claims_cfg[c.id]) == set(props[c.id]["properties"]), c.id
     assert [c.id for c in registry.CLAIMS if c.id not in ("conformance", "cases")] == sorted(claims_cfg)
+
+
+def test_each_statistics_builder_needs_only_the_keys_its_job_is_given(agreeing, cfgs):
+    """A statistics job's params are registry.statistics_reads(job, statistics): each builder runs on that part
+    alone (a key it reads but is not given raises KeyError) and gives what the whole section gives."""
+    from pcast.analysis import registry
+
+    stats_cfg, _ = cfgs
+    for job, table in (("collapse", "collapse"), ("paired", "collapse"), ("scales", "scales"),
+                       ("threshold", "threshold")):
+        part = registry.statistics_reads(job, stats_cfg)
+        assert set(part) < set(stats_cfg), job
+        whole, alone = getattr(stats, job)(agreeing[table], stats_cfg), getattr(stats, job)(agreeing[table], part)
+        for w, a in zip(whole if isinstance(whole, tuple) else (whole,), alone if isinstance(alone, tuple) else (alone,)):
+            pd.testing.assert_frame_equal(w, a)
+    with pytest.raises(KeyError, match="tost_margin"):
+        stats.paired(agreeing["collapse"], {k: v for k, v in stats_cfg.items() if k != "tost_margin"})
+    assert "tost_margin" not in {k for j, keys in registry.STATISTICS_READS.items() if j != "paired"
+                                 and not j.startswith("table_") for k in keys}

@@ -191,6 +191,27 @@ def test_changing_one_grid_reruns_only_that_experiment(smoke_run, tmp_path):
             assert j["reason"].startswith("Input files updated by another job"), j
 
 
+def test_changing_the_tost_margin_reruns_only_the_jobs_that_read_it(smoke_run, tmp_path):
+    """Each statistics job's params hold only the keys it reads (pcast.analysis.registry.STATISTICS_READS): a
+    new TOST margin reruns stats_paired and the jobs that read it or its output, no other statistics job."""
+    from pcast.analysis import registry
+
+    override = tmp_path / "margin.yaml"
+    override.write_text(yaml.safe_dump({"statistics": {"tost_margin": 0.05}}))
+    listed = jobs(smk(smoke_run, "-n", "--configfile", str(override)).stdout)
+    by_params = {j["rule"] for j in listed if j["reason"].startswith("Params have changed")}
+    readers = {f"stats_{k}" if not k.startswith("table_") else k for k, keys in registry.STATISTICS_READS.items()
+               if "tost_margin" in keys}
+    assert readers == {"stats_paired", "table_paired_tests"}
+    assert by_params == readers | {"claims"}, listed  # claims reads the statistics section for its robustness
+    rules = {j["rule"] for j in listed}
+    assert not {r for r in rules if r.startswith("stats_")} - {"stats_paired"}, rules
+    assert not {"inputs", "sweep_shard", "tidy_table", "conformance_shard"} & rules
+    for j in listed:
+        if j["rule"] not in by_params | {"all"}:
+            assert j["reason"].startswith("Input files updated by another job"), j
+
+
 def test_changing_a_script_reruns_only_the_rules_that_use_it(smoke_run):
     merge = smoke_run / "workflow/scripts/tidy_table.py"
     old = merge.stat()
