@@ -58,7 +58,8 @@ def _c5_paired(peaks: dict, grid=GRID) -> pd.DataFrame:
     (["PASS", "PASS"], "PASS"),  # all hold
     (["PARTIAL", "FAIL"], "PARTIAL"),  # holds in part under one reading
     (["INCONCLUSIVE", "FAIL"], "FAIL"),
-    (["INCONCLUSIVE", "PASS"], "PASS"),
+    (["INCONCLUSIVE", "PASS"], "PARTIAL"),  # a reading not tested is shown, and keeps the claim from PASS
+    (["INCONCLUSIVE", "PASS", "FAIL"], "PARTIAL"),
     (["INCONCLUSIVE"], "INCONCLUSIVE"),
 ])
 def test_across_readings(readings, expected):
@@ -77,6 +78,12 @@ def test_adding_a_failing_reading_never_turns_partial_into_fail():
                 assert after == "PARTIAL", (rs, before, after)
                 seen += 1
     assert seen > 100
+
+
+def test_pass_needs_every_reading_tested_and_holding():
+    for n in range(1, 5):
+        for rs in itertools.product(("PASS", "PARTIAL", "FAIL", "INCONCLUSIVE"), repeat=n):
+            assert (across_readings(rs) == "PASS") == all(r == "PASS" for r in rs), rs
 
 
 def test_the_headline_names_the_readings_that_hold():
