@@ -104,7 +104,7 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
         "C2": claim_c2(collapse, claims_cfg["C2"], level=lv),
         "C3": claim_c3(scales, claims_cfg["C3"], fmt=fmt),
         "C4": claim_c4(thresholds, knees, claims_cfg["C4"], level=lv, grid_max=grid_max, paired=paired,
-                       collapse=collapse, stats_cfg=stats_cfg),
+                       collapse=collapse, stats_cfg=stats_cfg, sink_norms=norms),
         "C5": c5,
         "C6": claim_c6(paired, claims_cfg["C6"], dc_onset=onset, tidy=tidy_collapse, stats_cfg=stats_cfg),
         "paper": claim_paper(claims_cfg["paper"], thresholds, c5, fmt=fmt, level=lv),
