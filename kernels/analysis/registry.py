@@ -40,7 +40,7 @@ CLAIMS = (
     Claim("C1", "Forward KV iteration causes P-collapse: to leading order a fraction Φ(Δ + δk − 6.93 − ln S) "
                 "of non-sink P values underflow to zero. δk is the expected within-sink-block score maximum; "
                 "δk ≈ 1 for ksink = 4.",
-          ("combos", "alternatives"), ("fig_collapse",)),
+          ("combos", "allowance", "alternatives"), ("fig_collapse",)),
     Claim("C2", "Reverse iteration removes it, with a zero-underflow guarantee when reverse is combined with "
                 "S = 256.",
           ("zero_combo", "reverse_combo", "forward_combo", "max_expected_count", "alternatives"), ("fig_collapse",)),
@@ -48,7 +48,7 @@ CLAIMS = (
                 "of the sawtooth dp(S) over the E4M3 number line (dp = 2^-4, the minimum worst-case quantization "
                 "step), and (iii) has the maximum normal-range coverage among bit-exact (2^k) scales. A "
                 "non-bit-exact scale such as 448 attains slightly higher coverage.",
-          ("scale", "compare_scale", "alternatives"), ("fig_theory_scale", "table_scales")),
+          ("scale", "compare_scale", "max_scale", "alternatives"), ("fig_theory_scale", "table_scales")),
     Claim("C4", "The closed-form threshold Δc = 6.93 + ln S − δk predicts kernel-level precision loss.",
           ("knee_onset_fraction", "alternatives"), ("fig_threshold", "table_thresholds")),
     Claim("C5", "Kernel-faithful experiments (Q, K, V in FP32 to isolate the P-cast effect) show 3–10× MSE "
@@ -56,7 +56,8 @@ CLAIMS = (
           ("baseline", "fixes", "band", "far_above", "moderate", "alternatives"),
           ("fig_mse", "fig_improvement", "table_paired_tests")),
     Claim("C6", "Paired tests confirm both fixes saturate to the same precision floor when combined.",
-          ("pairs", "alpha", "holm", "trivial_pair", "alternatives"), ("table_paired_tests", "fig_mse")),
+          ("pairs", "alpha", "holm", "trivial_pair", "trivial_margin", "min_nontrivial", "alternatives"),
+          ("table_paired_tests", "fig_mse")),
     Claim("audit", "Audit of deployed kernels' P policies: where each collapses (Δc measured against the theory "
                    "of its options), where it saturates, and where its P-cast error exceeds the V-cast floor of FP8 "
                    "operands.",

@@ -24,7 +24,7 @@ evaluate the criterion at all (e.g. a Δ grid too coarse to contain a crossing, 
 preset); it is never used to soften a claim that the data contradicts.
 
 One module per claim group: :mod:`.underflow` (C1, C2), :mod:`.scale` (C3), :mod:`.threshold`
-(C4), :mod:`.mse` (C5, C6), :mod:`.paper` (the abstract's numbers), :mod:`.audit` (deployed P
+(C4), :mod:`.mse` (C5), :mod:`.floor` (C6), :mod:`.paper` (the abstract's numbers), :mod:`.audit` (deployed P
 policies, from the policies experiment),
 :mod:`.realmodel` (a pretrained model's heads and outputs), :mod:`.fp4` (P in microscaled FP4, from the
 fp4 experiment), :mod:`.decode` (split-KV decode rows, from the decode experiment), :mod:`.tensorcore` (an FP8 tensor core's P·V accumulation), :mod:`.cases` (the public reports rebuilt, from table T9), :mod:`.conformance`; here, all of them at
@@ -48,7 +48,8 @@ from pcast.analysis.verdicts.common import (VERDICTS, Choice, Subcase, across_re
 from pcast.analysis.verdicts.conformance import conformance_check
 from pcast.analysis.verdicts.decode import DECODE, claim_decode
 from pcast.analysis.verdicts.fp4 import FP4, claim_fp4
-from pcast.analysis.verdicts.mse import claim_c5, claim_c6, sink_value_norms
+from pcast.analysis.verdicts.floor import claim_c6
+from pcast.analysis.verdicts.mse import claim_c5, sink_value_norms
 from pcast.analysis.verdicts.paper import claim_paper
 from pcast.analysis.verdicts.realmodel import REALMODEL, claim_realmodel
 from pcast.analysis.verdicts.scale import claim_c3

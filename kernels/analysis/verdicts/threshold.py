@@ -142,7 +142,7 @@ def _c4_robustness(judge, knees: pd.DataFrame, onset: float, cfg: Mapping, paire
     if "sink_v_scale" in knees.columns and knees["sink_v_scale"].nunique() > 1:
         norms = sorted(float(v) for v in knees["sink_v_scale"].unique())
         robust.append(Choice("the sinks' value norms tested (experiments.collapse.sink_v_scale)",
-                             ", ".join(f"{v:g}" for v in norms), norm_source(sink_norms),
+                             ", ".join(f"{v:g}" for v in norms), norm_source(sink_norms, norms),
                              {f"only {v:g}": across_readings(judge(knees[knees["sink_v_scale"] == v], onset))
                               for v in norms}, key="experiments.collapse.sink_v_scale"))
     return robust
