@@ -23,6 +23,7 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
         confidence_level=params.confidence_level, tidy_collapse=pd.read_csv(inp.tidy_collapse),
         stats_cfg=dict(params.statistics), realmodel_tensors=load_file(inp.realmodel_tensors),
         tensorcore=(pd.read_csv(inp.tensorcore), json.loads(Path(inp.tensorcore_check).read_text())),
+        defaults=dict(params.defaults),
     )
     for key, r in result.items():
         log.info("%s: %s", key, r["verdict"])

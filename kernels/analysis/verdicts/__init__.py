@@ -60,7 +60,7 @@ from pcast.analysis.verdicts.underflow import claim_c1, claim_c2
 __all__ = [
     "VERDICTS", "Subcase", "Choice", "combine", "across_readings", "subcase_verdict", "family_z", "ci_tolerance",
     "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
-    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "baseline_fraction", "render_markdown", "verdict_table", "to_json",
+    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "with_defaults", "baseline_fraction", "render_markdown", "verdict_table", "to_json",
     "intervals",
 ]
 
@@ -79,7 +79,7 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
              confidence_level: float = 0.95, tensorcore: tuple[pd.DataFrame, Mapping] | None = None,
              decode: pd.DataFrame | None = None, decode_partition: pd.DataFrame | None = None,
              tidy_collapse: pd.DataFrame | None = None, stats_cfg: Mapping | None = None,
-             realmodel_tensors: Mapping | None = None) -> dict:
+             realmodel_tensors: Mapping | None = None, defaults: Mapping | None = None) -> dict:
     """Every verdict from the summary tables (what the ``claims`` rule runs); the audit of deployed
     policies joins them when ``policies`` (the policies summary) is given, the real-model section
     when ``realmodel`` (the per-head summary; ``realmodel_outputs`` the per-run output summary) is,
@@ -91,7 +91,10 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
     table) and ``stats_cfg`` (the statistics section) let the robustness tables recompute C4's knees
     and C6's TOST at the alternative values of ``claims.<id>.alternatives``, from the same data;
     ``realmodel_tensors`` (the captured ``layer{L}/v`` arrays) gives the real model's sink-value norms
-    beside C5's norm grid."""
+    beside C5's norm grid. ``defaults`` (config.yaml's ``statistics`` and ``claims`` sections under the run's
+    preset, before the command line's overrides) puts the default of every overridden key in the robustness
+    tables (:func:`with_defaults`)."""
+    claims_cfg = with_defaults(claims_cfg, stats_cfg, defaults)
     fmt = str(collapse["fmt"].iloc[0]) if len(collapse) and "fmt" in collapse else "e4m3fn"
     k = int(collapse["ksink"].iloc[0]) if len(collapse) and "ksink" in collapse else 4
     onset = theory.critical_delta(float(claims_cfg["C3"]["scale"]), k=k, fmt=fmt)
@@ -123,6 +126,23 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
     if cases is not None:
         out[CASES_ID] = claim_cases(cases)
     out["conformance"] = conformance_check(conformance)
+    return out
+
+
+def with_defaults(claims_cfg: Mapping, stats_cfg: Mapping | None, defaults: Mapping | None) -> dict:
+    """``claims_cfg`` with, in each of C1–C6, ``_defaults``: config key -> config.yaml's value, for every key of
+    ``claims.<id>`` and of the statistics section whose value this run overrides (read by
+    :func:`.common.choice`)."""
+    out = dict(claims_cfg)
+    if not defaults:
+        return out
+    changed = {f"statistics.{k}": v for k, v in (defaults.get("statistics") or {}).items()
+               if stats_cfg is not None and k in stats_cfg and stats_cfg[k] != v}
+    for cid in ("C1", "C2", "C3", "C4", "C5", "C6"):
+        d = (defaults.get("claims") or {}).get(cid) or {}
+        mine = {f"claims.{cid}.{k}": v for k, v in d.items() if k != "alternatives" and claims_cfg[cid].get(k) != v}
+        if changed or mine:
+            out[cid] = {**claims_cfg[cid], "_defaults": {**changed, **mine}}
     return out
 
 
@@ -169,7 +189,9 @@ def _section(key: str, r: Mapping) -> list[str]:
     if "robustness" in r:
         lines += ["*Robustness (every choice that can decide the verdict; alternatives computed from the same "
                   "data).*", ""]
-        lines += _table([{"choice": c["choice"], "value": c["value"], "source": c["source"],
+        lines += _table([{"choice": c["choice"] + (f" ({c['key']})" if c.get("key") else ""),
+                          "value": c["value"] + (f" (overridden; default {c['default']})" if c.get("default") else ""),
+                          "source": c["source"],
                           "verdict at alternatives": "; ".join(f"{k}: {v}" for k, v in c["verdicts"].items()) or "—"}
                          for c in r["robustness"]]) if r["robustness"] else ["none", ""]
     if r.get("tolerances"):
