@@ -53,3 +53,32 @@ def test_a_grid_override_writes_both_verdict_files(override_copy):
     text = render_markdown(got["claims"], preset="default", expected=default)
     assert "[not in this run: {C5.peak_min[sink_v_scale=1]:.3g}]" in text
     assert "C5: {C5.peak_min[sink_v_scale=1]:.3g}: C5 has no number 'peak_min[sink_v_scale=1]' in this run" in text
+
+
+def test_an_inconclusive_reading_keeps_c4_from_pass(override_copy):
+    """sink_v_scale [1.0]: the knee at unit-norm sink values is within the seed-to-seed noise on smoke (INCONCLUSIVE);
+    C4 is then not PASS, and the INCONCLUSIVE reading is shown."""
+    got, md = _claims_under(override_copy, 'experiments={"collapse": {"sink_v_scale": [1.0]}}')
+    c4 = got["claims"]["C4"]
+    verdicts = [x["verdict"] for x in c4["readings"]]
+    if "INCONCLUSIVE" in verdicts:
+        assert c4["verdict"] != "PASS", c4["readings"]
+        assert "INCONCLUSIVE" in c4["headline"]
+    assert c4["verdict"] == ("PASS" if all(v == "PASS" for v in verdicts) else c4["verdict"])
+    assert "INCONCLUSIVE" in verdicts, "the smoke grid's knee at sink_v_scale 1 was expected to be INCONCLUSIVE"
+
+
+_ORDER = {"FAIL": 0, "PARTIAL": 1, "PASS": 2}
+
+
+@pytest.mark.smoke_reader
+def test_c6_is_monotone_in_its_margins(smoke_run):
+    """The smoke run's C6 at its TOST margin and at each alternative: a wider margin never gives a lower verdict
+    (the triviality margin is apart from it); the same along the triviality margin's own row is not required."""
+    c6 = json.loads((smoke_run / "figures/claims.json").read_text())["claims"]["C6"]
+    row = [r for r in c6["robustness"] if r["key"] == "statistics.tost_margin"][0]
+    points = sorted([(float(row["value"]), c6["verdict"])] + [(float(k), v) for k, v in row["verdicts"].items()])
+    judged = [(m, v) for m, v in points if v in _ORDER]
+    assert len(judged) >= 3, points
+    ranks = [_ORDER[v] for _, v in judged]
+    assert ranks == sorted(ranks), points

@@ -136,10 +136,10 @@ def _by_norm(cells: list[Subcase]) -> list[Subcase]:
 
 
 def _judge(inside: pd.DataFrame, cfg: Mapping, margin: float, current: float, tidy, family, *, holm: bool,
-           trivial_margin: float, min_nontrivial: int, beyond: bool = False) -> list[Subcase]:
+           trivial_margin: float, min_nontrivial: int, alpha: float) -> list[Subcase]:
     """The cells at a TOST ``margin`` and a ``trivial_margin`` (p-values recomputed where they differ from the
-    statistics step's ``current``)."""
-    alpha = float(cfg["alpha"])
+    statistics step's ``current``) and a level ``alpha``."""
+    cfg = {**cfg, "alpha": alpha}
     rows = _at_margin(inside, margin, current, tidy, alpha, family)
     trivial_rows = _at_margin(inside, trivial_margin, current, tidy, alpha, family)
     return _c6_cells(rows, trivial_rows, cfg, holm, min_nontrivial)
@@ -181,8 +181,8 @@ def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None, 
              "only one fix applies, so those Δ are shown apart and never enter the verdict"]
     inside, beyond = paired[paired["delta"] < limit], paired[paired["delta"] >= limit]
 
-    def judge(rows, m=margin, h=holm, tm=trivial_margin, mn=min_non):
-        return _judge(rows, cfg, m, margin, tidy, family, holm=h, trivial_margin=tm, min_nontrivial=mn)
+    def judge(rows, m=margin, h=holm, tm=trivial_margin, mn=min_non, a=alpha):
+        return _judge(rows, cfg, m, margin, tidy, family, holm=h, trivial_margin=tm, min_nontrivial=mn, alpha=a)
 
     cells = judge(inside)
     outside = judge(beyond) if len(beyond) else []
@@ -213,6 +213,8 @@ def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None, 
         choice("the fewest non-trivial Δ a cell needs", "claims.C6.min_nontrivial", min_non,
                f"{ARTIFACTS_CHOICE}: one Δ is too little to call two floors the same", lambda n: v(mn=int(n)), cfg,
                alt.get("min_nontrivial", [])),
+        choice("the TOST level", "claims.C6.alpha", alpha, "the data's noise: the error rate the test controls",
+               lambda a: v(a=float(a)), cfg, alt.get("alpha", [])),
         Choice("Holm adjustment over the domain's T1 rows", str(holm).lower(),
                "the data's noise: a family of tests at one level", {str(not holm).lower(): v(h=not holm)},
                key="claims.C6.holm"),
