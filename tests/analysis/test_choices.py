@@ -87,3 +87,24 @@ def test_no_verdict_number_is_typed_in_the_claim_modules():
     sc = stats.scales(make_scales(), stats_cfg)
     assert C.claim_c3(sc, claims_cfg["C3"])["verdict"] == "PASS"
     assert C.claim_c3(sc, dict(claims_cfg["C3"], max_scale=512))["verdict"] == "FAIL"  # 512 covers more than 256
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("cid", ["C1", "C2"])
+def test_the_docs_state_the_criterion_the_code_applies(cid):
+    """docs/method.md and docs/claims.md state C1's and C2's rule in the words every verdict's criterion starts
+    with (claims.json's ``criterion``)."""
+    import numpy as np
+    from synthetic_tables import config_sections, make_collapse
+    from pcast.analysis import stats
+    from pcast.analysis.verdicts.underflow import RULES
+
+    stats_cfg, claims_cfg = config_sections()
+    coll = stats.collapse(make_collapse(svs_values=(0.0,), deltas=tuple(np.arange(0.0, 12.01, 2.0))), stats_cfg)
+    r = (C.claim_c1 if cid == "C1" else C.claim_c2)(coll, claims_cfg[cid])
+    assert r["criterion"].startswith(RULES[cid] + ": ")
+    for page in ("docs/method.md", "docs/claims.md"):
+        assert _words(RULES[cid]) in _words((ROOT / page).read_text()), f"{page} does not state {cid}'s rule"

@@ -74,7 +74,7 @@ _ORDER = {"FAIL": 0, "PARTIAL": 1, "PASS": 2}
 @pytest.mark.smoke_reader
 def test_c6_is_monotone_in_its_margins(smoke_run):
     """The smoke run's C6 at its TOST margin and at each alternative: a wider margin never gives a lower verdict
-    (the triviality margin is apart from it); the same along the triviality margin's own row is not required."""
+    (the triviality margin is apart from it, so the trivial Δ do not move with it)."""
     c6 = json.loads((smoke_run / "figures/claims.json").read_text())["claims"]["C6"]
     row = [r for r in c6["robustness"] if r["key"] == "statistics.tost_margin"][0]
     points = sorted([(float(row["value"]), c6["verdict"])] + [(float(k), v) for k, v in row["verdicts"].items()])

@@ -15,7 +15,18 @@ from pcast.analysis.tolerance import max_moments
 from pcast.analysis.verdicts.common import (ARTIFACTS_CHOICE, AS_STATED, Choice, Subcase, across_readings, choice,
                                             combine, exact_fraction, family_z, result, subcase_verdict)
 
-__all__ = ["claim_c1", "claim_c2", "leading_order_tolerance", "distinct_points"]
+__all__ = ["claim_c1", "claim_c2", "leading_order_tolerance", "distinct_points", "RULES", "KEY_SETS"]
+
+#: C1's and C2's criteria in words: each verdict's criterion starts with its rule, and docs/claims.md and
+#: docs/method.md state the same words (tests/analysis/test_choices.py holds them together).
+RULES = {
+    "C1": ("the paper's leading-order law Φ(Δ + δk − 6.93 − ln S), not the exact model, within claims.C1.allowance "
+           "first neglected terms ½ Var(M_k) φ(1) plus z·SE of the measured fraction at every distinct point of "
+           "each forward combination"),
+    "C2": ("at every Δ of the grid, not only where the exact model expects few events, and on one key set for both "
+           "halves (a reading: all non-sink keys, or the keys outside the sink block, which may use the sink "
+           "block's share): reverse S=1 within the no-sink fraction plus z·SE, and reverse S=256 with zero underflow"),
+}
 
 
 def leading_order_tolerance(k: int) -> float:
@@ -95,7 +106,7 @@ def claim_c1(collapse: pd.DataFrame, cfg: Mapping, *, level: float = 0.95) -> di
     term = leading_order_tolerance(k)
     tol = allowance * term
     z = family_z(level, max(len(d), 1))
-    crit = (f"|measured − Φ(Δ + δk − 6.93 − ln S)| ≤ {short(tol, 3)} (claims.C1.allowance = {allowance:g} × the first "
+    crit = (f"{RULES['C1']}: |measured − Φ(Δ + δk − 6.93 − ln S)| ≤ {short(tol, 3)} (claims.C1.allowance = {allowance:g} × the first "
             f"neglected term) + z·SE at every distinct Δ of {', '.join(combos)}; z = {short(z, 3)} (level {level:g} "
             f"over {len(d)} distinct points)")
     tols = [f"{short(tol, 3)}: {allowance:g} × the leading-order law's first neglected term ½ Var(M_{k}) φ(1) = "
@@ -257,7 +268,7 @@ def claim_c2(collapse: pd.DataFrame, cfg: Mapping, *, level: float = 0.95) -> di
     """
     zc, rc, fc = cfg["zero_combo"], cfg["reverse_combo"], cfg.get("forward_combo", "forward S=1")
     z = collapse[collapse["combo"] == zc].dropna(subset=["pred_expected_count"]).sort_values("delta")
-    crit = (f"per key set (all non-sink keys; the keys outside the sink block): {zc} underflows none of them at "
+    crit = (f"{RULES['C2']}: per key set (all non-sink keys; the keys outside the sink block): {zc} underflows none of them at "
             f"every Δ and sink_v_scale of the grid; {rc}'s fraction among them ≤ the no-sink fraction + z·SE at every "
             "Δ; outside the sink block each half is allowed the sink block's share (block_n − k)/(n − k)")
     kinds = [f"settings: {rc} removes the collapse, and {zc} has zero underflow (the sentence states both)",
