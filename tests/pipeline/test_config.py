@@ -448,6 +448,22 @@ ANALYSIS_BAD = {
                                       "claims.C4.alternatives.knee_onset_fraction[0]", "(0, 0.5)"),
     "C4_alternative_unknown_choice": case({"claims.C4.alternatives.knee_width": [1]}, "claims.C4.alternatives.knee_width",
                                           "knee_width"),
+    "C1_allowance_negative": case({"claims.C1.allowance": -1}, "claims.C1.allowance", ">= 0"),
+    "C1_alternative_allowance_negative": case({"claims.C1.alternatives.allowance": [-0.5]},
+                                              "claims.C1.alternatives.allowance[0]", ">= 0"),
+    "C2_alternative_block_n_zero": case({"claims.C2.alternatives.block_n": [0]}, "claims.C2.alternatives.block_n[0]",
+                                        ">= 1"),
+    "C3_max_scale_below_the_scale": case({"claims.C3.max_scale": 200}, "claims.C3.max_scale", "claims.C3.scale"),
+    "C3_alternative_max_scale_below_one": case({"claims.C3.alternatives.max_scale": [0.5]},
+                                               "claims.C3.alternatives.max_scale[0]", ">= 1"),
+    "C6_trivial_margin_zero": case({"claims.C6.trivial_margin": 0}, "claims.C6.trivial_margin", "> 0"),
+    "C6_min_nontrivial_zero": case({"claims.C6.min_nontrivial": 0}, "claims.C6.min_nontrivial", ">= 1"),
+    "C6_alternative_trivial_margin_zero": case({"claims.C6.alternatives.trivial_margin": [0]},
+                                               "claims.C6.alternatives.trivial_margin[0]", "> 0"),
+    "C6_alternative_min_nontrivial_zero": case({"claims.C6.alternatives.min_nontrivial": [0]},
+                                               "claims.C6.alternatives.min_nontrivial[0]", ">= 1"),
+    "C6_alternative_alpha_one": case({"claims.C6.alternatives.alpha": [1]}, "claims.C6.alternatives.alpha[0]",
+                                     "(0, 1)"),
     "expected_why_slot_names_no_claim": case({"presets.default.expected_verdicts.C5.why": "{C9.cells} cells"},
                                              "presets.default.expected_verdicts.C5.why", "{C9.cells}"),
     "realmodel_band_out_of_order": case({"claims.realmodel.band": [10.0, 3.0]}, "claims.realmodel.band",
@@ -536,7 +552,7 @@ def test_every_statistics_and_claims_key_has_a_bad_case():
     """A key added to either section without a bad-value case above fails here."""
     covered = {re.sub(r"\[\d+\]", "", c[2]) for c in ANALYSIS_BAD.values()}
     leaves = [leaf for section in ("statistics", "claims") for leaf in _leaves(CONFIG[section], section)]
-    assert len(leaves) == 57
+    assert len(leaves) == 67
     assert [leaf for leaf in leaves if leaf not in covered] == []
 
 

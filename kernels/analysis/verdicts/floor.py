@@ -145,6 +145,30 @@ def _judge(inside: pd.DataFrame, cfg: Mapping, margin: float, current: float, ti
     return _c6_cells(rows, trivial_rows, cfg, holm, min_nontrivial)
 
 
+def _robustness(v, cfg: Mapping, *, margin: float, trivial_margin: float, min_non: int, alpha: float, holm: bool,
+                recompute: bool) -> list[Choice]:
+    """C6's choices, ``v(**kw)`` the verdict with one of them changed (``recompute``: the tidy table is there to
+    recompute TOST at another margin)."""
+    alt = cfg.get("alternatives") or {}
+    return [
+        choice("the TOST equivalence margin", "statistics.tost_margin", margin,
+               f"{ARTIFACTS_CHOICE}: floors within a factor 1 + margin either way (the paper gives no margin)",
+               lambda m: v(m=float(m)), cfg, alt.get("tost_margin", []) if recompute else []),
+        choice("the triviality margin (the trivial pair equivalent: the sink changes nothing)",
+               "claims.C6.trivial_margin", trivial_margin, f"{ARTIFACTS_CHOICE}, kept apart from the TOST margin so "
+               "that the verdict is monotone in each", lambda m: v(tm=float(m)), cfg,
+               alt.get("trivial_margin", []) if recompute else []),
+        choice("the fewest non-trivial Δ a cell needs", "claims.C6.min_nontrivial", min_non,
+               f"{ARTIFACTS_CHOICE}: one Δ is too little to call two floors the same", lambda n: v(mn=int(n)), cfg,
+               alt.get("min_nontrivial", [])),
+        choice("the TOST level", "claims.C6.alpha", alpha, "the data's noise: the error rate the test controls",
+               lambda a: v(a=float(a)), cfg, alt.get("alpha", [])),
+        Choice("Holm adjustment over the domain's T1 rows", str(holm).lower(),
+               "the data's noise: a family of tests at one level", {str(not holm).lower(): v(h=not holm)},
+               key="claims.C6.holm"),
+    ]
+
+
 def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None, *, tidy: pd.DataFrame | None = None,
              stats_cfg: Mapping | None = None) -> dict:
     """Same precision floor: TOST equivalence of each fix with the combined fix, per Δ, over the claim's domain.
@@ -200,24 +224,8 @@ def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None, 
     if not cells:
         return result("C6", "INCONCLUSIVE", crit, nums, details or ["no pairs measured"], tolerances=tols,
                       readings=[], kinds=kinds, beyond_domain=beyond_lines)
-    alt = cfg.get("alternatives") or {}
-    v = lambda **kw: across_readings(_by_norm(judge(inside, **kw)))  # noqa: E731
-    robust = [
-        choice("the TOST equivalence margin", "statistics.tost_margin", margin,
-               f"{ARTIFACTS_CHOICE}: floors within a factor 1 + margin either way (the paper gives no margin)",
-               lambda m: v(m=float(m)), cfg, alt.get("tost_margin", []) if tidy is not None else []),
-        choice("the triviality margin (the trivial pair equivalent: the sink changes nothing)",
-               "claims.C6.trivial_margin", trivial_margin, f"{ARTIFACTS_CHOICE}, kept apart from the TOST margin so "
-               "that the verdict is monotone in each", lambda m: v(tm=float(m)), cfg,
-               alt.get("trivial_margin", []) if tidy is not None else []),
-        choice("the fewest non-trivial Δ a cell needs", "claims.C6.min_nontrivial", min_non,
-               f"{ARTIFACTS_CHOICE}: one Δ is too little to call two floors the same", lambda n: v(mn=int(n)), cfg,
-               alt.get("min_nontrivial", [])),
-        choice("the TOST level", "claims.C6.alpha", alpha, "the data's noise: the error rate the test controls",
-               lambda a: v(a=float(a)), cfg, alt.get("alpha", [])),
-        Choice("Holm adjustment over the domain's T1 rows", str(holm).lower(),
-               "the data's noise: a family of tests at one level", {str(not holm).lower(): v(h=not holm)},
-               key="claims.C6.holm"),
-    ]
+    robust = _robustness(lambda **kw: across_readings(_by_norm(judge(inside, **kw))), cfg, margin=margin,
+                         trivial_margin=trivial_margin, min_non=min_non, alpha=alpha, holm=holm,
+                         recompute=tidy is not None)
     return result("C6", across_readings(readings), crit, nums, details, scoped=cells, tolerances=tols,
                   readings=readings, robustness=robust, beyond_domain=beyond_lines, kinds=kinds)
