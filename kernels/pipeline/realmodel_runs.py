@@ -31,7 +31,7 @@ import torch
 
 from pcast.models import heads as H
 from pcast.contract import COMBOS, combo_label, float32
-from pcast.pipeline.files import atomic_path, atomic_write_text
+from pcast.pipeline.files import atomic_write_safetensors, atomic_write_text
 from pcast.pipeline.logs import progress
 from pcast.pipeline.tables import csv_text
 
@@ -65,8 +65,6 @@ def run_names(cfg: Mapping, policies: Mapping) -> list[tuple[str, str, dict]]:
 
 def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
     """Passages -> token ids -> Q, K, V per layer and exact embeddings, written atomically."""
-    from safetensors.torch import save_file
-
     from pcast.models import realmodel as rm
     if cfg.get("tensors"):
         return _user_tensors(cfg, tensors_out=tensors_out, meta_out=meta_out)
@@ -87,8 +85,7 @@ def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
         raise ValueError(f"config key 'experiments.realmodel.layers': {cfg['layers']} does not match the model's "
                          f"{mc.num_hidden_layers} layers")
     tensors = {**cap, "input_ids": ids.contiguous(), "embeddings": emb.contiguous()}
-    with atomic_path(tensors_out) as tmp:
-        save_file(tensors, tmp, metadata={k: json.dumps(v) for k, v in meta.items()})
+    atomic_write_safetensors(tensors_out, tensors, {k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
     atomic_write_text(meta_out, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     progress(f"realmodel capture: {len(ps)} passages x {cfg['tokens']} tokens, {mc.num_hidden_layers} layers x "
              f"{mc.num_attention_heads} heads, d = {d}, in {time.perf_counter() - t0:.1f} s")
@@ -98,7 +95,6 @@ def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
 def _user_tensors(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
     """A user's own captured tensors (``layer{L}/q|k|v``, [B, H, N, d] or [H, N, d]) checked and copied."""
     from safetensors import safe_open
-    from safetensors.torch import save_file
 
     path, key = cfg["tensors"], "config key 'experiments.realmodel.tensors'"
     try:
@@ -127,8 +123,7 @@ def _user_tensors(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
             "tokens": out["layer0/q"].shape[-2], "sm_scale": float(user_meta.get("sm_scale", 1.0 / math.sqrt(d))),
             "passages": [{"source": f"{path} batch {b}", "sha256": "", "tokens": out["layer0/q"].shape[-2]}
                          for b in range(out["layer0/q"].shape[0])]}
-    with atomic_path(tensors_out) as tmp:
-        save_file(out, tmp, metadata={k: json.dumps(v) for k, v in meta.items()})
+    atomic_write_safetensors(tensors_out, out, {k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
     atomic_write_text(meta_out, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     progress(f"realmodel: the user's tensors {path!r}, {meta['layers']} layers x {meta['heads']} heads, d = {d}")
     return meta

@@ -41,6 +41,8 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
+
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger as snakemake_logger
 from snakemake.utils import min_version
@@ -293,6 +295,20 @@ def realmodel_spec(stage):
 
 STATS_CFG = config["statistics"]
 CRITERIA = config["claims"]
+# config.yaml's statistics and claims sections under this run's preset, before the command line's overrides: the
+# robustness tables show the default beside an overridden value
+_DEFAULT_CFG = pconfig.resolve_preset(
+    {
+        **yaml.safe_load(
+            Path(workflow.basedir, "config.yaml").read_text(encoding="utf-8")
+        ),
+        "preset": config["preset"],
+    }
+)
+ANALYSIS_DEFAULTS = {
+    "statistics": _DEFAULT_CFG["statistics"],
+    "claims": _DEFAULT_CFG["claims"],
+}
 STATS_DIR = "results/stats"
 ANALYSIS_LOGS = "results/logs/claims"
 ANALYSIS_BENCH = "results/benchmarks/claims"

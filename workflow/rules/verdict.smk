@@ -40,6 +40,7 @@ rule claims:
         claims=CRITERIA,
         confidence_level=float(config["statistics"]["confidence_level"]),
         statistics=STATS_CFG,
+        defaults=ANALYSIS_DEFAULTS,
         preset=config["preset"],
         expected=config["presets"][config["preset"]].get("expected_verdicts", {}),
     script:
