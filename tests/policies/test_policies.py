@@ -143,7 +143,8 @@ def test_fa4_lazy_threshold_leaves_no_room_to_saturate():
 
 def test_only_fa4_rescales_lazily_and_only_vllm_seeds_the_max_with_the_sink():
     assert [n for n, p in POLICIES.items() if p.rescale_threshold > 0] == ["fa4"]
-    assert [n for n, p in POLICIES.items() if p.sink_mode == "init"] == ["vllm-unified", "vllm-triton-decode"]
+    assert [n for n, p in POLICIES.items() if p.sink_mode == "init"] == ["vllm-unified", "vllm-unified-1c98a49",
+                                                                         "vllm-triton-decode"]
 
 
 def test_paper_presets_are_the_four_combinations_of_the_contract():
