@@ -51,7 +51,8 @@ def test_default_grid_is_the_issues():
     assert e["seeds"] >= 16 and e["shapes"] == [{"n": 1024, "d": 64}]
     assert e["sink_kinds"] == ["keys", "logit"] and e["ksink"] == 4 and set(e["sink_v_scale"]) == {0, 1}
     # every preset but the decode ones (split-KV, for N = 8,192), the paper's four, the user's
-    assert (set(POLICIES) - set(DECODE_PRESETS)) | {"fa4-s256", "vllm-final"} == set(e["policies"])
+    assert (set(POLICIES) - set(DECODE_PRESETS)) | {"fa4-s256", "vllm-final"} == set(e["policies"]), \
+        "config.yaml experiments.policies.policies must list every single-pass preset of pcast.policies.POLICIES"
     assert set(e["variants"]) == set(contract.VARIANTS)
     deployed = resolve_variants(e)["deployed"]
     assert deployed == {"qk_fmt": "e4m3fn", "qk_scale": "tensor", "v_fmt": "e4m3fn", "v_scale": "tensor"}

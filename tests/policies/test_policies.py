@@ -59,7 +59,9 @@ DECODE_FACTS = {
 # ------------------------------------------------------------------------- presets
 
 def test_the_presets_are_the_documented_names():
-    assert tuple(POLICIES) == PRESETS
+    """The presets this file documents (PRESETS, FACTS) are presets; a preset they do not name passes here and
+    is listed in the docs by tools/preset_docs.py (tests/policies/test_new_preset.py)."""
+    assert set(PRESETS) <= set(POLICIES) and set(FACTS) <= set(POLICIES)
     assert all(POLICIES[n].name == n for n in POLICIES)
 
 
