@@ -263,11 +263,13 @@ _PRESETS = (
     # SGLang's Triton grouped decode in 0.5.23 (decode_attention.py, _fwd_grouped_kernel_stage1 and
     # _fwd_kernel_stage2): per split of BLOCK = 32-key tiles in order, acc += dot(p.to(v.dtype), v) on raw FP8 V
     # with no scale (S = 1); the learned sink enters only stage 2's sum (sink_mode="final"); splits are
-    # contiguous, 8 taken (num_kv_splits is a run-time choice). Q stays in its input dtype and K, V are FP8 in
-    # the cache: on the probes this matches without operand fields. Only the grouped (GQA) kernel casts P; the
+    # contiguous, 8 taken (num_kv_splits is a run-time choice). K and V are e4m3fn in the cache (unit scales);
+    # Q stays in its input dtype, which the contract cannot say (qk_fmt casts Q and K alike): the probes' Q is
+    # exact in e4m3fn at d = 128, so they cannot tell the two apart. Only the grouped (GQA) kernel casts P; the
     # MHA kernel sums p[:, None] * v in float32. Verified against the wheel by pcast.deployed "sglang-decode".
-    Policy("sglang-decode", order="forward", scale=1.0, scale_mode="multiply", sink_mode="final", block_m=16,
-           block_n=32, num_splits=8, split_layout="contiguous",
+    Policy("sglang-decode", order="forward", scale=1.0, scale_mode="multiply", sink_mode="final",
+           qk_fmt="e4m3fn", qk_scale=1.0, v_fmt="e4m3fn", v_scale=1.0, block_m=16, block_n=32, num_splits=8,
+           split_layout="contiguous",
            source=(f"sglang 0.5.23 (wheel sha256 {_SGLANG_0523}) sglang/kernels/ops/attention/decode_attention.py "
                    "_fwd_grouped_kernel_stage1"), read=READ),
 )
