@@ -141,6 +141,9 @@ def show_plan(cfg, cal):
                 f"Invalid configuration (preset {cfg.get('preset')!r}): {e}"
             ) from None
     rows = plan.plan_rows(cfg, cal) + [plan.tensorcore_row(cfg)]
+    if "deployed" in cfg["experiments"]:
+        tokens = int(cfg["experiments"]["realmodel"]["tokens"])
+        rows.append(plan.deployed_row(cfg, keys=tokens, fetched=deployed_fetched() != "none"))
     print(plan.format_plan(rows, cfg["preset"], mem, cal), file=sys.stderr)
 
 
@@ -274,6 +277,15 @@ def library_code(script):
     return provenance.code_digest(
         CHECKOUT, CHECKOUT / "workflow" / "scripts" / f"{script}.py"
     )
+
+
+def deployed_fetched():
+    """The deployed-kernel wheels in the cache (pcast.deployed): a param, so that fetching them reruns T10."""
+    from pcast.deployed.cache import missing
+    from pcast.deployed.registry import WHEELS
+
+    gone = set(missing())
+    return ", ".join(k for k in WHEELS if k not in gone) or "none"
 
 
 def realmodel_user_tensors(wildcards):
