@@ -123,6 +123,15 @@ def check_cluster(cfg, cal):
         )
 
 
+def deployed_fetched():
+    """The deployed-kernel wheels in the cache (pcast.deployed): a param, so that fetching them reruns T10."""
+    from pcast.deployed.cache import missing
+    from pcast.deployed.registry import WHEELS
+
+    gone = set(missing())
+    return ", ".join(k for k in WHEELS if k not in gone) or "none"
+
+
 def show_plan(cfg, cal):
     """Refuse a grid whose largest job cannot fit in this machine's memory (under SLURM: in the
     cluster's largest node, check_cluster), then print the run plan (runs, shards, estimated CPU
@@ -277,15 +286,6 @@ def library_code(script):
     return provenance.code_digest(
         CHECKOUT, CHECKOUT / "workflow" / "scripts" / f"{script}.py"
     )
-
-
-def deployed_fetched():
-    """The deployed-kernel wheels in the cache (pcast.deployed): a param, so that fetching them reruns T10."""
-    from pcast.deployed.cache import missing
-    from pcast.deployed.registry import WHEELS
-
-    gone = set(missing())
-    return ", ".join(k for k in WHEELS if k not in gone) or "none"
 
 
 def realmodel_user_tensors(wildcards):
