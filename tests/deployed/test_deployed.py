@@ -14,6 +14,10 @@ from pcast.policies import POLICIES
 from pcast.probes import assert_policy, fingerprint
 
 LAYOUT = dict(d=128, dtype=torch.bfloat16, heads=4, kv_heads=2)
+# The split kernels run many more interpreted programs (a decode request per query row, 8 or 16 splits each):
+# minutes per probe set on 2 cores; the vLLM 2D kernel keeps them in the inner loop.
+SPLIT = ("vllm-triton-decode", "sglang-decode")
+NAMES = [pytest.param(n, marks=pytest.mark.heavy) if n in SPLIT else n for n in sorted(D.ADAPTERS)]
 
 
 def _load(name):
@@ -43,7 +47,7 @@ def test_unknown_name_and_missing_cache(tmp_path, monkeypatch):
     assert set(D.missing()) == set(D.WHEELS)
 
 
-@pytest.mark.parametrize("name", sorted(D.ADAPTERS))
+@pytest.mark.parametrize("name", NAMES)
 def test_fingerprint_names_the_preset(name):
     fn = _load(name)
     preset = D.ADAPTERS[name].preset
@@ -52,7 +56,7 @@ def test_fingerprint_names_the_preset(name):
     assert fp.distance[preset] == 0.0
 
 
-@pytest.mark.parametrize("name", sorted(D.ADAPTERS))
+@pytest.mark.parametrize("name", NAMES)
 def test_assert_policy_passes_with_the_preset_and_names_a_wrong_option(name):
     fn = _load(name)
     preset = POLICIES[D.ADAPTERS[name].preset]
@@ -60,3 +64,17 @@ def test_assert_policy_passes_with_the_preset_and_names_a_wrong_option(name):
     wrong = preset.replace(name="wrong", scale=128.0 if preset.scale != 128.0 else 256.0)
     with pytest.raises(AssertionError, match=f"scale = {preset.scale:g}"):
         assert_policy(fn, wrong, small=True, **LAYOUT)
+
+
+@pytest.mark.parametrize("name", SPLIT)
+def test_split_kernels_on_two_probes(name):
+    """The heavy tests' fast twin: the learned-sink probe (sink mode) and two-hot-128 (S and the P cast)."""
+    from pcast.probes import small_probes
+
+    fn = _load(name)
+    probes = [p for p in small_probes() if p.name in ("two-hot-128", "learned-sink-128")]
+    preset = POLICIES[D.ADAPTERS[name].preset]
+    assert_policy(fn, preset, probes=probes, diagnose=False, **LAYOUT)
+    other = "init" if preset.sink_mode == "final" else "final"
+    with pytest.raises(AssertionError, match="does not implement"):
+        assert_policy(fn, preset.replace(name="wrong", sink_mode=other), probes=probes, diagnose=False, **LAYOUT)
