@@ -9,7 +9,7 @@ the float64 reference. A row is PASS when the fingerprint names the preset and n
 INCONCLUSIVE, with the fetch command as its reason, when the wheels are not in the cache.
 
 The interpreter runs every kernel program in Python: the cost grows with the probes' keys and the heads'
-rows, which ``heads`` and ``rows`` bound (:data:`COST_S` is the plan's estimate per adapter).
+rows, which ``heads`` and ``rows`` bound (:func:`pcast.pipeline.plan.deployed_row` is the plan's estimate).
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ import time
 
 import torch
 
-__all__ = ["T10_COLUMNS", "t10_rows", "COST_S"]
+__all__ = ["T10_COLUMNS", "t10_rows"]
 
 T10_COLUMNS = ("kernel", "release", "file", "function", "preset", "fingerprint", "probe_rows_outside", "probe_rows",
                "heads", "real_rows_outside", "real_rows", "rel_mse_measured", "rel_mse_predicted", "seconds",
                "status", "reason")
-COST_S = {"vllm-unified": 20.0, "vllm-triton-decode": 45.0, "sglang-decode": 45.0}  # per adapter, 2 loaded cores
 
 
 def _rel_mse(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -310,9 +310,11 @@ def tensorcore_row(config: Mapping) -> dict:
 
 
 #: CPU seconds of table T10 (pcast.deployed under Triton's interpreter) per adapter: its fingerprint on the
-#: small probe set (a fixed cost), and per (head · query row · key) of the real heads it runs.
-DEPLOYED_FINGERPRINT_S = {"vllm-unified": 25.0, "vllm-triton-decode": 60.0, "sglang-decode": 60.0}
-DEPLOYED_S_PER_ROW_KEY = 1.0e-3
+#: small probe set (a fixed cost), and per (head · query row · key) of the real heads it runs. Measured on the
+#: smoke preset (2 heads x 32 rows x 128 keys): 46 s of CPU in all (132 s wall on 2 cores shared with three
+#: other jobs: 12, 70 and 42 s per adapter), the split kernels' fingerprints the most.
+DEPLOYED_FINGERPRINT_S = {"vllm-unified": 4.0, "vllm-triton-decode": 23.0, "sglang-decode": 14.0}
+DEPLOYED_S_PER_ROW_KEY = 1.0e-4
 
 
 def deployed_row(config: Mapping, keys: int = 512, fetched: bool = True) -> dict:
