@@ -490,6 +490,8 @@ ANALYSIS_BAD = {
     "decode_rms_tolerance_above_one": case({"claims.decode.rms_tolerance": 1.5}, "claims.decode.rms_tolerance",
                                            "a fraction in (0, 1)"),
     "decode_delta_not_a_number": case({"claims.decode.delta": "late"}, "claims.decode.delta", "nearest Δ"),
+    "deployed_layer_not_captured": case({"experiments.deployed.layer": 6}, "experiments.deployed.layer",
+                                        "allowed: 0 to 5"),
     "realmodel_combos_not_run": case({"claims.realmodel.combos[1]": "forward S=16"}, "claims.realmodel.combos[1]",
                                      "experiments.realmodel", COMBOS4),
     # an experiment's grid shrunk under a key that names what it no longer runs
