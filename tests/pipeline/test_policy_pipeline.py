@@ -147,10 +147,11 @@ def test_spec_resolves_every_policy_and_changes_only_with_the_policies_work():
 
 def test_expected_rows_counts_every_policy_variant_and_sink_item():
     e = merged("default")["experiments"][P]
-    # 16 seeds x (keys: 2 sink_v_scale x 33 Δ + logit: 33 Δ) x 14 policies x 2 variants
-    assert pconfig.expected_rows(P, e) == 16 * (2 * 33 + 33) * 14 * 2
+    # 16 seeds x (keys: 2 sink_v_scale x 33 Δ + logit: 33 Δ) x the listed policies (15) x 2 variants
+    n = len(e["policies"])
+    assert n == 15 and pconfig.expected_rows(P, e) == 16 * (2 * 33 + 33) * n * 2
     one = dict(e, sink_kinds=["logit"], variants={"p_only": {}})
-    assert pconfig.expected_rows(P, one) == 16 * 33 * 14
+    assert pconfig.expected_rows(P, one) == 16 * 33 * n
 
 
 def test_call_key_drops_only_what_cannot_change_the_bits():
