@@ -499,11 +499,12 @@ def test_registry_criterion_keys_are_the_config_and_schema_keys(cfgs):
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "claims.schema.yaml").read_text())
     props = schema["properties"]["claims"]["properties"]
     for c in registry.CLAIMS:
-        if c.id in ("conformance", "cases"):  # no criterion to configure (cases: each report's printed precision)
+        if c.id in ("conformance", "cases", "deployed"):  # no criterion to configure (cases: each report's printed
+            # precision; deployed: the probes' tolerance)
             assert c.criterion_keys == () and c.id not in claims_cfg
             continue
         assert set(c.criterion_keys) == set(claims_cfg[c.id]) == set(props[c.id]["properties"]), c.id
-    assert [c.id for c in registry.CLAIMS if c.id not in ("conformance", "cases")] == sorted(claims_cfg)
+    assert [c.id for c in registry.CLAIMS if c.id not in ("conformance", "cases", "deployed")] == sorted(claims_cfg)
 
 
 def test_each_statistics_builder_needs_only_the_keys_its_job_is_given(agreeing, cfgs):

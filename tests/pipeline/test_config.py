@@ -313,7 +313,7 @@ def test_default_preset_stores_well_under_1_gb_of_inputs():
         if name == "realmodel":  # q, k, v float32 of every layer: all-MiniLM-L6-v2's 12 heads x 32 dims
             total += exp["layers"] * 3 * 4 * exp["passages"] * exp["tokens"] * 12 * 32
             continue
-        if name == "tensorcore":  # its inputs are made inside its one job, none stored
+        if name in ("tensorcore", "deployed"):  # inputs made inside its one job (deployed: the captured heads), none stored
             continue
         nd = {(s["n"], s["d"]) for s in exp.get("shapes", [{"n": exp.get("n"), "d": exp.get("d")}])}
         sigmas = exp["sigma"] if isinstance(exp["sigma"], list) else [exp["sigma"]]
@@ -506,6 +506,8 @@ ANALYSIS_BAD = {
     "decode_rms_tolerance_above_one": case({"claims.decode.rms_tolerance": 1.5}, "claims.decode.rms_tolerance",
                                            "a fraction in (0, 1)"),
     "decode_delta_not_a_number": case({"claims.decode.delta": "late"}, "claims.decode.delta", "nearest Δ"),
+    "deployed_layer_not_captured": case({"experiments.deployed.layer": 6}, "experiments.deployed.layer",
+                                        "allowed: 0 to 5"),
     "realmodel_combos_not_run": case({"claims.realmodel.combos[1]": "forward S=16"}, "claims.realmodel.combos[1]",
                                      "experiments.realmodel", COMBOS4),
     # an experiment's grid shrunk under a key that names what it no longer runs

@@ -125,6 +125,15 @@ def check_cluster(cfg, cal):
         )
 
 
+def deployed_fetched():
+    """The deployed-kernel wheels in the cache (pcast.deployed): a param, so that fetching them reruns T10."""
+    from pcast.deployed.cache import missing
+    from pcast.deployed.registry import WHEELS
+
+    gone = set(missing())
+    return ", ".join(k for k in WHEELS if k not in gone) or "none"
+
+
 def show_plan(cfg, cal):
     """Refuse a grid whose largest job cannot fit in this machine's memory (under SLURM: in the
     cluster's largest node, check_cluster), then print the run plan (runs, shards, estimated CPU
@@ -143,6 +152,9 @@ def show_plan(cfg, cal):
                 f"Invalid configuration (preset {cfg.get('preset')!r}): {e}"
             ) from None
     rows = plan.plan_rows(cfg, cal) + [plan.tensorcore_row(cfg)]
+    if "deployed" in cfg["experiments"]:
+        tokens = int(cfg["experiments"]["realmodel"]["tokens"])
+        rows.append(plan.deployed_row(cfg, keys=tokens, fetched=deployed_fetched() != "none"))
     print(plan.format_plan(rows, cfg["preset"], mem, cal), file=sys.stderr)
 
 

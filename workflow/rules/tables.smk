@@ -153,6 +153,25 @@ rule table_cases:
         "../scripts/table_cases.py"
 
 
+rule table_deployed:
+    input:
+        tensors=rules.realmodel_capture.output.tensors,
+    output:
+        **table_outputs("table_deployed"),
+    log:
+        f"{ANALYSIS_LOGS}/table_deployed.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_deployed.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("table_deployed"),
+        spec=config["experiments"]["deployed"],
+        fetched=deployed_fetched(),
+    script:
+        "../scripts/table_deployed.py"
+
+
 rule table_decode:
     input:
         summary=rules.stats_decode.output.summary,

@@ -19,6 +19,7 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
         realmodel=pd.read_csv(inp.realmodel, dtype={"sinks": str}),
         realmodel_outputs=pd.read_csv(inp.realmodel_outputs), fp4=pd.read_csv(inp.fp4),
         cases=pd.read_csv(inp.cases, dtype=str, keep_default_na=False),
+        deployed=pd.read_csv(inp.deployed, dtype=str, keep_default_na=False),
         decode=pd.read_csv(inp.decode), decode_partition=pd.read_csv(inp.decode_partition),
         confidence_level=params.confidence_level, tidy_collapse=pd.read_csv(inp.tidy_collapse),
         stats_cfg=dict(params.statistics), realmodel_tensors=load_file(inp.realmodel_tensors),

@@ -43,6 +43,7 @@ from pcast.analysis import stats
 from pcast.analysis.text import intervals
 from pcast.analysis.verdicts.audit import AUDIT, claim_audit
 from pcast.analysis.verdicts.cases import CASES_ID, claim_cases
+from pcast.analysis.verdicts.deployed import DEPLOYED_ID, claim_deployed
 from pcast.analysis.verdicts.common import (VERDICTS, Choice, Subcase, across_readings, ci_tolerance, combine, family_z,
                                             subcase_verdict)
 from pcast.analysis.verdicts.conformance import conformance_check
@@ -60,7 +61,7 @@ from pcast.analysis.verdicts.underflow import claim_c1, claim_c2
 __all__ = [
     "VERDICTS", "Subcase", "Choice", "combine", "across_readings", "subcase_verdict", "family_z", "ci_tolerance",
     "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
-    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "with_defaults", "baseline_fraction", "render_markdown", "verdict_table", "to_json",
+    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "claim_deployed", "conformance_check", "evaluate", "evaluate_tidy", "with_defaults", "baseline_fraction", "render_markdown", "verdict_table", "to_json",
     "intervals",
 ]
 
@@ -79,11 +80,13 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
              confidence_level: float = 0.95, tensorcore: tuple[pd.DataFrame, Mapping] | None = None,
              decode: pd.DataFrame | None = None, decode_partition: pd.DataFrame | None = None,
              tidy_collapse: pd.DataFrame | None = None, stats_cfg: Mapping | None = None,
-             realmodel_tensors: Mapping | None = None, defaults: Mapping | None = None) -> dict:
+             realmodel_tensors: Mapping | None = None, deployed: pd.DataFrame | None = None,
+             defaults: Mapping | None = None) -> dict:
     """Every verdict from the summary tables (what the ``claims`` rule runs); the audit of deployed
     policies joins them when ``policies`` (the policies summary) is given, the real-model section
     when ``realmodel`` (the per-head summary; ``realmodel_outputs`` the per-run output summary) is,
     the FP4 section when ``fp4`` (the fp4 summary) is, the reported cases when ``cases`` (table T9) is,
+    the deployed kernels when ``deployed`` (table T10) is,
     the tensor-core section when ``tensorcore`` (its summary and mmasim check) is, the decode section
     when ``decode`` (the decode Δc summary; ``decode_partition`` its P-cast error table) is.
     ``confidence_level``: the statistics
@@ -125,6 +128,8 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
         out[REALMODEL] = claim_realmodel(realmodel, realmodel_outputs, claims_cfg[REALMODEL])
     if cases is not None:
         out[CASES_ID] = claim_cases(cases)
+    if deployed is not None:
+        out[DEPLOYED_ID] = claim_deployed(deployed)
     out["conformance"] = conformance_check(conformance)
     return out
 
