@@ -166,23 +166,23 @@ def _unrounded_row(s, q, keys, qn_r, kn, m, mx, bn, d, flags, vals, s0, u, lblk_
         ms = _ZERO if mj == _NEG else mj
         off = ms * _LOG2E - log2s
         b0 = j * bn
-        # (s: this task's copy of the row; indices, not per-block slices: a slice costs numba a reference count)
+        sj, uj = s[b0:b0 + bn], u[b0:b0 + bn]  # (s: this task's copy of the row)
         if flags[3]:
-            for i in range(b0, b0 + bn):
-                u[i] = _exp2(s[i] * _LOG2E - off)
+            for i in range(bn):
+                uj[i] = _exp2(sj[i] * _LOG2E - off)
         else:
-            for i in range(b0, b0 + bn):
-                u[i] = _exp(s[i] - ms)
+            for i in range(bn):
+                uj[i] = _exp(sj[i] - ms)
         if 2.0 * ((qn_r * kn[j]) * vals[2]) + abs(np.float64(mj)) + 1.0 >= reach:
             near = 0
-            for i in range(b0, b0 + bn):
-                near += abs((s[i] - ms) - edge) <= _HALF
+            for i in range(bn):
+                near += abs((sj[i] - ms) - edge) <= _HALF
             if near:
-                for i in range(b0, b0 + bn):
-                    if abs((s[i] - ms) - edge) <= _HALF:
-                        u[i] = _F(_x64(q, keys, mx, i, bn, d, flags, vals, s0 if flags[3] else 1.0))
-        for i in range(b0, b0 + bn):
-            pos += u[i] > _ZERO
+                for i in range(bn):
+                    if abs((sj[i] - ms) - edge) <= _HALF:
+                        uj[i] = _F(_x64(q, keys, mx, b0 + i, bn, d, flags, vals, s0 if flags[3] else 1.0))
+        for i in range(bn):
+            pos += uj[i] > _ZERO
         if not flags[6]:
             lblk_u[j] = _tree_from(u, b0, bn, tb)
     return pos
@@ -264,10 +264,11 @@ def _scale_row(s, q, keys, m, mx, kf, a, cc, bn, ks, d, flags, vals, fm, grid, s
             lb = lblk_u[j]
         w = _exp2(m[j] * _LOG2E - mfin * _LOG2E) if exp2 else _exp(m[j] - mfin)
         wl[j] = lb * w
-        for i in range(b0, b0 + bn):
-            v = pq[i]
+        pj, pwj = pq[b0:b0 + bn], pw[b0:b0 + bn]
+        for i in range(bn):
+            v = pj[i]
             ppos += v > _ZERO
-            pw[i] = v * w
+            pwj[i] = v * w
     ppos_s = _count_pos(pq, ks)
     return _tree(wl, nb), ppos_s, ppos - ppos_s, nsat
 

@@ -130,8 +130,9 @@ def tree(b, n):
         return _ZERO
     while n > 1:
         h = n >> 1
-        for i in range(h):  # (indices, not slices: a slice costs numba a reference count)
-            b[i] = b[i] + b[h + i]
+        lo, hi = b[:h], b[h:2 * h]  # (slices: a loop over range(h) vectorises)
+        for i in range(h):
+            lo[i] = lo[i] + hi[i]
         if n & 1:
             b[h] = b[2 * h]
         n = h + (n & 1)
@@ -144,8 +145,9 @@ def tree_from(src, b0, n, b):
     if n < 2:
         return src[b0] if n else _ZERO
     h = n >> 1
+    lo, hi, out = src[b0:b0 + h], src[b0 + h:b0 + 2 * h], b[:h]
     for i in range(h):
-        b[i] = src[b0 + i] + src[b0 + h + i]
+        out[i] = lo[i] + hi[i]
     if n & 1:
         b[h] = src[b0 + 2 * h]
     return tree(b, h + (n & 1))
