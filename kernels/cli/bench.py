@@ -49,6 +49,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -74,7 +75,8 @@ def machine() -> dict:
         pass
     cfg = torch.__config__.show()
     blas = next((ln.split("=", 1)[1].strip() for ln in cfg.splitlines() if "BLAS_INFO=" in ln), "unknown")
-    mkl = next((ln.strip(" -") for ln in cfg.splitlines() if "Math Kernel Library" in ln), None)
+    mkl = next((f"MKL {m.group(1)}" for ln in cfg.splitlines() if "Math Kernel Library" in ln
+                for m in [re.search(r"Version ([\d.]+)", ln)] if m), None)
     return {"cpu": info.get("model name", platform.processor()), "vendor": info.get("vendor_id", "unknown"),
             "isa": torch.backends.cpu.get_cpu_capability(), "blas": mkl or blas, "cores": os.cpu_count(),
             "torch": torch.__version__, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
