@@ -190,14 +190,12 @@ def resolve_policies(names, policies_file=None) -> list:
 
 def estimate(layers, runs, *, measure: bool, min_seconds: float = 20.0) -> str | None:
     """For a long run, the time it should take from the plan's calibration
-    (``pcast.pipeline.calibration.load_calibration``, one thread): steps 1-2 once per run that does not
+    (:func:`pcast.host.calibration.load_calibration`, one thread): steps 1-2 once per run that does not
     differ from another in S alone, the cast, row sum and P·V once per run, the float64 reference, and the
     per-head measures; None when the work is small (no calibration is made for it) or under ``min_seconds``."""
     scores = sum(q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] for _, q, k, _ in layers)
     if scores * len(runs) < 2e8:
         return None
-    from pcast.pipeline.calibration import load_calibration
-
     cal = load_calibration()
     d = layers[0][1].shape[-1] / cal["d"]
     units = len({tuple(sorted((n, repr(x)) for n, x in kw.items() if n != "scale")) for _, kw in runs})
@@ -207,4 +205,4 @@ def estimate(layers, runs, *, measure: bool, min_seconds: float = 20.0) -> str |
     if secs < min_seconds:
         return None
     return (f"estimate: about {secs:.0f} s on one thread for {len(layers)} layer(s) x {len(runs)} runs "
-            f"({scores:.3g} scores per run), from the plan's calibration")
+            f"({scores:.3g} scores per run), from this machine's calibration")

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 
 from pcast.pipeline.config import spec_json
-from pcast.pipeline.files import atomic_path
+from pcast.host.files import atomic_path
 
 __all__ = ["write_inputs", "load_inputs", "base_tensors"]
 

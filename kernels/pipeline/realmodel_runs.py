@@ -31,7 +31,7 @@ import torch
 
 from pcast.models import heads as H
 from pcast.contract import COMBOS, combo_label, float32
-from pcast.pipeline.files import atomic_path, atomic_write_text
+from pcast.host.files import atomic_path, atomic_write_text
 from pcast.pipeline.logs import progress
 from pcast.pipeline.tables import csv_text
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pcast.contract import CONFIG_COLUMNS, DIAGNOSTICS, TIDY_COLUMNS, TIMING_COLUMNS, combo_label
-from pcast.pipeline.files import atomic_write_text
+from pcast.host.files import atomic_write_text
+from pcast.models.sinks import value_stack
 from pcast.pipeline.inputs import base_tensors, load_inputs
 from pcast.pipeline.logs import progress
 from pcast.pipeline.tables import csv_text
@@ -99,22 +100,6 @@ def delta_chunks(deltas, n_values: int, max_items: int) -> list[list]:
     per = max(1, int(max_items) // max(1, n_values))
     deltas = list(deltas)
     return [deltas[i:i + per] for i in range(0, len(deltas), per)]
-
-
-def value_stack(base, ksink: int, deltas, svs_list, device):
-    """q and k of ``deltas`` (sink keys at each Δ) stacked along batch, and one stacked v per
-    sink_v_scale of ``svs_list``: :func:`pcast.models.sinks.apply_sink` changes k with Δ and v with
-    sink_v_scale only, so every sink_v_scale shares q and k (:func:`pcast.attention_values`)."""
-    import torch
-
-    from pcast.models.sinks import apply_sink
-
-    parts = {(svs, dl): apply_sink(*base, ksink=ksink, delta=dl, sink_v_scale=svs) for svs in svs_list
-             for dl in deltas}
-    first = svs_list[0]
-    q, k = (torch.cat([parts[(first, dl)][j] for dl in deltas]).to(device) for j in (0, 1))
-    values = [torch.cat([parts[(svs, dl)][2] for dl in deltas]).to(device) for svs in svs_list]
-    return q, k, values
 
 
 def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, meta: Mapping, *, causal: bool,

@@ -1,4 +1,4 @@
-"""Atomic writes: every file the pipeline writes appears complete under its final name, or not at all.
+"""Atomic writes: every file the pipeline and the audit write appears complete under its final name, or not at all.
 
 Each writer writes to a temporary file in the destination directory and :func:`os.replace`\\ s it
 over the target, so an interrupted job never leaves a partial file under its final name.
