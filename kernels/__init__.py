@@ -6,6 +6,8 @@ loaded only when a torch-backed name (``attention``, ``quantize``, ...) is used,
 the statistics and plotting jobs of the pipeline do not pay for it.
 """
 
+import importlib
+
 from pcast.formats import FORMATS, FP8Format, get_format
 
 __all__ = ["FORMATS", "FP8Format", "get_format", "quantize", "attention", "attention_values", "attention_scales",
@@ -25,7 +27,5 @@ def __dir__():
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'pcast' has no attribute {name!r}")

@@ -11,6 +11,7 @@ they are imported when a calibration is measured.
 """
 
 from __future__ import annotations
+from importlib.metadata import version
 
 import json
 import os
@@ -33,10 +34,10 @@ def emulator_costs(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
     seconds, plus importing torch."""
     import torch  # lazy: measured only when no calibration is kept (module docstring)
 
-    from pcast import attention_calls
-    from pcast.emulator.core import _CHUNK_ELEMS
-    from pcast.models.sinks import make_base, value_stack
-    from pcast.reference import reference_stack
+    from pcast import attention_calls  # lazy: torch-free at import
+    from pcast.emulator.core import _CHUNK_ELEMS  # lazy: torch-free at import
+    from pcast.models.sinks import make_base, value_stack  # lazy: torch-free at import
+    from pcast.reference import reference_stack  # lazy: torch-free at import
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -79,8 +80,6 @@ def emulator_costs(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
 
 def machine_key() -> dict:
     """What a calibration is valid for (read without importing torch)."""
-    from importlib.metadata import version
-
     return {"format": _CAL_FORMAT, "host": platform.node(), "machine": platform.machine(),
             "cpus": os.cpu_count(), "torch": version("torch")}
 

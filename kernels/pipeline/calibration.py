@@ -14,6 +14,7 @@ import time
 
 from pcast.host.calibration import EMULATOR_KEYS, calibration_path, emulator_costs, machine_key
 from pcast.host.calibration import load_calibration as _load
+from pcast.pipeline.decode_config import calls
 
 __all__ = ["calibrate", "load_calibration", "calibration_path", "machine_key", "PIPELINE_KEYS"]
 
@@ -90,9 +91,9 @@ def _fixed_costs(repeats: int) -> dict:
     2 and 6 items under one call, and 6 items with a second scale, a second order or a second value tensor."""
     import torch  # lazy: the run plan imports this module without torch (pcast.pipeline.plan)
 
-    from pcast import attention_calls
-    from pcast.models.sinks import make_base, value_stack
-    from pcast.reference import reference_stack
+    from pcast import attention_calls  # lazy: torch-free at import
+    from pcast.models.sinks import make_base, value_stack  # lazy: torch-free at import
+    from pcast.reference import reference_stack  # lazy: torch-free at import
 
     base = make_base(0, n=32, d=16)
     tiny = {(L, nv): value_stack(base, 4, [4.0 + i for i in range(L)], [1.0, 0.5][:nv], torch.device("cpu"))
@@ -130,11 +131,10 @@ def _decode_costs(repeats: int) -> dict:
     every configuration of the default grid; ``c_dec_p``, seconds per (call, row, key, d) of the P-cast error
     calls (16 rows of one 256-key partition, d = 256)."""
     import torch  # lazy: the run plan imports this module without torch (pcast.pipeline.plan)
+    from pcast.pipeline.decode_runs import kind_rows, partition_rows  # lazy: they import torch (as above)
+    from pcast.pipeline.runs import _Tally  # lazy: it imports torch (as above)
 
-    from pcast.models.sinks import make_base
-    from pcast.pipeline.decode_config import calls
-    from pcast.pipeline.decode_runs import _kind_rows, _partition_rows
-    from pcast.pipeline.runs import _Tally
+    from pcast.models.sinks import make_base  # lazy: torch-free at import
 
     grid = {"num_splits": [1, 4, 16], "split_layout": ["contiguous", "interleaved"], "order": ["forward", "reverse"],
             "p_normalize": ["online", "partition"], "scale": [1, 256]}
@@ -145,9 +145,9 @@ def _decode_costs(repeats: int) -> dict:
     best = {"keys": float("inf"), "part": float("inf")}
     for _ in range(repeats):
         t0 = time.process_time()
-        _kind_rows(_Tally(), spec, "keys", base, [4.0, 6.0, 8.0, 10.0], {}, torch.device("cpu"))
+        kind_rows(_Tally(), spec, "keys", base, [4.0, 6.0, 8.0, 10.0], {}, torch.device("cpu"))
         best["keys"] = min(best["keys"], time.process_time() - t0)
         t0 = time.process_time()
-        _partition_rows(_Tally(), spec, 0, {}, torch.device("cpu"))
+        partition_rows(_Tally(), spec, 0, {}, torch.device("cpu"))
         best["part"] = min(best["part"], time.process_time() - t0)
     return {"c_dec": best["keys"] / (4 * n * nc), "c_dec_p": best["part"] / (2 * 16 * 256 * 256)}

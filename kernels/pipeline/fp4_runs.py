@@ -26,10 +26,14 @@ import os
 import time
 from collections.abc import Mapping
 
+import torch
+
+from pcast import attention_calls
 from pcast.contract import DIAGNOSTICS, FP4_CONFIG_COLUMNS, FP4_TIDY_COLUMNS
 from pcast.pipeline.fp4_config import groups_per_row
 from pcast.pipeline.inputs import base_tensors
 from pcast.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from pcast.reference import reference_stack
 
 __all__ = ["run_fp4_shard"]
 
@@ -41,10 +45,6 @@ def _frac(a: int, b: int) -> float:
 def _measure(tally: _Tally, q, k, values, refs, calls: list[dict], common: dict) -> list:
     """Every call on one stack, in one attention_calls; per call and value tensor, the per-item squared
     error mean, max abs error and summed diagnostics."""
-    import torch
-
-    from pcast import attention_calls
-
     L = q.shape[0] // common["batch"]
     out: list = [None] * len(calls)
     kw = {k: v for k, v in common.items() if k != "batch"}
@@ -81,8 +81,6 @@ def _row(m: Mapping, i: int, r2: float, groups: int, fields: Mapping) -> dict:
 
 def _stack_rows(tally: _Tally, spec: Mapping, base, meta: dict, deltas: list, device) -> None:
     """One Δ stack of one stored base: the reference, every (cast, order), the rows."""
-    from pcast.reference import reference_stack
-
     shape_n, block_n = meta["n"], meta["block_n"]
     svs_list = list(spec["sink_v_scale"])
     q, k, values = value_stack(base, spec["ksink"], deltas, svs_list, device)

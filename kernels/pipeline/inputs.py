@@ -31,10 +31,11 @@ def write_inputs(spec: Mapping, path: str | os.PathLike) -> dict:
 
     ``spec`` is the shard's :func:`pcast.pipeline.config.inputs_spec`. Returns a small summary.
     """
+    # lazy: torch-free at import
     import torch  # noqa: F401  (make_base needs it; imported here to keep config code torch-free)
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # lazy: torch-free at import
 
-    from pcast.models.sinks import make_base
+    from pcast.models.sinks import make_base  # lazy: torch-free at import
 
     tensors = {}
     for seed in spec["seeds"]:
@@ -52,8 +53,8 @@ def write_inputs(spec: Mapping, path: str | os.PathLike) -> dict:
 
 def load_inputs(path: str | os.PathLike, spec: Mapping) -> dict:
     """Load a shard's base tensors and check that they were made for this shard's seeds and shapes."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
+    from safetensors import safe_open  # lazy: torch-free at import
+    from safetensors.torch import load_file  # lazy: torch-free at import
 
     with safe_open(os.fspath(path), framework="pt") as fh:
         meta = json.loads((fh.metadata() or {}).get("spec", "{}"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pcast.contract import HEAD_DIMS, POLICY_EXPERIMENT, SINK_KINDS, VARIANTS, is_allowed
+from pcast.policies import POLICIES, Policy, policies_from_config
 
 __all__ = ["OPERAND_KEYS", "resolve_variants", "resolve_policies", "check_policies", "policy_shard_spec",
            "policy_inputs_spec", "policy_expected_rows", "call_kwargs", "floor_kwargs", "FLOOR_PATH"]
@@ -81,8 +82,6 @@ def resolve_variants(exp: Mapping) -> dict[str, dict]:
 
 
 def _check_operands(key: str, casts: Mapping) -> None:
-    from pcast.policies import Policy
-
     try:
         Policy(name="variant", **casts)  # the same field rules as a policy's operand fields
     except ValueError as e:
@@ -97,8 +96,6 @@ def resolve_policies(exp: Mapping, user_policies: Mapping | None = None, *, key:
     policy (``policies.<name>.<field>``), an unknown name (``experiments.policies.policies[i]``), or
     a policy that sets operand casts itself (the variants decide those).
     """
-    from pcast.policies import POLICIES, policies_from_config
-
     try:
         user = policies_from_config(user_policies)
     except ValueError as e:

@@ -24,12 +24,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from pcast import attention_calls
 from pcast.contract import CONFIG_COLUMNS, DIAGNOSTICS, TIDY_COLUMNS, TIMING_COLUMNS, combo_label
 from pcast.host.files import atomic_write_text
 from pcast.models.sinks import value_stack
 from pcast.pipeline.inputs import base_tensors, load_inputs
 from pcast.pipeline.logs import progress
 from pcast.pipeline.tables import csv_text
+from pcast.reference import reference_stack
 
 __all__ = ["run_sweep_shard", "delta_chunks", "value_stack", "backend_note",
            "finish_shard"]
@@ -49,8 +53,6 @@ class _Tally:
 
 
 def _device(backend: str):
-    import torch
-
     if backend in ("auto", "triton") and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
@@ -108,11 +110,6 @@ def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, m
     :func:`pcast.attention_calls` (the emulator takes the scores once for every order and the non-sink
     scores once for the stack, p = exp(s - m) once per order); rows into ``tally``, order by order,
     scale by scale, value tensor by value tensor."""
-    import torch
-
-    from pcast import attention_calls
-    from pcast.reference import reference_stack
-
     t0 = time.perf_counter()
     refs = reference_stack(q, k, values, causal=causal)
     ref_sqs = [ref.square().reshape(len(deltas), -1).mean(1) for ref in refs]
@@ -153,8 +150,6 @@ def _sweep_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, devic
 def _run_seeds(spec: Mapping, inputs_path, threads: int, per_seed) -> tuple[_Tally, float]:
     """Load a shard's inputs and call ``per_seed(tally, spec, tensors, seed, device)`` for each of its
     seeds on ``threads`` torch threads, logging each seed's time; returns the tally and the start time."""
-    import torch
-
     torch.set_num_threads(max(1, int(threads)))
     t_start = time.perf_counter()
     tensors = load_inputs(inputs_path, spec)
