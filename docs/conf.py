@@ -14,8 +14,8 @@ from sphinx.ext.napoleon.docstring import GoogleDocstring
 sys.path.insert(0, os.path.abspath(".."))
 
 project = "pcast-fp8"
-author = "the pcast-fp8 authors"
-copyright = "the pcast-fp8 authors"
+author = "the pcast-fp8 project"
+copyright = "the pcast-fp8 project"
 
 extensions = [
     "myst_parser",

@@ -56,6 +56,7 @@ STEPS: dict[str, list[str]] = {
                                "claims/fig_realmodel_outputs", "claims/table_realmodel"],
     "fp4": _chain("fp4") + ["claims/stats_fp4", "claims/fig_fp4", "claims/table_fp4"],
     "cases": ["claims/table_cases"],
+    "deployed": ["realmodel/realmodel_capture", "claims/table_deployed"],
     "tensorcore": ["claims/tensorcore", "claims/fig_tensorcore"],
     "decode": _chain("decode") + ["claims/stats_decode", "claims/fig_decode", "claims/table_decode"],
 }

@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     from safetensors.torch import save
 
     from pcast.models import realmodel as rm
+    from pcast.host.files import canonical_safetensors
 
     torch.set_num_threads(1)
     rm.check_model_files()
@@ -41,18 +42,9 @@ def main(argv=None) -> int:
             "revision": info["revision"], "model_sha256": info["model_sha256"], "sm_scale": repr(1.0 / math.sqrt(d)),
             "passages": json.dumps([{"source": p.source, "sha256": p.sha256, "tokens": p.tokens} for p in ps])}
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_bytes(canonical(save(tensors, metadata=meta)))
+    OUT.write_bytes(canonical_safetensors(save(tensors, metadata=meta)))
     print(OUT)
     return 0
-
-
-def canonical(data: bytes) -> bytes:
-    """The same safetensors file with its JSON header's keys sorted (the writer's order varies from
-    run to run), so that the same tensors and metadata give the same bytes."""
-    n = int.from_bytes(data[:8], "little")
-    header = json.dumps(json.loads(data[8:8 + n]), sort_keys=True, separators=(",", ":")).encode()
-    header += b" " * (-len(header) % 8)  # the data stays 8-byte aligned, as the format asks
-    return len(header).to_bytes(8, "little") + header + data[8 + n:]
 
 
 if __name__ == "__main__":

@@ -9,20 +9,21 @@ or an output is added here and nowhere else. Torch-free and pandas-free: the Sna
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pcast.contract import (CONFORMANCE, DECODE_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL,
                               SWEEP_EXPERIMENTS, TENSORCORE_EXPERIMENT)
 
 __all__ = ["Claim", "Output", "PAPER", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
-           "EXPERIMENT_CATEGORY", "claim", "category"]
+           "EXPERIMENT_CATEGORY", "STATISTICS_READS", "claim", "category", "statistics_reads"]
 
 PAPER = "paper"  # the section comparing the abstract's numbers with the artifact's
 
 
 @dataclass(frozen=True)
 class Claim:
-    id: str  # "C1" ... "C6", "audit", "fp4", "decode", "tensorcore", "paper" (the abstract's numbers), "realmodel", "cases" or "conformance"
+    id: str  # "C1" ... "C6", "audit", "fp4", "decode", "tensorcore", "paper" (the abstract's numbers), "realmodel", "cases", "deployed" or "conformance"
     statement: str  # the claim: for C1-C6 the abstract's sentence
     criterion_keys: tuple[str, ...]  # keys of claims.<id> in config.yaml that the verdict reads
     outputs: tuple[str, ...]  # figure and table targets that answer it (claims.md's evidence)
@@ -39,7 +40,7 @@ CLAIMS = (
     Claim("C1", "Forward KV iteration causes P-collapse: to leading order a fraction Φ(Δ + δk − 6.93 − ln S) "
                 "of non-sink P values underflow to zero. δk is the expected within-sink-block score maximum; "
                 "δk ≈ 1 for ksink = 4.",
-          ("combos", "alternatives"), ("fig_collapse",)),
+          ("combos", "allowance", "alternatives"), ("fig_collapse",)),
     Claim("C2", "Reverse iteration removes it, with a zero-underflow guarantee when reverse is combined with "
                 "S = 256.",
           ("zero_combo", "reverse_combo", "forward_combo", "max_expected_count", "alternatives"), ("fig_collapse",)),
@@ -47,7 +48,7 @@ CLAIMS = (
                 "of the sawtooth dp(S) over the E4M3 number line (dp = 2^-4, the minimum worst-case quantization "
                 "step), and (iii) has the maximum normal-range coverage among bit-exact (2^k) scales. A "
                 "non-bit-exact scale such as 448 attains slightly higher coverage.",
-          ("scale", "compare_scale", "alternatives"), ("fig_theory_scale", "table_scales")),
+          ("scale", "compare_scale", "max_scale", "alternatives"), ("fig_theory_scale", "table_scales")),
     Claim("C4", "The closed-form threshold Δc = 6.93 + ln S − δk predicts kernel-level precision loss.",
           ("knee_onset_fraction", "alternatives"), ("fig_threshold", "table_thresholds")),
     Claim("C5", "Kernel-faithful experiments (Q, K, V in FP32 to isolate the P-cast effect) show 3–10× MSE "
@@ -55,7 +56,8 @@ CLAIMS = (
           ("baseline", "fixes", "band", "far_above", "moderate", "alternatives"),
           ("fig_mse", "fig_improvement", "table_paired_tests")),
     Claim("C6", "Paired tests confirm both fixes saturate to the same precision floor when combined.",
-          ("pairs", "alpha", "holm", "trivial_pair", "alternatives"), ("table_paired_tests", "fig_mse")),
+          ("pairs", "alpha", "holm", "trivial_pair", "trivial_margin", "min_nontrivial", "alternatives"),
+          ("table_paired_tests", "fig_mse")),
     Claim("audit", "Audit of deployed kernels' P policies: where each collapses (Δc measured against the theory "
                    "of its options), where it saturates, and where its P-cast error exceeds the V-cast floor of FP8 "
                    "operands.",
@@ -85,6 +87,11 @@ CLAIMS = (
                    "FlashAttention-4), each rebuilt from its stated policy and fixture: the instrument reproduces "
                    "each report's number within the precision it was printed at, or says why it cannot.",
           (), ("table_cases",)),
+    Claim("deployed", "Beyond the paper: deployed kernels' own code (vLLM's unified attention, SGLang's grouped "
+                      "decode, from their pinned release wheels) run on a CPU under Triton's interpreter with a "
+                      "correct FP8 cast: each kernel's fingerprint names the preset read from its source, and its "
+                      "error on a real model's heads is the one its preset predicts.",
+          (), ("table_deployed",)),
     Claim(TENSORCORE_EXPERIMENT, "Beyond the paper: a deployed FP8 kernel multiplies P·V on the tensor core, whose "
                                  "accumulator aligns and truncates (Hopper's FP8 wgmma keeps 13 fraction bits, Blackwell's "
                                  "tcgen05 23). In mmasim's model of that arithmetic, checked bit for bit against mmasim, "
@@ -106,6 +113,7 @@ _POLICIES = "Deployed policies"
 _REALMODEL = "Real model"
 _FP4 = "FP4 P · microscaling"
 _CASES = "Reported cases"
+_DEPLOYED = "Deployed kernels' own code"
 _TENSORCORE = "Tensor-core P·V"
 _DECODE = "Decode · split-KV"
 
@@ -132,6 +140,7 @@ OUTPUTS = (
     Output("table_fp4", "table", _FP4),
     Output("table_decode", "table", _DECODE),
     Output("table_cases", "table", _CASES),
+    Output("table_deployed", "table", _DEPLOYED),
     Output("claims", "verdict", "Claims verdict"),
 )
 FIGURES = tuple(o.name for o in OUTPUTS if o.kind == "figure")
@@ -143,6 +152,31 @@ EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIME
                                                    TENSORCORE_EXPERIMENT, DECODE_EXPERIMENT),
                                (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES, _REALMODEL, _FP4, _TENSORCORE,
                                 _DECODE)))
+
+
+_BOOTSTRAP = ("bootstrap_resamples", "confidence_level", "bootstrap_method", "seed")
+
+#: The keys of the ``statistics:`` section each job reads: the statistics builders of
+#: :mod:`pcast.analysis.stats` (by their tidy table) and the tables that print them. A job's Snakemake params hold
+#: these and no others, so a changed key reruns only the jobs that read it.
+STATISTICS_READS = {
+    "collapse": ("seed_interval",),
+    "paired": ("pairs", "tost_margin", "alpha", "reference", "knee_factor", *_BOOTSTRAP),
+    "scales": ("baseline", "seed_interval", *_BOOTSTRAP),
+    "threshold": ("crossing_level", *_BOOTSTRAP),
+    "policies": ("crossing_level", *_BOOTSTRAP),
+    "fp4": ("crossing_level", *_BOOTSTRAP),
+    "decode": ("crossing_level", *_BOOTSTRAP),
+    "table_paired_tests": ("table_deltas", "confidence_level", "tost_margin", "alpha"),
+    "table_policies": ("crossing_level", "confidence_level"),
+    "table_fp4": ("crossing_level", "confidence_level"),
+    "table_decode": ("crossing_level", "confidence_level"),
+}
+
+
+def statistics_reads(job: str, statistics: Mapping) -> dict:
+    """The part of the ``statistics:`` section that ``job`` (a key of :data:`STATISTICS_READS`) reads."""
+    return {k: statistics[k] for k in STATISTICS_READS[job]}
 
 
 def claim(claim_id: str) -> Claim:

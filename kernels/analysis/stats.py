@@ -26,16 +26,23 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from pcast.analysis import registry
 from pcast.analysis.decode import decode_crossings, decode_curves, decode_partition
 from pcast.analysis.fp4 import fp4_summary
 from pcast.analysis.paired import paired_tests
 from pcast.analysis.policies import policy_summary, require
 from pcast.analysis.summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
 
-__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "fp4", "decode", "POLICY_KEYS"]
+__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "fp4", "decode", "POLICY_KEYS",
+           "READS", "reads"]
 
 # The keys of the statistics section that stats.policies reads.
-POLICY_KEYS = ("crossing_level", "bootstrap_resamples", "confidence_level", "bootstrap_method", "seed")
+POLICY_KEYS = registry.STATISTICS_READS["policies"]
+READS = registry.STATISTICS_READS
+
+def reads(job: str, cfg: Mapping) -> dict:
+    """The part of the ``statistics:`` section that ``job`` (a key of :data:`READS`) reads."""
+    return registry.statistics_reads(job, cfg)
 
 
 def bootstrap(cfg: Mapping) -> dict:

@@ -242,7 +242,7 @@ def scale_keyword(fn):
 #: Every claim of the verdict registry (pcast.analysis.registry), in its order; the config schema's
 #: expected_verdicts keys are these.
 CLAIM_IDS = ("C1", "C2", "C3", "C4", "C5", "C6", "paper", "audit", "fp4", "tensorcore", "decode", "realmodel",
-             "cases", "conformance")
+             "cases", "deployed", "conformance")
 
 #: A slot of an expected-verdict template: ``{ID.key}`` or ``{ID.key:format}``, filled from claims.json.
 TEMPLATE_SLOT = r"\{(?P<claim>[A-Za-z0-9_]+)\.(?P<key>[^{}:]+?)(?::(?P<spec>[^{}]+))?\}"

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 
-__all__ = ["atomic_path", "atomic_write_text"]
+__all__ = ["atomic_path", "atomic_write_text", "atomic_write_safetensors", "canonical_safetensors"]
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -49,5 +50,29 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def canonical_safetensors(data: bytes) -> bytes:
+    """The same safetensors file with its JSON header's keys sorted, ``__metadata__``'s included: the
+    writer keeps neither a dict's order nor its own from run to run, so the same tensors and metadata
+    could give different bytes. The data is untouched and stays 8-byte aligned (the header padded with
+    spaces, as the format allows)."""
+    n = int.from_bytes(data[:8], "little")
+    header = json.dumps(json.loads(data[8:8 + n]), sort_keys=True, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    return len(header).to_bytes(8, "little") + header + data[8 + n:]
+
+
+def atomic_write_safetensors(path: str | os.PathLike, tensors, metadata: dict[str, str] | None = None) -> None:
+    """``tensors`` (name -> torch tensor) and ``metadata`` (str -> str) as a safetensors file whose bytes
+    depend only on them (:func:`canonical_safetensors`), written through :func:`atomic_path`."""
+    from safetensors.torch import save
+
+    data = canonical_safetensors(save(tensors, metadata=metadata))
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

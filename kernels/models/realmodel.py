@@ -183,7 +183,9 @@ def passages(tokenizer, *, count: int, tokens: int) -> list[Passage]:
     out = []
     for source in PASSAGE_SOURCES:
         text = source_text(source)[: 12 * tokens]  # characters: ample for `tokens` tokens, cheap to tokenize
-        n = len(tokenizer(text, truncation=False)["input_ids"])
+        # long enough? counted up to `tokens` only: the same answer, and no "longer than the maximum sequence
+        # length" warning for a text that is never fed to the model untruncated
+        n = len(tokenizer(text, truncation=True, max_length=tokens)["input_ids"])
         if n < tokens:
             continue
         out.append(Passage(source, hashlib.sha256(text.encode()).hexdigest(), tokens, text))

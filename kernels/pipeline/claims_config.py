@@ -183,6 +183,10 @@ def _check_claims(claims: Mapping, stats: Mapping, exps: Mapping) -> None:
         if float(s) not in scales:
             raise _Error(f"config key 'claims.C3.{field}': {s!r} is not a scale that experiments.scales runs; "
                          f"allowed: {', '.join(f'{x:g}' for x in scales)}")
+    top = float(claims["C3"].get("max_scale", math.inf))
+    if top < float(claims["C3"]["scale"]):
+        raise _Error(f"config key 'claims.C3.max_scale': {top:g} is below claims.C3.scale = {claims['C3']['scale']:g}; "
+                     "allowed: a top of the range of S at or above the scale the claim is about")
     c5 = claims["C5"]
     _run_by("claims.C5.baseline", c5["baseline"], exps, "collapse")
     for i, fix in enumerate(c5["fixes"]):

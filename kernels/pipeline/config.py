@@ -122,6 +122,10 @@ def check_config(config: Mapping) -> None:
         if name == TENSORCORE_EXPERIMENT:
             _check_tensorcore(key, exp)
             continue
+        if name == "deployed":  # table T10 (the schema bounds heads and rows): a captured layer
+            if not 0 <= int(exp["layer"]) < (top := int(exps["realmodel"]["layers"])):
+                raise ConfigError(f"config key '{key}.layer': {exp['layer']} is not allowed; allowed: 0 to {top - 1}")
+            continue
         if name == DECODE_EXPERIMENT:
             _check_grid(key, "delta", exp["delta"])
             try:

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 
 from pcast.pipeline.config import spec_json
-from pcast.host.files import atomic_path
+from pcast.host.files import atomic_write_safetensors
 
 __all__ = ["write_inputs", "load_inputs", "base_tensors"]
 
@@ -33,8 +33,6 @@ def write_inputs(spec: Mapping, path: str | os.PathLike) -> dict:
     """
     # lazy: torch-free at import
     import torch  # noqa: F401  (make_base needs it; imported here to keep config code torch-free)
-    from safetensors.torch import save_file  # lazy: torch-free at import
-
     from pcast.models.sinks import make_base  # lazy: torch-free at import
 
     tensors = {}
@@ -44,8 +42,7 @@ def write_inputs(spec: Mapping, path: str | os.PathLike) -> dict:
                 q, k, v = make_base(seed, batch=spec["batch"], heads=spec["heads"], n=n, d=d, sigma=sigma)
                 key = _base_key(seed, n, d, sigma)
                 tensors[f"{key}/q"], tensors[f"{key}/k"], tensors[f"{key}/v"] = q, k, v
-    with atomic_path(path) as tmp:
-        save_file(tensors, tmp, metadata={"spec": spec_json(spec), "format": "pcast-fp8 base v1"})
+    atomic_write_safetensors(path, tensors, {"spec": spec_json(spec), "format": "pcast-fp8 base v1"})
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
     log.info("wrote %d tensors (%.1f MB) to %s", len(tensors), nbytes / 1e6, path)
     return {"tensors": len(tensors), "bytes": nbytes}

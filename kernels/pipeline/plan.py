@@ -84,7 +84,7 @@ from pcast.pipeline.decode_config import calls, partition_cases
 from pcast.pipeline.fp4_config import casts
 from pcast.pipeline.policy_config import resolve_policies
 
-__all__ = ["BASE_BYTES", "TENSORCORE_S_PER_PRODUCT", "tensorcore_row", "decode_as_sweep", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
+__all__ = ["BASE_BYTES", "TENSORCORE_S_PER_PRODUCT", "tensorcore_row", "deployed_row", "DEPLOYED_FINGERPRINT_S", "decode_as_sweep", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
            "calibration_path", "load_calibration"]
 
 #: The interpreter, torch and numpy before any tensor: a sweep shard's max RSS less its tensors.
@@ -302,6 +302,25 @@ def tensorcore_row(config: Mapping) -> dict:
     return {"experiment": TENSORCORE_EXPERIMENT, "shards": 1, "runs": runs,
             "cpu_s": runs * n * n * d * TENSORCORE_S_PER_PRODUCT, "peak_bytes": BASE_BYTES + 24 * n * n + 1536 * n * d,
             "key": f"experiments.{TENSORCORE_EXPERIMENT}.n"}
+
+
+#: CPU seconds of table T10 (pcast.deployed under Triton's interpreter) per adapter: its fingerprint on the
+#: small probe set (a fixed cost), and per (head · query row · key) of the real heads it runs. Measured on the
+#: smoke preset (2 heads x 32 rows x 128 keys): 46 s of CPU in all (132 s wall on 2 cores shared with three
+#: other jobs: 12, 70 and 42 s per adapter), the split kernels' fingerprints the most.
+DEPLOYED_FINGERPRINT_S = {"vllm-unified": 4.0, "vllm-triton-decode": 23.0, "sglang-decode": 14.0}
+DEPLOYED_S_PER_ROW_KEY = 1.0e-4
+
+
+def deployed_row(config: Mapping, keys: int = 512, fetched: bool = True) -> dict:
+    """Table T10's plan row (one job): the interpreter's cost (:data:`DEPLOYED_FINGERPRINT_S` and
+    :data:`DEPLOYED_S_PER_ROW_KEY`, measured on the 2 loaded cores of the machine the default preset is
+    budgeted on) for every adapter; none without the fetched wheels (the job then writes INCONCLUSIVE rows)."""
+    exp = config["experiments"]["deployed"]
+    rows = int(exp["heads"]) * int(exp["rows"])
+    cpu = sum(s + rows * keys * DEPLOYED_S_PER_ROW_KEY for s in DEPLOYED_FINGERPRINT_S.values()) if fetched else 0.0
+    return {"experiment": "deployed", "shards": 1, "runs": len(DEPLOYED_FINGERPRINT_S), "cpu_s": cpu,
+            "peak_bytes": BASE_BYTES, "key": "experiments.deployed.heads"}
 
 
 def _dur(s: float) -> str:

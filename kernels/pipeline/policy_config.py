@@ -94,7 +94,9 @@ def resolve_policies(exp: Mapping, user_policies: Mapping | None = None, *, key:
     User policies (top-level ``policies:``) are built by
     :func:`pcast.policies.policies_from_config`. Raises ValueError naming the key: a bad user
     policy (``policies.<name>.<field>``), an unknown name (``experiments.policies.policies[i]``), or
-    a policy that sets operand casts itself (the variants decide those).
+    a user's policy that sets operand casts itself (the variants decide those). A preset verified against a
+    deployed kernel carries the operand casts its adapter ran: here its P path is taken and the variants decide
+    the operands, as for every other policy.
     """
     try:
         user = policies_from_config(user_policies)
@@ -110,7 +112,7 @@ def resolve_policies(exp: Mapping, user_policies: Mapping | None = None, *, key:
                          f"({', '.join(user) or 'none defined'})")
         kwargs = known[name].attention_kwargs()
         cast = [k for k in ("qk_fmt", "v_fmt") if kwargs[k] is not None]
-        if cast:
+        if cast and name not in POLICIES:
             raise _Error(f"config key 'policies.{name}.{cast[0]}': {kwargs[cast[0]]!r} is not allowed in "
                          f"{key}; allowed: null (the experiment's variants add the operand casts)")
         out[name] = {k: v for k, v in kwargs.items() if k not in OPERAND_KEYS}

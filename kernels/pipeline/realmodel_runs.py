@@ -28,14 +28,13 @@ import time
 from collections.abc import Mapping
 
 from safetensors import safe_open
-from safetensors.torch import save_file
 from scipy.stats import rankdata
 import torch
 
 from pcast.api_multi import attention_calls
 from pcast.models import heads as H, realmodel as rm
 from pcast.contract import COMBOS, combo_label, float32
-from pcast.host.files import atomic_path, atomic_write_text
+from pcast.host.files import atomic_write_safetensors, atomic_write_text
 from pcast.pipeline.logs import progress
 from pcast.pipeline.tables import csv_text
 from pcast.reference import reference_attention
@@ -89,8 +88,7 @@ def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
         raise ValueError(f"config key 'experiments.realmodel.layers': {cfg['layers']} does not match the model's "
                          f"{mc.num_hidden_layers} layers")
     tensors = {**cap, "input_ids": ids.contiguous(), "embeddings": emb.contiguous()}
-    with atomic_path(tensors_out) as tmp:
-        save_file(tensors, tmp, metadata={k: json.dumps(v) for k, v in meta.items()})
+    atomic_write_safetensors(tensors_out, tensors, {k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
     atomic_write_text(meta_out, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     progress(f"realmodel capture: {len(ps)} passages x {cfg['tokens']} tokens, {mc.num_hidden_layers} layers x "
              f"{mc.num_attention_heads} heads, d = {d}, in {time.perf_counter() - t0:.1f} s")
@@ -126,8 +124,7 @@ def _user_tensors(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
             "tokens": out["layer0/q"].shape[-2], "sm_scale": float(user_meta.get("sm_scale", 1.0 / math.sqrt(d))),
             "passages": [{"source": f"{path} batch {b}", "sha256": "", "tokens": out["layer0/q"].shape[-2]}
                          for b in range(out["layer0/q"].shape[0])]}
-    with atomic_path(tensors_out) as tmp:
-        save_file(out, tmp, metadata={k: json.dumps(v) for k, v in meta.items()})
+    atomic_write_safetensors(tensors_out, out, {k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
     atomic_write_text(meta_out, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     progress(f"realmodel: the user's tensors {path!r}, {meta['layers']} layers x {meta['heads']} heads, d = {d}")
     return meta

@@ -5,8 +5,9 @@ was read from (``owner/repo@commit path``: the commit of the version read) and t
 :data:`POLICIES` holds the presets: what FlashAttention-3,
 FlashAttention-4, SageAttention2, FlashInfer, hpc-ops, vLLM and the Triton tutorial do with P, and
 the paper's four combinations. A user's own policies come from the ``policies:`` section of
-config.yaml (:func:`policies_from_config`). Presets describe the P path only: ``qk_fmt`` and
-``v_fmt`` stay None (the policies experiment's ``deployed`` variant adds the operand casts).
+config.yaml (:func:`policies_from_config`). Presets read from source describe the P path only: ``qk_fmt`` and
+``v_fmt`` stay None (the policies experiment's ``deployed`` variant adds the operand casts); a preset verified
+against a deployed kernel's code (:mod:`pcast.deployed`) carries the operand casts its adapter runs.
 
 Torch-free: the Snakefile imports this module to check a config before any job runs.
 """
@@ -149,6 +150,9 @@ POLICY_KEYS = tuple(f.name for f in dataclasses.fields(Policy) if f.name != "nam
 # Block sizes are each kernel's own tiles (any multiple of 16, pcast.contract.is_block_size). block_m
 # has no effect on the numbers (query rows are independent); block_n decides where the running max can move.
 
+_VLLM_FILE = "vllm/v1/attention/ops/triton_unified_attention.py"
+_VLLM_034 = "79ca4b3cd74aec08c4bf476bdf0cb15735b605ae5368526a2faae1e30f044ca2"  # pcast.deployed.registry.WHEELS
+_SGLANG_0523 = "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937"
 _HPC_OPS = "Tencent/hpc-ops@5b005f2659a33738e1220f58f00f71de652983c6 src/attention/prefill/kernels.cuh"
 _PRESETS = (
     # FlashAttention-3 FP8: softmax.h scale_apply_exp2 subtracts Max_offset = 8 from the scaled max
@@ -193,10 +197,19 @@ _PRESETS = (
     # hpc-ops before the change the paper motivated: S = 1, otherwise the same.
     Policy("hpc-ops-s1", order="forward", scale=1.0, scale_mode="multiply", block_m=128, block_n=128,
            source=_HPC_OPS, read=READ),
-    # vLLM unified Triton attention: P = exp(S - m) (multiply, S = 1), P.to(V.dtype); with learned
-    # sinks the running max starts at the sink logit and L at 1 (sink_mode="init"). Tiles: BLOCK_M
-    # = 16 (num_queries_per_kv <= 16), TILE_SIZE_PREFILL = 32 (at least 32 for fp8).
-    Policy("vllm-unified", order="forward", scale=1.0, scale_mode="multiply", sink_mode="init",
+    # vLLM unified Triton attention as released in 0.34.0 (read from and verified against the wheel by
+    # pcast.deployed "vllm-unified": 0 probe rows outside on the default set at d = 128, bf16, H = 4, H_kv = 2):
+    # kernel_unified_attention's 2D path, P = exp(S - m) then acc += dot((P * p_scale).to(V.dtype), V) / p_scale
+    # with p_scale = 256 for e4m3 V (128 for e5m2, 1 unquantised); V stays FP8 only with an FP8 Q and
+    # KVQuantMode.FP8_PER_TENSOR, so the preset carries that deployment: Q, K, V in e4m3fn with unit
+    # descales (qk_scale = v_scale = 1). With learned sinks the running max starts at the sink logit and L at 1
+    # (sink_mode="init"). Tiles: BLOCK_M = 16 (num_queries_per_kv <= 16), TILE_SIZE_PREFILL = 32.
+    Policy("vllm-unified", order="forward", scale=256.0, scale_mode="multiply", sink_mode="init",
+           qk_fmt="e4m3fn", qk_scale=1.0, v_fmt="e4m3fn", v_scale=1.0, block_m=16, block_n=32,
+           source=f"vllm 0.34.0 (wheel sha256 {_VLLM_034}) {_VLLM_FILE} kernel_unified_attention", read=READ),
+    # The same kernel as read at vllm@1c98a49 (the file then lived in vllm/attention/ops/): P.to(V.dtype) with
+    # no scale (S = 1). Kept for the audit's and the policies experiment's sink-collapse example (vllm-final).
+    Policy("vllm-unified-1c98a49", order="forward", scale=1.0, scale_mode="multiply", sink_mode="init",
            block_m=16, block_n=32, source=("vllm-project/vllm@1c98a4967619bdc682aaf2f15eec6c3302d64368 "
                                          "vllm/attention/ops/triton_unified_attention.py"),
            read=READ),
@@ -238,11 +251,27 @@ _PRESETS = (
     Policy("vllm-paged-v2", order="forward", scale=1.0, p_normalize="partition", fmt="bf16", block_m=16,
            block_n=256, num_splits=16, split_layout="contiguous",
            source="vllm-project/vllm@cc17020a31f79ed0ac6cc662df2b14d8dcc82624 csrc/attention/paged_attention_v2.cu", read=READ),
-    # vLLM's Triton decode (kernel_unified_attention_3d + reduce_segments): contiguous segments, forward
-    # order, the learned sink seeding segment 0's max and sum; 16 segments (NUM_SEGMENTS_PER_SEQ) taken.
-    Policy("vllm-triton-decode", order="forward", scale=1.0, scale_mode="multiply", sink_mode="init", block_m=16,
-           block_n=32, num_splits=16, split_layout="contiguous",
-           source="vllm-project/vllm@1c98a4967619bdc682aaf2f15eec6c3302d64368 vllm/attention/ops/triton_unified_attention.py", read=READ),
+    # vLLM's Triton decode in 0.34.0: the same kernel_unified_attention with IS_3D (contiguous segments of
+    # TILE_SIZE_DECODE = 32 tiles for an FP8 query) and reduce_segments; the same P cast as the 2D path (p_scale
+    # 256 for e4m3 V) and the same FP8 operands; the learned sink seeds segment 0's max and sum. 16 segments
+    # (num_par_softmax_segments) taken. Verified against the wheel by pcast.deployed "vllm-triton-decode".
+    Policy("vllm-triton-decode", order="forward", scale=256.0, scale_mode="multiply", sink_mode="init",
+           qk_fmt="e4m3fn", qk_scale=1.0, v_fmt="e4m3fn", v_scale=1.0, block_m=16, block_n=32, num_splits=16,
+           split_layout="contiguous",
+           source=f"vllm 0.34.0 (wheel sha256 {_VLLM_034}) {_VLLM_FILE} kernel_unified_attention (IS_3D)",
+           read=READ),
+    # SGLang's Triton grouped decode in 0.5.23 (decode_attention.py, _fwd_grouped_kernel_stage1 and
+    # _fwd_kernel_stage2): per split of BLOCK = 32-key tiles in order, acc += dot(p.to(v.dtype), v) on raw FP8 V
+    # with no scale (S = 1); the learned sink enters only stage 2's sum (sink_mode="final"); splits are
+    # contiguous, 8 taken (num_kv_splits is a run-time choice). K and V are e4m3fn in the cache (unit scales);
+    # Q stays in its input dtype, which the contract cannot say (qk_fmt casts Q and K alike): the probes' Q is
+    # exact in e4m3fn at d = 128, so they cannot tell the two apart. Only the grouped (GQA) kernel casts P; the
+    # MHA kernel sums p[:, None] * v in float32. Verified against the wheel by pcast.deployed "sglang-decode".
+    Policy("sglang-decode", order="forward", scale=1.0, scale_mode="multiply", sink_mode="final",
+           qk_fmt="e4m3fn", qk_scale=1.0, v_fmt="e4m3fn", v_scale=1.0, block_m=16, block_n=32, num_splits=8,
+           split_layout="contiguous",
+           source=(f"sglang 0.5.23 (wheel sha256 {_SGLANG_0523}) sglang/kernels/ops/attention/decode_attention.py "
+                   "_fwd_grouped_kernel_stage1"), read=READ),
 )
 
 # The paper's four combinations (pcast.contract.COMBOS): the contract of pcast.attention with

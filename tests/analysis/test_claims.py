@@ -31,7 +31,7 @@ def cfgs():
 def agreeing(cfgs):
     """Tidy tables that agree with every claim: reverse S=256 never underflows (the paper's guarantee) and
     the Δ grid stops where forward S=256's precision loss would start (12 < Δc(256) + the onset span)."""
-    return {"collapse": make_collapse(reverse_zero=True, deltas=tuple(np.arange(0.0, 12.01, 1.0))),
+    return {"collapse": make_collapse(reverse_zero="all", deltas=tuple(np.arange(0.0, 12.01, 1.0))),
             "scales": make_scales(), "threshold": make_threshold(), "conformance": make_conformance()}
 
 
@@ -136,13 +136,14 @@ def test_claims_c1_to_c6_carry_readings_robustness_and_domain(verdicts):
         assert r["verdict"] == C.across_readings([x["verdict"] for x in r["readings"]]), key
         assert r["robustness"], key
         for c in r["robustness"]:
-            assert set(c) == {"choice", "value", "source", "verdicts"} and c["source"] and c["verdicts"], (key, c)
+            assert set(c) == {"choice", "value", "source", "verdicts", "key", "default"}, (key, c)
+            assert c["source"] and c["verdicts"], (key, c)
     assert "beyond_domain" in verdicts["C6"]
     md = C.render_markdown(verdicts, preset="test")
     assert md.count("*Readings (each over the claim's domain).*") == 6
     assert md.count("*Robustness (every choice") == 6
     for c in verdicts["C5"]["robustness"]:
-        assert f"| {c['choice']} | {c['value']} |" in md
+        assert f"| {c['choice']}" in md and f" | {c['value']} |" in md
 
 
 def test_every_presets_why_fills_from_a_run(verdicts):
@@ -230,20 +231,30 @@ def test_c1_flips_when_measured_fraction_leaves_the_law(cfgs):
     assert [s["verdict"] for s in r["scoped"]] == ["FAIL", "PASS"]  # forward S=256 still on the law
 
 
-def test_c2_fails_while_reverse_256_underflows_anywhere(cfgs):
-    """The guarantee as stated: one Δ with underflow anywhere on the grid is a FAIL, whatever the theory expects."""
+def test_c2_judges_both_halves_on_one_key_set(cfgs):
+    """The guarantee's key set is a reading, the same for both halves. Every non-sink key: one underflow event of
+    reverse S=256 anywhere on the grid fails it, and so does reverse S=1's sink block; the keys outside the sink
+    block: each half is allowed the sink block's share."""
     _, claims_cfg = cfgs
-    ok = collapse_summary(make_collapse(reverse_zero=True, svs_values=(0.0,)))
-    assert C.claim_c2(ok, claims_cfg["C2"])["verdict"] == "PASS"
-    leak = collapse_summary(make_collapse(reverse_zero=True, reverse_leak=5, svs_values=(0.0,)))
-    assert C.claim_c2(leak, claims_cfg["C2"])["verdict"] == "FAIL"
-    # the exact model's own residual: reverse S=256 underflows at large Δ (the sink block's non-sink keys)
+    every, outside = (f"the guarantee covers {k}" for k in ("all non-sink keys", "the keys outside the sink block"))
+
+    def by_reading(r):
+        return {x["reading"]: x["verdict"] for x in r["readings"]}
+
+    ok = C.claim_c2(collapse_summary(make_collapse(reverse_zero="all", svs_values=(0.0,))), claims_cfg["C2"])
+    assert ok["verdict"] == "PASS" and by_reading(ok) == {every: "PASS", outside: "PASS"}
+    leak = C.claim_c2(collapse_summary(make_collapse(reverse_zero="all", reverse_leak=5, svs_values=(0.0,))),
+                      claims_cfg["C2"])
+    assert by_reading(leak) == {every: "FAIL", outside: "PASS"} and leak["verdict"] == "PARTIAL"
+    # the exact model's own residual: both reverse combinations underflow in the sink block's non-sink keys
     r = C.claim_c2(collapse_summary(make_collapse(svs_values=(0.0,))), claims_cfg["C2"])
-    assert r["verdict"] == "FAIL"
+    assert by_reading(r) == {every: "FAIL", outside: "PASS"} and r["verdict"] == "PARTIAL"
     assert r["numbers"]["first_nonzero_delta"] > 0
     assert r["numbers"]["sink_block_share"] == pytest.approx((BLOCK - K) / (N - K))
     region = _scoped(r, "reverse S=256 where the exact model expects")
     assert region and region[0]["verdict"] == "PASS"  # the scoped verdict beneath, not the verdict
+    block = [c for c in r["robustness"] if c["key"] == "claims.C2.alternatives.block_n"]
+    assert block and block[0]["value"] == str(BLOCK)
 
 
 def test_c3_states_theory_and_measures_every_scale(cfgs, agreeing):
@@ -488,8 +499,28 @@ def test_registry_criterion_keys_are_the_config_and_schema_keys(cfgs):
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "claims.schema.yaml").read_text())
     props = schema["properties"]["claims"]["properties"]
     for c in registry.CLAIMS:
-        if c.id in ("conformance", "cases"):  # no criterion to configure (cases: each report's printed precision)
+        if c.id in ("conformance", "cases", "deployed"):  # no criterion to configure (cases: each report's printed
+            # precision; deployed: the probes' tolerance)
             assert c.criterion_keys == () and c.id not in claims_cfg
             continue
         assert set(c.criterion_keys) == set(claims_cfg[c.id]) == set(props[c.id]["properties"]), c.id
-    assert [c.id for c in registry.CLAIMS if c.id not in ("conformance", "cases")] == sorted(claims_cfg)
+    assert [c.id for c in registry.CLAIMS if c.id not in ("conformance", "cases", "deployed")] == sorted(claims_cfg)
+
+
+def test_each_statistics_builder_needs_only_the_keys_its_job_is_given(agreeing, cfgs):
+    """A statistics job's params are registry.statistics_reads(job, statistics): each builder runs on that part
+    alone (a key it reads but is not given raises KeyError) and gives what the whole section gives."""
+    from pcast.analysis import registry
+
+    stats_cfg, _ = cfgs
+    for job, table in (("collapse", "collapse"), ("paired", "collapse"), ("scales", "scales"),
+                       ("threshold", "threshold")):
+        part = registry.statistics_reads(job, stats_cfg)
+        assert set(part) < set(stats_cfg), job
+        whole, alone = getattr(stats, job)(agreeing[table], stats_cfg), getattr(stats, job)(agreeing[table], part)
+        for w, a in zip(whole if isinstance(whole, tuple) else (whole,), alone if isinstance(alone, tuple) else (alone,)):
+            pd.testing.assert_frame_equal(w, a)
+    with pytest.raises(KeyError, match="tost_margin"):
+        stats.paired(agreeing["collapse"], {k: v for k, v in stats_cfg.items() if k != "tost_margin"})
+    assert "tost_margin" not in {k for j, keys in registry.STATISTICS_READS.items() if j != "paired"
+                                 and not j.startswith("table_") for k in keys}

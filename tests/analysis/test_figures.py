@@ -164,6 +164,26 @@ def test_figures_draw_what_the_verdicts_test(summaries):
     plt.close("all")
 
 
+def test_figures_mark_the_tolerances_and_windows_the_verdicts_read(summaries):
+    """F2 shades C1's tolerance around the Φ law (claims.C1.allowance × the first neglected term) and draws C2's
+    sink-block share; F4's windows of 'moderate' are told apart by colour, not only by hatch."""
+    from matplotlib.colors import to_hex
+
+    from pcast.analysis.verdicts.underflow import leading_order_tolerance
+
+    t = _load(summaries)
+    _, d = P.fig_collapse(t["collapse"], allowance=2.0)
+    r = t["collapse"].iloc[0]
+    share = (int(r["block_n"]) - int(r["ksink"])) / (int(r["n"]) - int(r["ksink"]))
+    assert (d.loc[d["series"] == "C2 sink-block share", "y"] == share).all()
+    tol = d[d["series"].str.contains("C1 tolerance")]
+    assert len(tol) and f"± {2.0 * leading_order_tolerance(int(r['ksink'])):.3g}" in tol["series"].iloc[0]
+    fig, _ = P.fig_improvement(t["paired"], t["scales"], t["collapse"], moderate=[[0.01, 0.5], [0.5, 0.99]])
+    edges = {to_hex(p.get_edgecolor()) for ax in fig.axes[:1] for p in ax.patches if p.get_hatch()}
+    assert len(edges) == 2, edges  # one colour per window
+    plt.close("all")
+
+
 def test_figure_data_tables(summaries):
     t = _load(summaries)
     built = [P.fig_theory_scale(t["scales"]), P.fig_collapse(t["collapse"]), P.fig_mse(t["collapse"], t["paired"]),

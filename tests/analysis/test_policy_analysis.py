@@ -261,3 +261,19 @@ def test_fig_policies_reruns_only_the_policies_chain(tmp_path):
     assert jobs == {"inputs", "sweep_shard", "tidy_table", "stats_policies", "fig_policies", "total"}, out[-3000:]
     experiments = {w.split("experiment=")[1].split(",")[0] for w in out.splitlines() if "experiment=" in w}
     assert experiments == {"policies"}
+
+
+def test_a_new_preset_reaches_the_figure_and_the_table(summary, cfgs, monkeypatch):
+    """A preset registered in pcast.policies.POLICIES alone (no style, no list edited) is drawn and tabled."""
+    from pcast.policies import POLICIES, Policy
+
+    monkeypatch.setitem(POLICIES, "dummy-s256", Policy("dummy-s256", scale=256.0, source="this repository: a test",
+                                                       read="2026-11"))
+    renamed = summary.replace({"policy": {"forward-s256": "dummy-s256"}})
+    fig, rows = P.fig_policies(renamed)
+    assert rows["series"].astype(str).str.contains("dummy-s256").any()
+    from pcast.analysis.plots.policies import USER_STYLES, policy_style
+
+    assert policy_style("dummy-s256", []) in USER_STYLES
+    table = T.policies(renamed, cfgs[0], cfgs[1]["audit"])
+    assert "dummy-s256" in set(table.display["policy"])

@@ -16,7 +16,7 @@ def test_dir_and_all_list_the_lazy_public_names():
 
 
 @pytest.mark.parametrize("kw", [dict(order="forward", scale=1.0), dict(policy="fa3", causal=True),
-                                dict(policy="vllm-unified", sink_logit=torch.full((2,), 6.0))])
+                                dict(policy="vllm-unified-1c98a49", sink_logit=torch.full((2,), 6.0))])
 def test_reference_true_gives_the_mse_of_a_separate_reference_call(kw):
     q, k, v = make_inputs(3, heads=2, n=128, d=32, ksink=1, delta=8.0, sink_v_scale=0.0)
     r = pcast.attention(q, k, v, ksink=1, backend="emulator", reference=True, **kw)

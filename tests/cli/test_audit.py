@@ -148,15 +148,15 @@ def test_learned_sink_logit_collapses_only_the_policy_that_seeds_the_max(tmp_pat
     p = tmp_path / "qkv.safetensors"
     save_file({"q": q, "k": k, "v": v}, str(p))
     out = tmp_path / "audit.csv"
-    assert main([str(p), "--ksink", "0", "--sink-logit", "9", "--policy", "vllm-unified", "--csv", str(out)]) == 0
+    assert main([str(p), "--ksink", "0", "--sink-logit", "9", "--policy", "vllm-unified-1c98a49", "--csv", str(out)]) == 0
     text = capsys.readouterr().out
     rows = {r["policy"]: r for r in csv.DictReader(open(out))}
     # vLLM starts the running max at the logit 9: every key meets it, as in forward order with a sink key
-    assert "vllm-unified: COLLAPSES:" in text and float(rows["vllm-unified"]["underflow_frac"]) > 0.9
+    assert "vllm-unified-1c98a49: COLLAPSES:" in text and float(rows["vllm-unified-1c98a49"]["underflow_frac"]) > 0.9
     # the same S = 1 forward walk with the logit added at the end ("final") loses nothing to it
     assert "forward S=1: does not collapse:" in text and float(rows["forward S=1"]["underflow_frac"]) < 0.05
     # errors are against the reference with the sink in its denominator: the fix is accurate
-    assert float(rows["reverse S=256"]["rel_mse"]) < 1e-2 < float(rows["vllm-unified"]["rel_mse"])
+    assert float(rows["reverse S=256"]["rel_mse"]) < 1e-2 < float(rows["vllm-unified-1c98a49"]["rel_mse"])
 
 
 # ----------------------------------------------------------------------------- bad input before any work

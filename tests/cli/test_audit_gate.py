@@ -122,9 +122,9 @@ def test_mass_underflow_with_a_sink_logit_that_seeds_the_max(tmp_path):
     """vllm-unified seeds the max with the logit (the rule's m0): its mass is checked against the kernel's count."""
     p, js = tmp_path / "l.safetensors", tmp_path / "l.json"
     save_file(dict(zip("qkv", _heads(dict(seed=5, ksink=1, delta=0.0)))), str(p))
-    assert main([str(p), "--policy", "vllm-unified", "--sink-logit", "9", *EMU, "--json", str(js), "--quiet"]) == 0
+    assert main([str(p), "--policy", "vllm-unified-1c98a49", "--sink-logit", "9", *EMU, "--json", str(js), "--quiet"]) == 0
     heads = {h["policy"]: h for h in json.load(open(js))["heads"]}
-    assert heads["vllm-unified"]["mass_underflow"] > 0.5 > heads["reverse S=256"]["mass_underflow"]
+    assert heads["vllm-unified-1c98a49"]["mass_underflow"] > 0.5 > heads["reverse S=256"]["mass_underflow"]
 
 
 def test_summary_worst_head_is_by_each_policys_own_error(files, tmp_path, capsys):

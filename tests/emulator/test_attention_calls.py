@@ -203,7 +203,7 @@ def test_mixed_calls_learned_sink_logit(causal):
               "rescale_threshold": 8.0},
              {"order": "forward", "scale": 100.0, "sink_mode": "init", "rescale_threshold": 4.0},
              {"order": "forward", "scale": 1.0, "sink_mode": "init", "fmt": None, "rowsum": "rounded"},
-             {"policy": "vllm-unified"},
+             {"policy": "vllm-unified-1c98a49"},
              {"policy": "fa3"},
              {"policy": "sage2", "sink_mode": "init"},
              {"order": "forward", "scale": 1.0, "sink_logit": None},  # this call overrides the common logit
@@ -317,7 +317,7 @@ def test_learned_sink_stack_is_cloned():
     bit-identical to run-by-run, and only the normalisation takes its own logit."""
     q, k, values = stack(seed=13, deltas=[0.0, 0.0, 0.0, 0.0], ksink=0)
     sink = torch.tensor([[0.0], [4.0], [8.0], [16.0]])
-    calls = [dict(c, sink_mode="final") for c in ORDER_SCALE] + [{"policy": "fa3"}, {"policy": "vllm-unified"}]
+    calls = [dict(c, sink_mode="final") for c in ORDER_SCALE] + [{"policy": "fa3"}, {"policy": "vllm-unified-1c98a49"}]
     before = snapshot()
     assert_like_run_by_run(q, k, values, calls, ksink=0, sink_logit=sink, **EMU)
     g = grown(before)

@@ -96,7 +96,7 @@ POLICY_CASES = {
     "operand-casts": dict(qk_fmt="e4m3fn", v_fmt="e5m2", v_scale=0.25, causal=True),
     "sm-scale-not-pow2": dict(sm_scale=0.3, block_n=64),
     "no-rounding": dict(fmt=None, rowsum="rounded"),
-    "policy-vllm-unified": dict(policy="vllm-unified", sink=True),
+    "policy-vllm-unified": dict(policy="vllm-unified-1c98a49", sink=True),
     "policy-flashinfer-hopper": dict(policy="flashinfer-hopper"),  # its scale 448 is overridden
 }
 

@@ -52,7 +52,7 @@ def assert_same_bits(a, b):
 # saturation (S = 448 with a stale max).
 CASES = {
     "fa4": dict(policy="fa4", block_n=16),
-    "vllm-init-logit": dict(policy="vllm-unified", sink=True),
+    "vllm-init-logit": dict(policy="vllm-unified-1c98a49", sink=True),
     "paper-rounded-causal": dict(order="reverse", scale=256.0, rowsum="rounded", causal=True, block_n=32,
                                  causal_align="top_left"),
     "v-cast-tensor": dict(policy="fa3", v_fmt="e4m3fn", qk_fmt="e4m3fn", block_n=128),

@@ -55,6 +55,29 @@ def test_passages_are_fixed_text_of_pinned_packages_with_hashes():
         rm.passages(tok, count=2, tokens=513)
 
 
+def test_choosing_passages_at_the_models_length_warns_of_nothing():
+    """The length probe counts tokens up to the length asked for: the same passages, and no transformers warning
+    that a text is longer than the model's 512 positions (the default run's passages are 512 tokens). The
+    untruncated count, on the same tokenizer afterwards, does warn: the check can see the warning."""
+    import logging
+
+    seen = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())
+    root = logging.getLogger("transformers")  # transformers' loggers do not propagate to the root logger
+    root.addHandler(handler)
+    try:
+        tok = rm.load_tokenizer()
+        got = rm.passages(tok, count=2, tokens=512)
+        probed = list(seen)
+        full = [len(tok(p.text, truncation=False)["input_ids"]) for p in got]
+    finally:
+        root.removeHandler(handler)
+    assert len(got) == 2 and all(p.tokens == 512 for p in got) and all(n >= 512 for n in full)
+    assert not [m for m in probed if "sequence length" in m], probed
+    assert [m for m in seen if "sequence length" in m]  # the untruncated count warns
+
+
 def test_recomputed_softmax_matches_the_models_own_probabilities(model, captured):
     _, ids, cap = captured
     probs = rm.model_probs(model, ids)

@@ -106,7 +106,7 @@ def test_issue_requirements_on_the_default_grids():
     deltas = pconfig.delta_values(c["delta"])
     assert deltas[0] == 0 and deltas[-1] == 16 and max(b - a for a, b in zip(deltas, deltas[1:])) <= 0.5
     assert c["ksink"] == [4] and set(c["order"]) == {"forward", "reverse"} and set(c["scale"]) == {1, 256}
-    assert c["seeds"] >= 16 and set(c["sink_v_scale"]) == {0, 0.25, 1}
+    assert c["seeds"] >= 16 and set(c["sink_v_scale"]) == {0, 0.03, 0.25, 1}  # 0.03: the real model's measured median
     s = e["scales"]
     assert set(s["scale"]) >= {2**i for i in range(10)} | {448, 100, 300, 384}
     assert set(pconfig.delta_values(s["delta"])) == {4, 8, 12} and set(s["order"]) == {"forward", "reverse"}
@@ -154,7 +154,7 @@ def test_grid_changes_touch_only_the_shard_specs_they_should():
 def test_expected_rows_matches_the_grid():
     e = merged("default")["experiments"]
     c = e["collapse"]
-    assert pconfig.expected_rows("collapse", c) == c["seeds"] * 33 * 3 * 4
+    assert pconfig.expected_rows("collapse", c) == c["seeds"] * 33 * 4 * 4
     k = e["conformance"]
     grid = k["seeds"] * len(k["shapes"]) * 2 * 4
     assert pconfig.expected_rows("conformance", {**k, "engine": None}) == grid
@@ -313,7 +313,7 @@ def test_default_preset_stores_well_under_1_gb_of_inputs():
         if name == "realmodel":  # q, k, v float32 of every layer: all-MiniLM-L6-v2's 12 heads x 32 dims
             total += exp["layers"] * 3 * 4 * exp["passages"] * exp["tokens"] * 12 * 32
             continue
-        if name == "tensorcore":  # its inputs are made inside its one job, none stored
+        if name in ("tensorcore", "deployed"):  # inputs made inside its one job (deployed: the captured heads), none stored
             continue
         nd = {(s["n"], s["d"]) for s in exp.get("shapes", [{"n": exp.get("n"), "d": exp.get("d")}])}
         sigmas = exp["sigma"] if isinstance(exp["sigma"], list) else [exp["sigma"]]
@@ -448,6 +448,22 @@ ANALYSIS_BAD = {
                                       "claims.C4.alternatives.knee_onset_fraction[0]", "(0, 0.5)"),
     "C4_alternative_unknown_choice": case({"claims.C4.alternatives.knee_width": [1]}, "claims.C4.alternatives.knee_width",
                                           "knee_width"),
+    "C1_allowance_negative": case({"claims.C1.allowance": -1}, "claims.C1.allowance", ">= 0"),
+    "C1_alternative_allowance_negative": case({"claims.C1.alternatives.allowance": [-0.5]},
+                                              "claims.C1.alternatives.allowance[0]", ">= 0"),
+    "C2_alternative_block_n_zero": case({"claims.C2.alternatives.block_n": [0]}, "claims.C2.alternatives.block_n[0]",
+                                        ">= 1"),
+    "C3_max_scale_below_the_scale": case({"claims.C3.max_scale": 200}, "claims.C3.max_scale", "claims.C3.scale"),
+    "C3_alternative_max_scale_below_one": case({"claims.C3.alternatives.max_scale": [0.5]},
+                                               "claims.C3.alternatives.max_scale[0]", ">= 1"),
+    "C6_trivial_margin_zero": case({"claims.C6.trivial_margin": 0}, "claims.C6.trivial_margin", "> 0"),
+    "C6_min_nontrivial_zero": case({"claims.C6.min_nontrivial": 0}, "claims.C6.min_nontrivial", ">= 1"),
+    "C6_alternative_trivial_margin_zero": case({"claims.C6.alternatives.trivial_margin": [0]},
+                                               "claims.C6.alternatives.trivial_margin[0]", "> 0"),
+    "C6_alternative_min_nontrivial_zero": case({"claims.C6.alternatives.min_nontrivial": [0]},
+                                               "claims.C6.alternatives.min_nontrivial[0]", ">= 1"),
+    "C6_alternative_alpha_one": case({"claims.C6.alternatives.alpha": [1]}, "claims.C6.alternatives.alpha[0]",
+                                     "(0, 1)"),
     "expected_why_slot_names_no_claim": case({"presets.default.expected_verdicts.C5.why": "{C9.cells} cells"},
                                              "presets.default.expected_verdicts.C5.why", "{C9.cells}"),
     "realmodel_band_out_of_order": case({"claims.realmodel.band": [10.0, 3.0]}, "claims.realmodel.band",
@@ -490,6 +506,8 @@ ANALYSIS_BAD = {
     "decode_rms_tolerance_above_one": case({"claims.decode.rms_tolerance": 1.5}, "claims.decode.rms_tolerance",
                                            "a fraction in (0, 1)"),
     "decode_delta_not_a_number": case({"claims.decode.delta": "late"}, "claims.decode.delta", "nearest Δ"),
+    "deployed_layer_not_captured": case({"experiments.deployed.layer": 6}, "experiments.deployed.layer",
+                                        "allowed: 0 to 5"),
     "realmodel_combos_not_run": case({"claims.realmodel.combos[1]": "forward S=16"}, "claims.realmodel.combos[1]",
                                      "experiments.realmodel", COMBOS4),
     # an experiment's grid shrunk under a key that names what it no longer runs
@@ -536,7 +554,7 @@ def test_every_statistics_and_claims_key_has_a_bad_case():
     """A key added to either section without a bad-value case above fails here."""
     covered = {re.sub(r"\[\d+\]", "", c[2]) for c in ANALYSIS_BAD.values()}
     leaves = [leaf for section in ("statistics", "claims") for leaf in _leaves(CONFIG[section], section)]
-    assert len(leaves) == 57
+    assert len(leaves) == 67
     assert [leaf for leaf in leaves if leaf not in covered] == []
 
 

@@ -53,7 +53,8 @@ def test_calls_run_one_layout_for_one_split_and_partition_in_forward_order(cfg):
     grid = cfg["experiments"]["decode"]
     got = calls(grid)
     assert len(got) == len({tuple(sorted(c.items())) for c in got}) == 30
-    assert [p["policy"] for p in policy_calls(grid)] == list(DECODE_PRESETS)
+    assert [p["policy"] for p in policy_calls(grid)] == list(DECODE_PRESETS), \
+        "config.yaml experiments.decode.policies must list every decode preset of pcast.policies.DECODE_PRESETS"
     assert {c["split_layout"] for c in got if c["num_splits"] == 1} == {"contiguous"}
     assert {c["order"] for c in got if c["p_normalize"] == "partition"} == {"forward"}
     # online: 1 split x 2 orders + 2 x 2 layouts x 2 orders; partition: 1 + 2 x 2 layouts; times 2 scales

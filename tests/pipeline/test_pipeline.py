@@ -131,6 +131,10 @@ def test_two_clean_runs_are_byte_identical_with_1_and_2_cores(smoke_run, tmp_pat
     assert sorted(str(p.relative_to(b)) for p in (b / "results/tidy").glob("*.csv")) == tidy
     for t in tidy:
         assert (b / t).read_bytes() == (smoke_run / t).read_bytes(), f"{t} differs between --cores 2 and --cores 1"
+    shards = sorted(str(p.relative_to(b)) for p in (b / "results/inputs").rglob("shard*.safetensors"))
+    assert shards
+    for t in shards:  # the input jobs of two runs: the same bytes, metadata included
+        assert (b / t).read_bytes() == (smoke_run / t).read_bytes(), f"{t} differs between two runs"
 
 
 @pytest.mark.smoke_reader
@@ -185,6 +189,29 @@ def test_changing_one_grid_reruns_only_that_experiment(smoke_run, tmp_path):
         if j["rule"] == "sweep_shard":
             assert j["reason"].startswith("Params have changed"), j
         elif j["rule"] != "all":  # everything else reruns only because its input is being remade
+            assert j["reason"].startswith("Input files updated by another job"), j
+
+
+def test_changing_the_tost_margin_reruns_only_the_jobs_that_read_it(smoke_run, tmp_path):
+    """Each statistics job's params hold only the keys it reads (pcast.analysis.registry.STATISTICS_READS): a
+    new TOST margin reruns stats_paired and the jobs that read it or its output, no other statistics job."""
+    from pcast.analysis import registry
+
+    override = tmp_path / "margin.yaml"
+    override.write_text(yaml.safe_dump({"statistics": {"tost_margin": 0.05}}))
+    listed = jobs(smk(smoke_run, "-n", "--configfile", str(override)).stdout)
+    by_params = {j["rule"] for j in listed if "Params have changed" in j["reason"]}
+    readers = {f"stats_{k}" if not k.startswith("table_") else k for k, keys in registry.STATISTICS_READS.items()
+               if "tost_margin" in keys}
+    assert readers == {"stats_paired", "table_paired_tests"}
+    # claims reads the statistics section for its robustness tables; a job also downstream of paired.csv may list
+    # only "Input files updated" (Snakemake names one reason first)
+    assert "stats_paired" in by_params and by_params <= readers | {"claims"}, listed
+    rules = {j["rule"] for j in listed}
+    assert not {r for r in rules if r.startswith("stats_")} - {"stats_paired"}, rules
+    assert not {"inputs", "sweep_shard", "tidy_table", "conformance_shard"} & rules
+    for j in listed:
+        if j["rule"] not in by_params | {"all"}:
             assert j["reason"].startswith("Input files updated by another job"), j
 
 

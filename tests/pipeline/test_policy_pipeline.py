@@ -51,7 +51,8 @@ def test_default_grid_is_the_issues():
     assert e["seeds"] >= 16 and e["shapes"] == [{"n": 1024, "d": 64}]
     assert e["sink_kinds"] == ["keys", "logit"] and e["ksink"] == 4 and set(e["sink_v_scale"]) == {0, 1}
     # every preset but the decode ones (split-KV, for N = 8,192), the paper's four, the user's
-    assert (set(POLICIES) - set(DECODE_PRESETS)) | {"fa4-s256", "vllm-final"} == set(e["policies"])
+    assert (set(POLICIES) - set(DECODE_PRESETS)) | {"fa4-s256", "vllm-final"} == set(e["policies"]), \
+        "config.yaml experiments.policies.policies must list every single-pass preset of pcast.policies.POLICIES"
     assert set(e["variants"]) == set(contract.VARIANTS)
     deployed = resolve_variants(e)["deployed"]
     assert deployed == {"qk_fmt": "e4m3fn", "qk_scale": "tensor", "v_fmt": "e4m3fn", "v_scale": "tensor"}
@@ -59,7 +60,7 @@ def test_default_grid_is_the_issues():
     spec = pconfig.shard_spec(P, e, 0, policies=cfg["policies"])
     assert spec["policies"]["fa4-s256"] == {**spec["policies"]["fa4"], "scale": 256.0}
     # and vLLM's with the learned sink joining l after the loop (the fix the issue names)
-    assert spec["policies"]["vllm-final"] == {**spec["policies"]["vllm-unified"], "sink_mode": "final"}
+    assert spec["policies"]["vllm-final"] == {**spec["policies"]["vllm-unified-1c98a49"], "sink_mode": "final"}
     smoke, paper = merged("smoke")["experiments"][P], merged("paper")["experiments"][P]
     assert smoke["shapes"] == [{"n": 128, "d": 16}] and smoke["seeds"] == 2
     assert paper["shapes"] == [{"n": 4096, "d": 128}] and paper["seeds"] > e["seeds"]
@@ -146,10 +147,11 @@ def test_spec_resolves_every_policy_and_changes_only_with_the_policies_work():
 
 def test_expected_rows_counts_every_policy_variant_and_sink_item():
     e = merged("default")["experiments"][P]
-    # 16 seeds x (keys: 2 sink_v_scale x 33 Δ + logit: 33 Δ) x 14 policies x 2 variants
-    assert pconfig.expected_rows(P, e) == 16 * (2 * 33 + 33) * 14 * 2
+    # 16 seeds x (keys: 2 sink_v_scale x 33 Δ + logit: 33 Δ) x the listed policies (15) x 2 variants
+    n = len(e["policies"])
+    assert n == 15 and pconfig.expected_rows(P, e) == 16 * (2 * 33 + 33) * n * 2
     one = dict(e, sink_kinds=["logit"], variants={"p_only": {}})
-    assert pconfig.expected_rows(P, one) == 16 * 33 * 14
+    assert pconfig.expected_rows(P, one) == 16 * 33 * n
 
 
 def test_call_key_drops_only_what_cannot_change_the_bits():
@@ -184,7 +186,7 @@ TINY_USER = {  # two user policies: one identical to a preset, one lazy policy t
 }
 TINY = {"seeds": 2, "seeds_per_shard": 2, "shapes": [{"n": 64, "d": 16}], "causal": [False],
         "sink_kinds": ["keys", "logit"], "ksink": 4, "sigma": [1.0], "sink_v_scale": [0.0, 1.0],
-        "delta": [0.0, 12.0], "policies": ["forward-s1", "forward-s256", "twin", "vllm-unified", "fa4", "lazy-s256"],
+        "delta": [0.0, 12.0], "policies": ["forward-s1", "forward-s256", "twin", "vllm-unified-1c98a49", "fa4", "lazy-s256"],
         "variants": {"p_only": {}, "deployed": {}}, "backend": "emulator"}
 
 
@@ -294,12 +296,12 @@ def test_learned_sink_modes_and_lazy_saturation(tiny):
     sigma below the max of 64 scores: expected well under 1 of the 8192 keys)."""
     _, df, _ = tiny
     strong = df[(df.sink_kind == "logit") & (df.delta == 12) & (df.variant == "p_only")].set_index(["policy", "seed"])
-    assert (strong.loc["vllm-unified"].underflow_frac == 1).all()
+    assert (strong.loc["vllm-unified-1c98a49"].underflow_frac == 1).all()
     assert (strong.loc["forward-s1"].underflow <= 1).all()
     # lazy rescaling at S = 256: x reaches S·2^τ > 448 only where the max went stale (saturated);
     # an eager multiply policy with S <= 448 never saturates (x <= S)
     assert df[df.policy == "lazy-s256"].saturated.sum() > 0
-    assert (df[df.policy.isin(["forward-s1", "forward-s256", "vllm-unified"])].saturated == 0).all()
+    assert (df[df.policy.isin(["forward-s1", "forward-s256", "vllm-unified-1c98a49"])].saturated == 0).all()
 
 
 # ---------------------------------------------------------------------------------------------

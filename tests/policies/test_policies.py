@@ -13,11 +13,13 @@ import yaml
 
 from pcast.contract import COMBOS, is_block_size, log2_scale
 from pcast.formats import get_format
+from pcast.deployed.registry import ADAPTERS, WHEELS
 from pcast.policies import DECODE_PRESETS, POLICIES, POLICY_KEYS, Policy, get_policy, policies_from_config, policy_from_config
 
 ROOT = Path(__file__).resolve().parents[2]
-DECODE = ("fa3-decode", "xqa-sm90", "aiter-pa-ragged", "vllm-paged-v2", "vllm-triton-decode")
-PRESETS = ("fa3", "fa4", "sage2", "flashinfer-hopper", "hpc-ops", "hpc-ops-s1", "vllm-unified", "triton-tutorial",
+DECODE = ("fa3-decode", "xqa-sm90", "aiter-pa-ragged", "vllm-paged-v2", "vllm-triton-decode", "sglang-decode")
+PRESETS = ("fa3", "fa4", "sage2", "flashinfer-hopper", "hpc-ops", "hpc-ops-s1", "vllm-unified", "vllm-unified-1c98a49",
+           "triton-tutorial",
            *DECODE, "forward-s1", "forward-s256", "reverse-s1", "reverse-s256")
 # The keywords of pcast.attention a policy sets (docs/interfaces.md, "Keywords").
 KWARGS = ("order", "scale", "scale_mode", "rescale_threshold", "sink_mode", "fmt", "rowsum", "qk_fmt", "qk_scale",
@@ -33,13 +35,15 @@ FACTS = {
     "flashinfer-hopper": ("reverse", 448.0, "multiply", "final", "e4m3fn"),
     "hpc-ops": ("forward", 256.0, "multiply", "final", "e4m3fn"),
     "hpc-ops-s1": ("forward", 1.0, "multiply", "final", "e4m3fn"),
-    "vllm-unified": ("forward", 1.0, "multiply", "init", "e4m3fn"),
+    "vllm-unified": ("forward", 256.0, "multiply", "init", "e4m3fn"),
+    "vllm-unified-1c98a49": ("forward", 1.0, "multiply", "init", "e4m3fn"),
     "triton-tutorial": ("forward", 1.0, "exp2_offset", "final", "e5m2"),
     "fa3-decode": ("reverse", 256.0, "exp2_offset", "final", "e4m3fn"),
     "xqa-sm90": ("forward", 448.0, "multiply", "final", "e4m3fn"),
     "aiter-pa-ragged": ("forward", 1.0, "multiply", "final", "e4m3fn"),
     "vllm-paged-v2": ("forward", 1.0, "multiply", "final", "bf16"),
-    "vllm-triton-decode": ("forward", 1.0, "multiply", "init", "e4m3fn"),
+    "vllm-triton-decode": ("forward", 256.0, "multiply", "init", "e4m3fn"),
+    "sglang-decode": ("forward", 1.0, "multiply", "final", "e4m3fn"),
 }
 # The decode presets' splits (docs/decode.md): layout, normalisation, keys per split at N = 8,192.
 DECODE_FACTS = {
@@ -48,13 +52,16 @@ DECODE_FACTS = {
     "aiter-pa-ragged": ("contiguous", "partition", 256),
     "vllm-paged-v2": ("contiguous", "partition", 512),
     "vllm-triton-decode": ("contiguous", "online", None),
+    "sglang-decode": ("contiguous", "online", None),
 }
 
 
 # ------------------------------------------------------------------------- presets
 
 def test_the_presets_are_the_documented_names():
-    assert tuple(POLICIES) == PRESETS
+    """The presets this file documents (PRESETS, FACTS) are presets; a preset they do not name passes here and
+    is listed in the docs by tools/preset_docs.py (tests/policies/test_new_preset.py)."""
+    assert set(PRESETS) <= set(POLICIES) and set(FACTS) <= set(POLICIES)
     assert all(POLICIES[n].name == n for n in POLICIES)
 
 
@@ -62,14 +69,20 @@ def test_the_presets_are_the_documented_names():
 def test_preset_validates_and_carries_its_source(name):
     p = POLICIES[name]
     assert Policy(**dataclasses.asdict(p)) == p  # constructing it again passes every check
-    repo, _, path = p.source.partition(" ")
-    assert repo.count("/") == 1 or repo == "this", f"{name}: source {p.source!r} is not 'owner/repo@commit path'"
-    if repo != "this":  # pinned: the commit of the version read, not only a path and a month
-        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", repo), f"{name}: source {p.source!r} pins no commit"
-    assert path, f"{name}: source {p.source!r} names no file"
+    verified = {a.preset: a for a in ADAPTERS.values()}
+    if name in verified:  # read from and verified against a pinned release's wheel (pcast.deployed)
+        w = WHEELS[verified[name].wheel]
+        assert p.source.startswith(f"{w.dist} {w.version} (wheel sha256 {w.sha256}) {verified[name].file}"), name
+    else:
+        repo, _, path = p.source.partition(" ")
+        assert repo.count("/") == 1 or repo == "this", f"{name}: source {p.source!r} is not 'owner/repo@commit path'"
+        if repo != "this":  # pinned: the commit of the version read, not only a path and a month
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", repo), f"{name}: source {p.source!r} pins no commit"
+        assert path, f"{name}: source {p.source!r} names no file"
     assert p.read == "2026-11"
     assert is_block_size(p.block_m) and is_block_size(p.block_n)  # the kernel's own tile
-    assert p.qk_fmt is None and p.v_fmt is None, "presets describe the P path only"
+    if name not in verified:  # a preset verified against code carries the operand casts its adapter runs
+        assert p.qk_fmt is None and p.v_fmt is None, "presets read from source describe the P path only"
     assert p.rowsum == "unrounded"  # FA3 and FlashInfer sum the unrounded P; none of the presets rounds l
 
 
@@ -132,7 +145,8 @@ def test_fa4_lazy_threshold_leaves_no_room_to_saturate():
 
 def test_only_fa4_rescales_lazily_and_only_vllm_seeds_the_max_with_the_sink():
     assert [n for n, p in POLICIES.items() if p.rescale_threshold > 0] == ["fa4"]
-    assert [n for n, p in POLICIES.items() if p.sink_mode == "init"] == ["vllm-unified", "vllm-triton-decode"]
+    assert [n for n, p in POLICIES.items() if p.sink_mode == "init"] == ["vllm-unified", "vllm-unified-1c98a49",
+                                                                         "vllm-triton-decode"]
 
 
 def test_paper_presets_are_the_four_combinations_of_the_contract():

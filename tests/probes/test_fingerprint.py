@@ -46,7 +46,7 @@ def _assert_diagonal(found: dict) -> None:
 
 def test_confusion_matrix_every_preset_through_the_emulator():
     found = _confusion(0.0)
-    assert len(found) == len(ALL) == 17 and all(len(fp.distance) == 17 for fp in found.values())  # 17 x 17
+    assert len(found) == len(ALL) and all(len(fp.distance) == len(ALL) for fp in found.values())  # every preset
     _assert_diagonal(found)
     for name, fp in found.items():
         assert fp.distance[name] == 0.0
@@ -110,7 +110,7 @@ def test_explicit_candidates_and_a_preset_found_among_them():
 # P format (e4m3fn, e5m2, bf16), block size (32, 64, 128, 160 in a 256-key tile, 256), splits (1, 4, 16, 32),
 # layout, normalisation.
 TRITON_COVER = ("fa3", "fa4", "vllm-unified", "triton-tutorial", "fa3-decode", "xqa-sm90", "aiter-pa-ragged",
-                "vllm-paged-v2")
+                "vllm-paged-v2", "sglang-decode")
 
 
 def _triton_identified(name):
@@ -123,7 +123,9 @@ def _triton_identified(name):
 def test_the_triton_cover_holds_every_option_value_of_the_presets():
     for option in ("order", "scale", "scale_mode", "rescale_threshold", "sink_mode", "fmt", "block_n",
                    "num_splits", "split_layout", "p_normalize"):
-        assert {getattr(POLICIES[n], option) for n in TRITON_COVER} == {getattr(p, option) for p in POLICIES.values()}, option
+        missing = {getattr(p, option) for p in POLICIES.values()} - {getattr(POLICIES[n], option) for n in TRITON_COVER}
+        assert not missing, (f"{option} = {sorted(map(str, missing))} of a preset is in no preset of TRITON_COVER: add "
+                             "that preset to TRITON_COVER in tests/probes/test_fingerprint.py")
 
 
 def test_the_small_probe_set_tells_every_preset_apart():
@@ -134,7 +136,7 @@ def test_the_small_probe_set_tells_every_preset_apart():
 
 # The split-KV presets take many seconds each through the interpreter; the inner loop keeps the others, and
 # tests/triton/test_splits_triton.py checks the split kernel against the emulator at a small size.
-SPLIT_COVER = ("fa3-decode", "aiter-pa-ragged", "vllm-paged-v2")
+SPLIT_COVER = ("fa3-decode", "aiter-pa-ragged", "vllm-paged-v2", "sglang-decode")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.heavy) if n in SPLIT_COVER else n

@@ -55,7 +55,7 @@ def test_learned_sink_init_and_final_match_hand_values():
     final = expected(probe, "forward-s1").out[0, 0, 0, 0].item()  # P = 1 exact; the sink joins l at the end
     assert final == pytest.approx(n / (n + math.exp(sigma)), rel=1e-6)
     # init: the max starts at sigma, P = exp(-6) = 1.27·2^-9 rounds to 2^-9; l starts at the sink's 1
-    init = expected(probe, "vllm-unified").out[0, 0, 0, 0].item()
+    init = expected(probe, "vllm-unified-1c98a49").out[0, 0, 0, 0].item()
     assert init == pytest.approx(n * 2.0 ** -9 / (1 + n * math.exp(-sigma)), rel=1e-6)
 
 

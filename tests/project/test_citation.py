@@ -1,6 +1,7 @@
 """Licence, citation and archive metadata: present, valid, and in agreement with pyproject.toml."""
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -73,3 +74,17 @@ def test_zenodo_metadata_agrees_with_the_citation():
     assert zen["upload_type"] == "software" and zen["creators"]
     assert [c["name"] for c in zen["creators"]] == [a["name"] for a in cff["authors"]]
     assert any("2606.06521" in r["identifier"] for r in zen["related_identifiers"])
+
+
+def test_the_authors_are_honest_entities_not_placeholder_persons():
+    """The artifact's author is the project as an entity (the LICENSE's copyright holder, Zenodo's creator); the
+    paper's authors are pointed to, not made up. No person is named: no given or family names, and no name of
+    the kind a template leaves behind."""
+    cff = _cff()
+    placeholders = re.compile(r"\b(doe|todo|tbd|your name|lastname|firstname|placeholder|anonymous|xxx)\b", re.I)
+    for who in cff["authors"] + cff["preferred-citation"]["authors"]:
+        assert set(who) == {"name"}, who  # an entity: no given-names / family-names invented
+        assert not placeholders.search(who["name"]), who
+    holder = re.search(r"Copyright \(c\) \d{4} (.+)", (ROOT / "LICENSE").read_text())[1].strip()
+    assert [a["name"] for a in cff["authors"]] == [holder] == ["The pcast-fp8 project"]
+    assert "arXiv:2606.06521" in cff["preferred-citation"]["authors"][0]["name"]

@@ -33,9 +33,11 @@ ALLOWED = {
 ALLOWED["probes"] = {"api", "policies", "models", "conformance", "reference", "theory", "contract", "formats"}
 ALLOWED["cases"] = set(ALLOWED["probes"]) | {"probes"}  # pcast.cases: the public name of pcast.probes.cases
 ALLOWED["analysis"] = {"models", "policies", "theory", "contract", "formats"}
+ALLOWED["deployed"] = {"triton", "policies", "contract", "formats"}  # deployed kernels as black boxes
 # what the pipeline and the instrument both keep on this machine: atomic writes, the emulator's calibration
 ALLOWED["host"] = set(ALLOWED["models"]) | {"models"}
-ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes", "cases", "host"}
+ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes", "cases", "deployed",
+                                                     "host"}
 # the audit is the instrument: it never imports the pipeline
 ALLOWED["audit"] = set(ALLOWED["pipeline"]) - {"pipeline"}
 ALLOWED["cli"] = set(ALLOWED["audit"]) | {"audit", "pipeline"}

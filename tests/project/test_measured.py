@@ -81,3 +81,13 @@ def test_no_page_types_a_headline_figure_outside_a_span():
 def test_time_and_size_formats():
     assert measure.fmt_time(59.4) == "59 s" and measure.fmt_time(201) == "3 min 21 s"
     assert measure.fmt_mb(88) == "88 MB" and measure.fmt_mb(2816) == "2.8 GB"
+
+
+def test_the_job_counts_agree_with_the_default_runs_record():
+    """measured.json counts a run's jobs as default_run.json does: one benchmark file a job (Snakemake's
+    "N of N steps" also counts the target rule `all`, which runs nothing)."""
+    import json
+
+    record = json.loads((ROOT / "docs" / "data" / "default_run.json").read_text())
+    assert DATA["runs"]["default"]["jobs"] == record["all_jobs"]
+    assert record["all_jobs"] == sum(s["jobs"] for s in record["steps"].values())

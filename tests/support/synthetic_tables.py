@@ -58,7 +58,8 @@ def make_collapse(*, ratio_peak=6.0, floor_gap=1.0, floor_gap_from=-math.inf, ce
     forward S=1); MSE(forward S=1) = floor x a bump peaking at ``ratio_peak`` near Δ = 7; the fixes sit
     on the floor, forward S=256 at ``floor_gap`` x the floor from Δ = ``floor_gap_from`` on;
     ``cell_peaks[(sink_v_scale, fix label)]`` sets that fix's own peak ratio MSE(forward S=1) / MSE(fix);
-    ``reverse_zero`` zeroes reverse S=256's underflow (the paper's guarantee); ``reverse_leak`` underflow
+    ``reverse_zero`` zeroes reverse S=256's underflow (the paper's guarantee; ``"all"``: reverse S=1's too, the
+    guarantee read over every non-sink key); ``reverse_leak`` underflow
     events are added to reverse S=256 at Δ = 0; ``seed_spread``: the log-normal spread of the seeds' MSE."""
     rng = np.random.default_rng(0)
     base = rng.lognormal(-12, seed_spread, seeds)
@@ -73,7 +74,7 @@ def make_collapse(*, ratio_peak=6.0, floor_gap=1.0, floor_gap_from=-math.inf, ce
                     frac = float(pred[di])
                     if (order, scale) == ("forward", 1):
                         frac = min(1.0, frac + uf_shift)
-                    if (order, scale) == ("reverse", 256) and reverse_zero:
+                    if order == "reverse" and (reverse_zero == "all" or (scale == 256 and reverse_zero)):
                         frac = 0.0
                     for seed in range(seeds):
                         noise = math.exp(rng.normal(0, 0.01))

@@ -41,6 +41,8 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
+
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger as snakemake_logger
 from snakemake.utils import min_version
@@ -123,6 +125,15 @@ def check_cluster(cfg, cal):
         )
 
 
+def deployed_fetched():
+    """The deployed-kernel wheels in the cache (pcast.deployed): a param, so that fetching them reruns T10."""
+    from pcast.deployed.cache import missing
+    from pcast.deployed.registry import WHEELS
+
+    gone = set(missing())
+    return ", ".join(k for k in WHEELS if k not in gone) or "none"
+
+
 def show_plan(cfg, cal):
     """Refuse a grid whose largest job cannot fit in this machine's memory (under SLURM: in the
     cluster's largest node, check_cluster), then print the run plan (runs, shards, estimated CPU
@@ -141,6 +152,9 @@ def show_plan(cfg, cal):
                 f"Invalid configuration (preset {cfg.get('preset')!r}): {e}"
             ) from None
     rows = plan.plan_rows(cfg, cal) + [plan.tensorcore_row(cfg)]
+    if "deployed" in cfg["experiments"]:
+        tokens = int(cfg["experiments"]["realmodel"]["tokens"])
+        rows.append(plan.deployed_row(cfg, keys=tokens, fetched=deployed_fetched() != "none"))
     print(plan.format_plan(rows, cfg["preset"], mem, cal), file=sys.stderr)
 
 
@@ -293,6 +307,20 @@ def realmodel_spec(stage):
 
 STATS_CFG = config["statistics"]
 CRITERIA = config["claims"]
+# config.yaml's statistics and claims sections under this run's preset, before the command line's overrides: the
+# robustness tables show the default beside an overridden value
+_DEFAULT_CFG = pconfig.resolve_preset(
+    {
+        **yaml.safe_load(
+            Path(workflow.basedir, "config.yaml").read_text(encoding="utf-8")
+        ),
+        "preset": config["preset"],
+    }
+)
+ANALYSIS_DEFAULTS = {
+    "statistics": _DEFAULT_CFG["statistics"],
+    "claims": _DEFAULT_CFG["claims"],
+}
 STATS_DIR = "results/stats"
 ANALYSIS_LOGS = "results/logs/claims"
 ANALYSIS_BENCH = "results/benchmarks/claims"

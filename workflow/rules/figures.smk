@@ -38,6 +38,7 @@ rule fig_collapse:
         "../envs/pcast-fp8.yaml"
     params:
         code=library_code("fig_collapse"),
+        allowance=float(CRITERIA["C1"]["allowance"]),
     script:
         "../scripts/fig_collapse.py"
 

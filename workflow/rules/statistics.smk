@@ -21,7 +21,7 @@ rule stats_collapse:
         **fixed_resources("stats_collapse"),
     params:
         code=library_code("stats_collapse"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("collapse", STATS_CFG),
     script:
         "../scripts/stats_collapse.py"
 
@@ -42,7 +42,7 @@ rule stats_paired:
         **fixed_resources("stats_paired"),
     params:
         code=library_code("stats_paired"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("paired", STATS_CFG),
     script:
         "../scripts/stats_paired.py"
 
@@ -62,7 +62,7 @@ rule stats_scales:
         **fixed_resources("stats_scales"),
     params:
         code=library_code("stats_scales"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("scales", STATS_CFG),
     script:
         "../scripts/stats_scales.py"
 
@@ -82,7 +82,7 @@ rule stats_threshold:
         **fixed_resources("stats_threshold"),
     params:
         code=library_code("stats_threshold"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("threshold", STATS_CFG),
     script:
         "../scripts/stats_threshold.py"
 
@@ -102,7 +102,7 @@ rule stats_policies:
         **fixed_resources("stats_policies"),
     params:
         code=library_code("stats_policies"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("policies", STATS_CFG),
     script:
         "../scripts/stats_policies.py"
 
@@ -122,7 +122,7 @@ rule stats_fp4:
         **fixed_resources("stats_fp4"),
     params:
         code=library_code("stats_fp4"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("fp4", STATS_CFG),
     script:
         "../scripts/stats_fp4.py"
 
@@ -144,7 +144,7 @@ rule stats_decode:
         **fixed_resources("stats_decode"),
     params:
         code=library_code("stats_decode"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("decode", STATS_CFG),
     script:
         "../scripts/stats_decode.py"
 

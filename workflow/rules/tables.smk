@@ -17,7 +17,7 @@ rule table_paired_tests:
         "../envs/pcast-fp8.yaml"
     params:
         code=library_code("table_paired_tests"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("table_paired_tests", STATS_CFG),
     script:
         "../scripts/table_paired_tests.py"
 
@@ -92,7 +92,7 @@ rule table_policies:
         "../envs/pcast-fp8.yaml"
     params:
         code=library_code("table_policies"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("table_policies", STATS_CFG),
         audit=CRITERIA["audit"],
     script:
         "../scripts/table_policies.py"
@@ -131,7 +131,7 @@ rule table_fp4:
         "../envs/pcast-fp8.yaml"
     params:
         code=library_code("table_fp4"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("table_fp4", STATS_CFG),
         fp4=CRITERIA["fp4"],
     script:
         "../scripts/table_fp4.py"
@@ -153,6 +153,25 @@ rule table_cases:
         "../scripts/table_cases.py"
 
 
+rule table_deployed:
+    input:
+        tensors=rules.realmodel_capture.output.tensors,
+    output:
+        **table_outputs("table_deployed"),
+    log:
+        f"{ANALYSIS_LOGS}/table_deployed.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/table_deployed.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("table_deployed"),
+        spec=config["experiments"]["deployed"],
+        fetched=deployed_fetched(),
+    script:
+        "../scripts/table_deployed.py"
+
+
 rule table_decode:
     input:
         summary=rules.stats_decode.output.summary,
@@ -169,7 +188,7 @@ rule table_decode:
         "../envs/pcast-fp8.yaml"
     params:
         code=library_code("table_decode"),
-        stats=STATS_CFG,
+        stats=registry.statistics_reads("table_decode", STATS_CFG),
         decode=CRITERIA["decode"],
     script:
         "../scripts/table_decode.py"

@@ -2,7 +2,8 @@
 # behind it (figures/claims.md and claims.json), by pcast.analysis.verdicts.evaluate from the
 # statistics and the `claims:` section of config.yaml, the audit of deployed P policies included
 # (claims.audit), the real-model section (claims.realmodel), the FP4 section (claims.fp4), the tensor-core section
-# (claims.tensorcore), the decode section (claims.decode) and the reported cases (table T9):
+# (claims.tensorcore), the decode section (claims.decode), the reported cases (table T9) and the deployed
+# kernels' own code (table T10):
 # `snakemake --cores 2 claims`.
 # claims.md also shows the preset's expected verdicts (presets.<name>.expected_verdicts) beside this run's.
 
@@ -22,6 +23,7 @@ rule claims:
         realmodel_tensors=rules.realmodel_capture.output.tensors,
         fp4=rules.stats_fp4.output.summary,
         cases=rules.table_cases.output.csv,
+        deployed=rules.table_deployed.output.csv,
         tensorcore=rules.tensorcore.output.summary,
         tensorcore_check=rules.tensorcore.output.check,
         decode=rules.stats_decode.output.summary,
@@ -40,6 +42,7 @@ rule claims:
         claims=CRITERIA,
         confidence_level=float(config["statistics"]["confidence_level"]),
         statistics=STATS_CFG,
+        defaults=ANALYSIS_DEFAULTS,
         preset=config["preset"],
         expected=config["presets"][config["preset"]].get("expected_verdicts", {}),
     script:

@@ -17,6 +17,7 @@ __all__ = ["fig_improvement"]
 
 
 WINDOW_HATCHES = ("////", "\\\\\\\\", "....", "xxxx")
+WINDOW_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a")  # each window its own hatch colour, edges and number
 
 
 def _ratio_panels(top, paired: pd.DataFrame, svs_values, baseline: str, fixes, band,
@@ -32,8 +33,13 @@ def _ratio_panels(top, paired: pd.DataFrame, svs_values, baseline: str, fixes, b
         ax.axhline(1.0, color="#999999", lw=0.5)
         for j, (label, ds) in enumerate(windows):
             if ds:
-                ax.axvspan(min(ds) - half, max(ds) + half, facecolor="none", edgecolor="#777777", lw=0,
-                           hatch=WINDOW_HATCHES[j % len(WINDOW_HATCHES)], alpha=0.5, zorder=0)
+                c = WINDOW_COLORS[j % len(WINDOW_COLORS)]
+                ax.axvspan(min(ds) - half, max(ds) + half, facecolor="none", edgecolor=c, lw=0,
+                           hatch=WINDOW_HATCHES[j % len(WINDOW_HATCHES)], alpha=0.6, zorder=0)
+                for edge in (min(ds) - half, max(ds) + half):
+                    ax.axvline(edge, color=c, lw=0.6, ls=(0, (2, 1)), zorder=0.5)
+                ax.text((min(ds) + max(ds)) / 2, 0.97, f"W{j + 1}", color=c, fontsize=6, ha="center", va="top",
+                        transform=ax.get_xaxis_transform())
                 if i == 0:
                     rows += series("a", f"C5 window {label}", [min(ds), max(ds)], [band[0], band[0]],
                                    [band[0], band[0]], [band[1], band[1]])
@@ -57,8 +63,8 @@ def _ratio_panels(top, paired: pd.DataFrame, svs_values, baseline: str, fixes, b
                       marker=COMBO_STYLE[f]["marker"], ms=3, label=f"{baseline} / {f}") for f in fixes]
     handles.append(plt.Rectangle((0, 0), 1, 1, color=BAND_COLOR, alpha=0.35,
                                  label=f"{band[0]:g}–{band[1]:g}× (claimed, C5's band)"))
-    handles += [plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="#777777", lw=0,
-                              hatch=WINDOW_HATCHES[j % len(WINDOW_HATCHES)], label=f"C5: {label}")
+    handles += [plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor=WINDOW_COLORS[j % len(WINDOW_COLORS)], lw=0,
+                              hatch=WINDOW_HATCHES[j % len(WINDOW_HATCHES)], label=f"W{j + 1}, C5: {label}")
                 for j, (label, ds) in enumerate(windows) if ds]
     top[-1].legend(handles=handles, loc="upper right", fontsize=6, handlelength=1.8)
     return rows

@@ -34,6 +34,7 @@ POLICY_STYLE = {
     "hpc-ops": {"color": "#17BECF", "marker": "h"},
     "hpc-ops-s1": {"color": "#BCBD22", "marker": "<"},
     "vllm-unified": {"color": "#7F7F7F", "marker": ">"},
+    "vllm-unified-1c98a49": {"color": "#D55E00", "marker": "D"},
     "triton-tutorial": {"color": "#9467BD", "marker": "*"},
 }
 USER_STYLES = tuple({"color": c, "marker": m} for c, m in zip(
@@ -46,10 +47,12 @@ _PANELS = (("underflow_frac", "underflow fraction", "pred_underflow"),
 
 
 def policy_style(name: str, users: list[str]) -> dict:
-    """Color and marker of a policy: fixed for presets; for a user's policy, by its rank in ``users``."""
+    """Color and marker of a policy: fixed for the presets above; for a user's policy, or a preset without a
+    style here, by its rank in ``users`` plus those names (so a new preset plots before anyone styles it)."""
     if name in POLICY_STYLE:
         return POLICY_STYLE[name]
-    return USER_STYLES[sorted(users).index(name) % len(USER_STYLES)]
+    names = sorted(set(users) | {name})
+    return USER_STYLES[names.index(name) % len(USER_STYLES)]
 
 
 def _settings(s: pd.DataFrame) -> list[tuple[str, float]]:

@@ -111,8 +111,9 @@ def fig_theory_scale(scales: pd.DataFrame, *, fmt: str = "e4m3fn", highlight: fl
     rows = _panel_dp(axes[0], f, fmt, S, theory.dp(S, fmt), pow2, highlight, compare)
     rows += _panel_coverage(axes[1], f, fmt, S, theory.coverage(S, fmt), pow2, highlight, compare)
     deltas = sorted(scales["delta"].unique()) if len(scales) else []
-    greys = ["#000000", "#666666", "#AAAAAA", "#CCCCCC"]
-    dcol = {d: greys[min(i, len(greys) - 1)] for i, d in enumerate(sorted(deltas, reverse=True))}
+    # one colour per Δ, distinguishable (and in greyscale by lightness): a sequential palette's spread
+    palette = ["#08306b", "#2171b5", "#6baed6", "#fd8d3c", "#a63603", "#54278f"]
+    dcol = {d: palette[i % len(palette)] for i, d in enumerate(sorted(deltas, reverse=True))}
     for i, svs in enumerate(svs_values):
         rows += _panel_measured(axes[2 + i], i, scales[scales["sink_v_scale"] == svs], svs, dcol, f, highlight)
     handles = [Line2D([], [], color=dcol[d], lw=1.5, label=f"Δ = {d:g}") for d in deltas]

@@ -24,7 +24,7 @@ evaluate the criterion at all (e.g. a Δ grid too coarse to contain a crossing, 
 preset); it is never used to soften a claim that the data contradicts.
 
 One module per claim group: :mod:`.underflow` (C1, C2), :mod:`.scale` (C3), :mod:`.threshold`
-(C4), :mod:`.mse` (C5, C6), :mod:`.paper` (the abstract's numbers), :mod:`.audit` (deployed P
+(C4), :mod:`.mse` (C5), :mod:`.floor` (C6), :mod:`.paper` (the abstract's numbers), :mod:`.audit` (deployed P
 policies, from the policies experiment),
 :mod:`.realmodel` (a pretrained model's heads and outputs), :mod:`.fp4` (P in microscaled FP4, from the
 fp4 experiment), :mod:`.decode` (split-KV decode rows, from the decode experiment), :mod:`.tensorcore` (an FP8 tensor core's P·V accumulation), :mod:`.cases` (the public reports rebuilt, from table T9), :mod:`.conformance`; here, all of them at
@@ -43,12 +43,14 @@ from pcast.analysis import stats
 from pcast.analysis.text import intervals
 from pcast.analysis.verdicts.audit import AUDIT, claim_audit
 from pcast.analysis.verdicts.cases import CASES_ID, claim_cases
+from pcast.analysis.verdicts.deployed import DEPLOYED_ID, claim_deployed
 from pcast.analysis.verdicts.common import (VERDICTS, Choice, Subcase, across_readings, ci_tolerance, combine, family_z,
                                             subcase_verdict)
 from pcast.analysis.verdicts.conformance import conformance_check
 from pcast.analysis.verdicts.decode import DECODE, claim_decode
 from pcast.analysis.verdicts.fp4 import FP4, claim_fp4
-from pcast.analysis.verdicts.mse import claim_c5, claim_c6, sink_value_norms
+from pcast.analysis.verdicts.floor import claim_c6
+from pcast.analysis.verdicts.mse import claim_c5, sink_value_norms
 from pcast.analysis.verdicts.paper import claim_paper
 from pcast.analysis.verdicts.realmodel import REALMODEL, claim_realmodel
 from pcast.analysis.verdicts.scale import claim_c3
@@ -59,7 +61,7 @@ from pcast.analysis.verdicts.underflow import claim_c1, claim_c2
 __all__ = [
     "VERDICTS", "Subcase", "Choice", "combine", "across_readings", "subcase_verdict", "family_z", "ci_tolerance",
     "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
-    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "conformance_check", "evaluate", "evaluate_tidy", "baseline_fraction", "render_markdown", "to_json",
+    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "claim_deployed", "conformance_check", "evaluate", "evaluate_tidy", "with_defaults", "baseline_fraction", "render_markdown", "verdict_table", "to_json",
     "intervals",
 ]
 
@@ -78,11 +80,13 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
              confidence_level: float = 0.95, tensorcore: tuple[pd.DataFrame, Mapping] | None = None,
              decode: pd.DataFrame | None = None, decode_partition: pd.DataFrame | None = None,
              tidy_collapse: pd.DataFrame | None = None, stats_cfg: Mapping | None = None,
-             realmodel_tensors: Mapping | None = None) -> dict:
+             realmodel_tensors: Mapping | None = None, deployed: pd.DataFrame | None = None,
+             defaults: Mapping | None = None) -> dict:
     """Every verdict from the summary tables (what the ``claims`` rule runs); the audit of deployed
     policies joins them when ``policies`` (the policies summary) is given, the real-model section
     when ``realmodel`` (the per-head summary; ``realmodel_outputs`` the per-run output summary) is,
     the FP4 section when ``fp4`` (the fp4 summary) is, the reported cases when ``cases`` (table T9) is,
+    the deployed kernels when ``deployed`` (table T10) is,
     the tensor-core section when ``tensorcore`` (its summary and mmasim check) is, the decode section
     when ``decode`` (the decode Δc summary; ``decode_partition`` its P-cast error table) is.
     ``confidence_level``: the statistics
@@ -90,7 +94,10 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
     table) and ``stats_cfg`` (the statistics section) let the robustness tables recompute C4's knees
     and C6's TOST at the alternative values of ``claims.<id>.alternatives``, from the same data;
     ``realmodel_tensors`` (the captured ``layer{L}/v`` arrays) gives the real model's sink-value norms
-    beside C5's norm grid."""
+    beside C5's norm grid. ``defaults`` (config.yaml's ``statistics`` and ``claims`` sections under the run's
+    preset, before the command line's overrides) puts the default of every overridden key in the robustness
+    tables (:func:`with_defaults`)."""
+    claims_cfg = with_defaults(claims_cfg, stats_cfg, defaults)
     fmt = str(collapse["fmt"].iloc[0]) if len(collapse) and "fmt" in collapse else "e4m3fn"
     k = int(collapse["ksink"].iloc[0]) if len(collapse) and "ksink" in collapse else 4
     onset = theory.critical_delta(float(claims_cfg["C3"]["scale"]), k=k, fmt=fmt)
@@ -104,7 +111,7 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
         "C2": claim_c2(collapse, claims_cfg["C2"], level=lv),
         "C3": claim_c3(scales, claims_cfg["C3"], fmt=fmt),
         "C4": claim_c4(thresholds, knees, claims_cfg["C4"], level=lv, grid_max=grid_max, paired=paired,
-                       collapse=collapse, stats_cfg=stats_cfg),
+                       collapse=collapse, stats_cfg=stats_cfg, sink_norms=norms),
         "C5": c5,
         "C6": claim_c6(paired, claims_cfg["C6"], dc_onset=onset, tidy=tidy_collapse, stats_cfg=stats_cfg),
         "paper": claim_paper(claims_cfg["paper"], thresholds, c5, fmt=fmt, level=lv),
@@ -121,7 +128,26 @@ def evaluate(*, collapse: pd.DataFrame, paired: pd.DataFrame, scales: pd.DataFra
         out[REALMODEL] = claim_realmodel(realmodel, realmodel_outputs, claims_cfg[REALMODEL])
     if cases is not None:
         out[CASES_ID] = claim_cases(cases)
+    if deployed is not None:
+        out[DEPLOYED_ID] = claim_deployed(deployed)
     out["conformance"] = conformance_check(conformance)
+    return out
+
+
+def with_defaults(claims_cfg: Mapping, stats_cfg: Mapping | None, defaults: Mapping | None) -> dict:
+    """``claims_cfg`` with, in each of C1–C6, ``_defaults``: config key -> config.yaml's value, for every key of
+    ``claims.<id>`` and of the statistics section whose value this run overrides (read by
+    :func:`.common.choice`)."""
+    out = dict(claims_cfg)
+    if not defaults:
+        return out
+    changed = {f"statistics.{k}": v for k, v in (defaults.get("statistics") or {}).items()
+               if stats_cfg is not None and k in stats_cfg and stats_cfg[k] != v}
+    for cid in ("C1", "C2", "C3", "C4", "C5", "C6"):
+        d = (defaults.get("claims") or {}).get(cid) or {}
+        mine = {f"claims.{cid}.{k}": v for k, v in d.items() if k != "alternatives" and claims_cfg[cid].get(k) != v}
+        if changed or mine:
+            out[cid] = {**claims_cfg[cid], "_defaults": {**changed, **mine}}
     return out
 
 
@@ -168,7 +194,9 @@ def _section(key: str, r: Mapping) -> list[str]:
     if "robustness" in r:
         lines += ["*Robustness (every choice that can decide the verdict; alternatives computed from the same "
                   "data).*", ""]
-        lines += _table([{"choice": c["choice"], "value": c["value"], "source": c["source"],
+        lines += _table([{"choice": c["choice"] + (f" ({c['key']})" if c.get("key") else ""),
+                          "value": c["value"] + (f" (overridden; default {c['default']})" if c.get("default") else ""),
+                          "source": c["source"],
                           "verdict at alternatives": "; ".join(f"{k}: {v}" for k, v in c["verdicts"].items()) or "—"}
                          for c in r["robustness"]]) if r["robustness"] else ["none", ""]
     if r.get("tolerances"):
@@ -185,6 +213,17 @@ def _section(key: str, r: Mapping) -> list[str]:
                   for s in r["beyond_domain"]] + [""]
     lines += ["*Details.*", ""] + [f"- {d}" for d in r["details"]] + [""]
     return lines
+
+
+def verdict_table(result: Mapping, *, error: BaseException | None = None) -> str:
+    """The verdict table alone (claims.md when the full rendering fails: the verdicts are never lost), with the
+    rendering error that left out the rest."""
+    lines = ["# Claims verdict", "", "| claim | verdict |", "|---|---|"]
+    lines += [f"| {key} | **{r['verdict']}** |" for key, r in result.items()] + [""]
+    if error is not None:
+        lines += [f"The rest of this file could not be rendered ({type(error).__name__}: {error}); claims.json holds "
+                  "every verdict with its numbers.", ""]
+    return "\n".join(lines)
 
 
 def render_markdown(result: Mapping, *, preset: str | None = None, expected: Mapping | None = None) -> str:
@@ -208,7 +247,7 @@ def render_markdown(result: Mapping, *, preset: str | None = None, expected: Map
 def expected_section(result: Mapping, expected: Mapping, preset: str | None) -> list[str]:
     """Markdown lines: per claim the preset's expected verdict, this run's, and why it is expected (each ``why`` a
     template filled from this run's numbers, :mod:`.templates`)."""
-    from pcast.analysis.verdicts.templates import fill
+    from pcast.analysis.verdicts.templates import fill, gaps
 
     differ = [k for k, e in expected.items() if k in result and result[k]["verdict"] != e["verdict"]]
     lines = [f"## Expected verdicts of the `{preset}` preset", "",
@@ -219,4 +258,8 @@ def expected_section(result: Mapping, expected: Mapping, preset: str | None) -> 
         got = result[key]["verdict"] if key in result else "not run"
         why = fill(e["why"], result).replace("|", "\\|")
         lines.append(f"| {key} | {e['verdict']} | {got}{' (differs)' if key in differ else ''} | {why} |")
+    missing = [f"{key}: {g}" for key, e in expected.items() for g in gaps(e["why"], result)]
+    if missing:
+        lines += ["", "Numbers the expected texts name that this run does not have (a grid override or an experiment "
+                  "left out; each shown as [not in this run: ...] above):", ""] + [f"- {m}" for m in missing]
     return lines + [""]

@@ -21,15 +21,18 @@ covers (both forward combinations of C1's law, every fix of C5): settings combin
 leaves open (the sinks' value norm, what "moderate" or "precision loss" means): each reading gets
 the strict verdict over its own settings, and :func:`across_readings` combines the readings: PASS
 when the claim holds under every reading, FAIL when it holds under none, PARTIAL when it holds
-under some (:func:`headline` names them). Adding a reading can turn PASS into PARTIAL, never
-PARTIAL into FAIL: a grid value is never a hidden requirement. A claim that leaves nothing open has
+under some (:func:`headline` names them). A reading the data cannot judge (INCONCLUSIVE) is shown and
+keeps the claim from PASS: PASS needs every reading tested and holding. Adding a reading can turn PASS
+into PARTIAL, never PARTIAL into FAIL: a grid value is never a hidden requirement. A claim that leaves nothing open has
 one reading, the claim as stated. Settings are judged over the claim's **domain**; what lies
 outside it (where the paper's own theory says the claim cannot hold) is shown separately as
 ``beyond_domain`` and never enters the verdict.
 
 **Robustness.** Every choice of the artifact that can decide a verdict (a margin, a factor, a
 window, a rule) is a :class:`Choice`: its value, its source, and the verdict at alternative values,
-computed from the same data.
+computed from the same data. A choice read from the config names its ``key``
+(``statistics.tost_margin``, ``claims.C6.trivial_margin``); when the run overrides it, the row shows
+the default beside the value and the default is among the alternatives (:func:`alternative_values`).
 
 Tolerances come from the data (:mod:`pcast.analysis.tolerance`): :func:`family_z` widens a
 confidence level over the points a claim tests at once (Bonferroni), :func:`ci_tolerance` turns
@@ -48,7 +51,7 @@ from pcast.analysis.tolerance import ci_tolerance, family_z
 
 __all__ = ["VERDICTS", "Subcase", "Choice", "result", "combine", "across_readings", "headline", "holds_under",
            "subcase_verdict", "scoped_lines", "reading_lines", "robustness_lines", "family_z", "ci_tolerance",
-           "exact_fraction", "AS_STATED"]
+           "exact_fraction", "AS_STATED", "ARTIFACTS_CHOICE", "alternative_values", "choice", "default_of"]
 
 #: The one reading of a claim that leaves nothing open.
 AS_STATED = "the claim as stated"
@@ -111,14 +114,16 @@ def holds_under(verdict: str) -> bool:
 
 
 def across_readings(readings: Iterable[Subcase | str]) -> str:
-    """The rule across readings: PASS if the claim holds under every reading, FAIL if under none,
-    PARTIAL if under some. INCONCLUSIVE readings are left out; all INCONCLUSIVE is INCONCLUSIVE."""
-    v = _judged(readings)
-    if not v:
+    """The rule across readings: PASS only if every reading was tested and the claim holds under each, FAIL if it
+    holds under none that was tested, PARTIAL otherwise. An INCONCLUSIVE reading (the data cannot judge it) is
+    never dropped: beside readings that hold it makes PARTIAL, never PASS. All INCONCLUSIVE is INCONCLUSIVE."""
+    v = [x.verdict if isinstance(x, Subcase) else x for x in readings]
+    judged = [x for x in v if x != "INCONCLUSIVE"]
+    if not judged:
         return "INCONCLUSIVE"
     if all(x == "PASS" for x in v):
         return "PASS"
-    if not any(holds_under(x) for x in v):
+    if not any(holds_under(x) for x in judged):
         return "FAIL"
     return "PARTIAL"
 
@@ -143,11 +148,46 @@ def exact_fraction(count, total) -> Fraction:
 @dataclass(frozen=True)
 class Choice:
     """A choice that can decide a verdict: its ``value``, its ``source`` (the data's noise, the paper's
-    words, a physical reason, a measurement) and ``verdicts``: alternative value -> the claim's verdict."""
+    words, a physical reason, the theory, or the artifact's choice) and ``verdicts``: alternative value -> the
+    claim's verdict. ``key``: the config key it is read from (``claims.C1.allowance``), when it is one;
+    ``default``: that key's value in config.yaml when this run overrides it."""
     choice: str
     value: str
     source: str
     verdicts: Mapping[str, str]
+    key: str = ""
+    default: str = ""
+
+
+#: The words of a source that is the artifact's own choice (no paper's words, theory or measurement behind it).
+ARTIFACTS_CHOICE = "the artifact's choice"
+
+
+def default_of(cfg: Mapping, key: str):
+    """config.yaml's value of ``key`` when this run overrides it (``cfg['_defaults']``, set by
+    :func:`pcast.analysis.verdicts.evaluate`), else None."""
+    return (cfg.get("_defaults") or {}).get(key)
+
+
+def choice(name: str, key: str, current, source: str, verdict_at, cfg: Mapping, alternatives: Iterable = (), *,
+           label=None) -> Choice:
+    """A robustness row of a config key: ``verdict_at(value)`` at each of :func:`alternative_values` (the
+    configured ``alternatives`` and the default when the run overrides ``key``); ``label`` prints a value."""
+    label = label or (lambda v: f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v))
+    d = default_of(cfg, key)
+    return Choice(name, label(current), source, {label(a): verdict_at(a) for a in
+                                                 alternative_values(current, alternatives, d)},
+                  key=key, default="" if d is None else label(d))
+
+
+def alternative_values(current, alternatives: Iterable, default=None) -> list:
+    """The values a robustness row tries: the configured ``alternatives`` and, when the run overrides the key,
+    its ``default``; never the current value itself (its verdict is the claim's)."""
+    out = []
+    for a in [*alternatives, *([] if default is None else [default])]:
+        if a != current and a not in out:
+            out.append(a)
+    return out
 
 
 def reading_lines(readings: Iterable[Subcase]) -> list[dict]:
@@ -157,8 +197,8 @@ def reading_lines(readings: Iterable[Subcase]) -> list[dict]:
 
 def robustness_lines(choices: Iterable[Choice]) -> list[dict]:
     """claims.json's ``robustness``: one entry per choice."""
-    return [{"choice": c.choice, "value": c.value, "source": c.source, "verdicts": dict(c.verdicts)}
-            for c in choices]
+    return [{"choice": c.choice, "value": c.value, "source": c.source, "verdicts": dict(c.verdicts), "key": c.key,
+             "default": c.default} for c in choices]
 
 
 def scoped_lines(subcases: Iterable[Subcase]) -> list[dict]:

@@ -11,17 +11,19 @@ import pandas as pd
 from pcast import theory
 from pcast.formats import get_format
 from pcast.analysis.text import short
-from pcast.analysis.verdicts.common import AS_STATED, Choice, Subcase, across_readings, combine, result, subcase_verdict
+from pcast.analysis.verdicts.common import (AS_STATED, Subcase, across_readings, choice, combine, result,
+                                            subcase_verdict)
 
 __all__ = ["claim_c3"]
 
 
-def _theory_checks(S: float, S2: float, fmt: str) -> tuple[dict, dict, list[str]]:
-    """The theory part of C3: the checks, their numbers and detail lines."""
+def _theory_checks(S: float, S2: float, fmt: str, top: float) -> tuple[dict, dict, list[str]]:
+    """The theory part of C3 over the scales S ∈ [1, ``top``] (claims.C3.max_scale): the checks, their numbers
+    and detail lines."""
     f = get_format(fmt)
-    dense = np.arange(1.0, f.max_finite + 1e-9, 0.125)
+    dense = np.arange(1.0, top + 1e-9, 0.125)
     dps = theory.dp(dense, fmt)
-    pow2 = [2.0 ** j for j in range(0, 20) if 2.0 ** j <= f.max_finite]
+    pow2 = [2.0 ** j for j in range(0, 20) if 2.0 ** j <= top]
     cov_pow2 = {p: theory.coverage(p, fmt) for p in pow2}
     checks = {
         "bit_exact": theory.bit_exact(S),
@@ -35,9 +37,9 @@ def _theory_checks(S: float, S2: float, fmt: str) -> tuple[dict, dict, list[str]
             "coverage_compare": theory.coverage(S2, fmt), **{f"theory_{k}": v for k, v in checks.items()}}
     details = [f"bit-exact: {S:g} {'yes' if checks['bit_exact'] else 'NO'}, {S2:g} "
                f"{'no' if checks['compare_not_bit_exact'] else 'YES'}",
-               f"dp({S:g}) = {short(nums['dp_S'])}, min of dp over S∈[1, {f.max_finite:g}] = {short(nums['dp_min'])} "
+               f"dp({S:g}) = {short(nums['dp_S'])}, min of dp over S∈[1, {top:g}] = {short(nums['dp_min'])} "
                f"(2^-{f.man_bits + 1} = {short(2.0 ** -(f.man_bits + 1))})",
-               f"coverage({S:g}) = {short(nums['coverage_S'])} octaves (max over powers of two ≤ {f.max_finite:g}: "
+               f"coverage({S:g}) = {short(nums['coverage_S'])} octaves (max over powers of two ≤ {top:g}: "
                f"{short(max(cov_pow2.values()))}); coverage({S2:g}) = {short(nums['coverage_compare'])}"]
     return checks, nums, details
 
@@ -93,24 +95,25 @@ def claim_c3(scales: pd.DataFrame, cfg: Mapping, fmt: str = "e4m3fn") -> dict:
     (pcast.theory on the format's number line), plus the measured MSE comparison beneath it.
 
     Stated (theoretical) sub-cases: S bit-exact; dp(S) the minimum of dp over a dense grid of S in
-    [1, max_finite] and equal to 2^-(man_bits+1); coverage(S) the largest among powers of two <=
-    max_finite (true by construction when S is the only power of two above max_finite / 2); the
+    [1, max_scale] and equal to 2^-(man_bits+1); coverage(S) the largest among powers of two <=
+    max_scale (true by construction when S is the only power of two above max_scale / 2); the
     compare scale covers more and is not bit-exact. Scoped, measured (beyond the sentence): per (Δ,
     order, sink_v_scale) whether another scale's MSE improvement CI lies wholly above S's.
     """
-    S, S2 = float(cfg["scale"]), float(cfg["compare_scale"])
+    S, S2, top = float(cfg["scale"]), float(cfg["compare_scale"]), float(cfg["max_scale"])
     f = get_format(fmt)
-    crit = (f"theoretical: bit_exact({S:g}), dp({S:g}) = min over S∈[1, {f.max_finite:g}] of dp = 2^-{f.man_bits + 1}, "
-            f"coverage({S:g}) = max over powers of two ≤ {f.max_finite:g}, coverage({S2:g}) > coverage({S:g}) and "
-            f"{S2:g} not bit-exact; measured (scoped): no scale's MSE improvement CI wholly above S={S:g}'s")
-    checks, nums, details = _theory_checks(S, S2, fmt)
+    crit = (f"theoretical, over the scales S∈[1, {top:g}] (claims.C3.max_scale): bit_exact({S:g}), dp({S:g}) = min of dp "
+            f"= 2^-{f.man_bits + 1}, coverage({S:g}) = max over powers of two ≤ {top:g}, coverage({S2:g}) > "
+            f"coverage({S:g}) and {S2:g} not bit-exact; measured (scoped): no scale's MSE improvement CI wholly above "
+            f"S={S:g}'s")
+    checks, nums, details = _theory_checks(S, S2, fmt, top)
     names = {"bit_exact": f"theoretical: {S:g} scales bit-exactly", "on_envelope": f"theoretical: dp({S:g}) on the "
              "lower envelope", "max_coverage_pow2": f"theoretical: coverage({S:g}) the largest among powers of two",
              "compare_more_coverage": f"theoretical: {S2:g} covers more", "compare_not_bit_exact":
              f"theoretical: {S2:g} is not bit-exact"}
     stated = [Subcase(names[k], "PASS" if v else "FAIL", "exact arithmetic on the format") for k, v in checks.items()]
-    pow2_above = [2.0 ** j for j in range(0, 20) if f.max_finite / 2 < 2.0 ** j <= f.max_finite]
-    details.append(f"by construction: the powers of two in ({f.max_finite / 2:g}, {f.max_finite:g}] are "
+    pow2_above = [2.0 ** j for j in range(0, 20) if top / 2 < 2.0 ** j <= top]
+    details.append(f"by construction: the powers of two in ({top / 2:g}, {top:g}] are "
                    f"{', '.join(f'{p:g}' for p in pow2_above)}, so the largest coverage among them needs no measurement")
     scoped = list(stated)
     if len(scales):
@@ -127,11 +130,19 @@ def claim_c3(scales: pd.DataFrame, cfg: Mapping, fmt: str = "e4m3fn") -> dict:
              "comparison is beyond the sentence and listed beneath, never in the verdict"]
     readings = [Subcase(AS_STATED, combine(stated),
                         f"{sum(x.verdict == 'PASS' for x in stated)} of {len(stated)} properties hold exactly")]
-    alts = {}
-    for a in list((cfg.get("alternatives") or {}).get("compare_scale", [])):
-        c, _, _ = _theory_checks(S, float(a), fmt)
-        alts[f"{float(a):g}"] = combine("PASS" if v else "FAIL" for v in c.values())
-    robust = [Choice("the compare scale (claims.C3.compare_scale)", f"{S2:g}",
-                     "the paper's words (\"a non-bit-exact scale such as 448\")", alts)] if alts else []
+    alt = cfg.get("alternatives") or {}
+
+    def at(scale2: float, top2: float) -> str:
+        return combine("PASS" if v else "FAIL" for v in _theory_checks(S, scale2, fmt, top2)[0].values())
+
+    robust = [choice("the range of S the sentence ranges over, S∈[1, max_scale]", "claims.C3.max_scale", top,
+                     f"a physical reason: P's largest value is 1, and S·1 must stay finite in {fmt} (largest finite "
+                     f"{f.max_finite:g}): above it S·P saturates where P reaches 1 (beyond it coverage({2 * S:g}) = "
+                     f"{short(theory.coverage(2 * S, fmt), 4)} > {short(theory.coverage(S, fmt), 4)}, dp({4 * S:g}) = "
+                     f"{short(float(theory.dp(4 * S, fmt)))})",
+                     lambda a: at(S2, float(a)), cfg, alt.get("max_scale", [])),
+              choice("the compare scale", "claims.C3.compare_scale", S2,
+                     "the paper's words (\"a non-bit-exact scale such as 448\")", lambda a: at(float(a), top), cfg,
+                     alt.get("compare_scale", []))]
     return result("C3", across_readings(readings), crit, nums, details, scoped=scoped, tolerances=tols,
                   readings=readings, robustness=robust, kinds=kinds)

@@ -11,7 +11,8 @@ from scipy import stats as sps
 
 from pcast.analysis.text import short
 from pcast.analysis.tolerance import closed_form_offset, crossing_tolerances
-from pcast.analysis.verdicts.common import Choice, Subcase, across_readings, combine, family_z, result
+from pcast.analysis.verdicts.common import (ARTIFACTS_CHOICE, Choice, Subcase, across_readings, choice, combine,
+                                            family_z, result)
 
 __all__ = ["claim_c4", "crossing_tolerances", "onset_span", "reference_noise"]
 
@@ -114,33 +115,42 @@ def _c4_tolerances(thresholds: pd.DataFrame, level: float, onset: float, w: floa
             "(mse_hi / mse_lo over seeds at statistics.seed_interval), FAIL above it"]
 
 
-def _c4_robustness(judge, knees: pd.DataFrame, onset: float, alt: Mapping, paired: pd.DataFrame | None,
-                   stats_cfg: Mapping | None) -> list[Choice]:
-    """C4's choices: the knee factor (knees recomputed from ``paired``), the onset fraction, the no-knee rule;
-    ``judge(knees, onset, rule)`` gives the readings."""
+def _c4_robustness(judge, knees: pd.DataFrame, onset: float, cfg: Mapping, paired: pd.DataFrame | None,
+                   stats_cfg: Mapping | None, sink_norms: pd.DataFrame | None) -> list[Choice]:
+    """C4's choices: the knee factor (knees recomputed from ``paired``), the onset fraction, the no-knee rule, the
+    sinks' value norms tested; ``judge(knees, onset, rule)`` gives the readings."""
+    from pcast.analysis.verdicts.mse import norm_source
+
+    alt = cfg.get("alternatives") or {}
     robust = []
-    if paired is not None and stats_cfg is not None and alt.get("knee_factor"):
+    if paired is not None and stats_cfg is not None:
         from pcast.analysis.summaries import knee_summary
 
-        robust.append(Choice("the MSE knee's factor (statistics.knee_factor)", f"{float(stats_cfg['knee_factor']):g}",
-                             "a physical reason: the P cast's error at least equal to the reference's whole error",
-                             {f"{float(f):g}": across_readings(judge(knee_summary(
-                                 paired, reference=stats_cfg["reference"], factor=float(f)), onset))
-                              for f in alt["knee_factor"]}))
-    if alt.get("knee_onset_fraction"):
-        robust.append(Choice("the collapse's onset fraction (claims.C4.knee_onset_fraction)", f"{onset:g}",
-                             "the theory: the Δ span over which the fraction rises from the onset to 1/2",
-                             {f"{float(o):g}": across_readings(judge(knees, float(o)))
-                              for o in alt["knee_onset_fraction"]}))
+        robust.append(choice("the MSE knee's factor", "statistics.knee_factor", float(stats_cfg["knee_factor"]),
+                             f"{ARTIFACTS_CHOICE}: the P cast's error at least the reference's whole error (a "
+                             "factor 2); the paper names no factor",
+                             lambda f: across_readings(judge(knee_summary(paired, reference=stats_cfg["reference"],
+                                                                          factor=float(f)), onset)),
+                             cfg, alt.get("knee_factor", [])))
+    robust.append(choice("the collapse's onset fraction", "claims.C4.knee_onset_fraction", onset,
+                         "the theory: the Δ span over which the fraction rises from the onset to 1/2 (the onset "
+                         f"level itself is {ARTIFACTS_CHOICE})",
+                         lambda o: across_readings(judge(knees, float(o))), cfg, alt.get("knee_onset_fraction", [])))
     robust.append(Choice("no knee, peak MSE ratio within the seed-to-seed spread", "INCONCLUSIVE",
                          "the data's noise: a loss one run cannot tell from the spread over seeds",
                          {"FAIL (no knee ⇒ FAIL)": across_readings(judge(knees, onset, "FAIL"))}))
+    if "sink_v_scale" in knees.columns and knees["sink_v_scale"].nunique() > 1:
+        norms = sorted(float(v) for v in knees["sink_v_scale"].unique())
+        robust.append(Choice("the sinks' value norms tested (experiments.collapse.sink_v_scale)",
+                             ", ".join(f"{v:g}" for v in norms), norm_source(sink_norms, norms),
+                             {f"only {v:g}": across_readings(judge(knees[knees["sink_v_scale"] == v], onset))
+                              for v in norms}, key="experiments.collapse.sink_v_scale"))
     return robust
 
 
 def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping, *, level: float = 0.95,
              grid_max: float = math.inf, paired: pd.DataFrame | None = None, collapse: pd.DataFrame | None = None,
-             stats_cfg: Mapping | None = None) -> dict:
+             stats_cfg: Mapping | None = None, sink_norms: pd.DataFrame | None = None) -> dict:
     """Δc against the measured underflow crossing (per ksink, S) and the measured precision loss.
 
     Crossing settings: ``|measured − predicted Δc|`` within the measured crossing's bootstrap CI
@@ -151,7 +161,8 @@ def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping,
     ratio is within the reference's seed-to-seed spread (``collapse``'s seed interval): INCONCLUSIVE.
     Readings: what "precision loss" measures (the crossing; the knee per sink-value norm), combined by
     :func:`.common.across_readings`. ``paired`` and ``stats_cfg`` (reference, knee_factor) recompute the
-    knees at the alternative knee factors of ``cfg['alternatives']``.
+    knees at the alternative knee factors of ``cfg['alternatives']``; ``sink_norms`` (a real model's measured
+    sink-value norms) is the source of the norm grid's row.
     """
     onset = float(cfg["knee_onset_fraction"])
     w = onset_span(onset)
@@ -186,7 +197,6 @@ def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping,
             "knees_within": sum(s.verdict == "PASS" for s in knee_subs), "knees": len(knee_subs),
             "knees_inconclusive": sum(s.verdict == "INCONCLUSIVE" for s in knee_subs),
             "max_abs_diff": float(thresholds["diff"].abs().max()), "onset_span": w}
-    robust = _c4_robustness(judge, knees, onset, cfg.get("alternatives") or {}, paired, stats_cfg) if knee_subs \
-        else []
+    robust = _c4_robustness(judge, knees, onset, cfg, paired, stats_cfg, sink_norms) if knee_subs else []
     return result("C4", across_readings(readings), crit, nums, details, scoped=subs, tolerances=tols,
                   readings=readings, robustness=robust, kinds=kinds)
