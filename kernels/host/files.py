@@ -68,7 +68,7 @@ def canonical_safetensors(data: bytes) -> bytes:
 def atomic_write_safetensors(path: str | os.PathLike, tensors, metadata: dict[str, str] | None = None) -> None:
     """``tensors`` (name -> torch tensor) and ``metadata`` (str -> str) as a safetensors file whose bytes
     depend only on them (:func:`canonical_safetensors`), written through :func:`atomic_path`."""
-    from safetensors.torch import save
+    from safetensors.torch import save  # lazy: torch-free at import
 
     data = canonical_safetensors(save(tensors, metadata=metadata))
     with atomic_path(path) as tmp:

@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 
 from pcast import theory
+from pcast.analysis.paired import config_columns, holm, log_ratios, pair_by_seed, tost_log
 from pcast.analysis.text import format_runs, intervals, short
 from pcast.analysis.verdicts.common import (ARTIFACTS_CHOICE, Choice, Subcase, across_readings, choice, combine,
                                             result, subcase_verdict)
-from pcast.analysis.verdicts.mse import _open_parameters
+from pcast.analysis.verdicts.mse import open_parameters
 
 __all__ = ["claim_c6", "c6_domain_limit", "tost_pvalues"]
 
@@ -32,8 +33,6 @@ def tost_pvalues(tidy: pd.DataFrame, pairs, margin: float, alpha: float) -> pd.D
     """TOST p-values (pcast.analysis.paired.tost_log on per-seed log MSE) of ``pairs`` at another ``margin``,
     one row per configuration group and pair, from the tidy collapse table: the same test the statistics
     step runs, at a margin it did not use (no bootstrap, no new sweep)."""
-    from pcast.analysis.paired import config_columns, log_ratios, pair_by_seed, tost_log
-
     keys = config_columns(tidy)
     rows = []
     present = set(tidy["combo"].unique())
@@ -51,8 +50,6 @@ def tost_pvalues(tidy: pd.DataFrame, pairs, margin: float, alpha: float) -> pd.D
 
 def _holm_in(p: pd.Series) -> pd.Series:
     """Holm-adjusted p-values over the rows given (a family tested at one level)."""
-    from pcast.analysis.paired import holm
-
     return pd.Series(holm(p.to_numpy(float)), index=p.index)
 
 
@@ -211,7 +208,7 @@ def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None, 
     cells = judge(inside)
     outside = judge(beyond) if len(beyond) else []
     details = [f"{sum(c.verdict == 'PASS' for c in cells)} of {len(cells)} cells (pair x sink_v_scale) equivalent at "
-               f"every Δ of the domain", _open_parameters(paired)]
+               f"every Δ of the domain", open_parameters(paired)]
     details += [f"{a} vs {b}: not measured" for a, b in pairs
                 if paired[(paired["a"] == a) & (paired["b"] == b)].empty]
     nums = {"domain_limit": limit, "cells": len(cells), "passing": sum(c.verdict == "PASS" for c in cells),

@@ -122,7 +122,7 @@ def claim_c5(paired: pd.DataFrame, cfg: Mapping, baseline_fraction: pd.Series | 
             nums[f"peak_max[sink_v_scale={v:g}]"] = float(g.max())
     robust = _c5_robustness(p, cfg, windows, baseline_fraction, band, far, sink_norms)
     details = [f"{nums['in_band']} of {len(cells)} cells (reading x fix) in band; the readings' verdicts and each "
-               "cell are listed above", _open_parameters(p)]
+               "cell are listed above", open_parameters(p)]
     return result("C5", across_readings(readings), crit, nums, details, scoped=cells, tolerances=tols,
                   readings=readings, robustness=robust, kinds=kinds)
 
@@ -189,7 +189,7 @@ def _c5_robustness(p: pd.DataFrame, cfg: Mapping, windows, baseline_fraction, ba
     return robust
 
 
-def _open_parameters(p: pd.DataFrame) -> str:
+def open_parameters(p: pd.DataFrame) -> str:
     """Which values of the parameter the paper leaves open (the sinks' value norm) the data tests, and why."""
     norms = sorted(p["sink_v_scale"].unique()) if "sink_v_scale" in p.columns else []
     return ("open in the paper, the sinks' value norm: tested at sink_v_scale " + ", ".join(f"{v:g}" for v in norms)

@@ -9,10 +9,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from pcast.analysis.summaries import knee_summary
 from pcast.analysis.text import short
 from pcast.analysis.tolerance import closed_form_offset, crossing_tolerances
 from pcast.analysis.verdicts.common import (ARTIFACTS_CHOICE, Choice, Subcase, across_readings, choice, combine,
                                             family_z, result)
+from pcast.analysis.verdicts.mse import norm_source
 
 __all__ = ["claim_c4", "crossing_tolerances", "onset_span", "reference_noise"]
 
@@ -119,13 +121,9 @@ def _c4_robustness(judge, knees: pd.DataFrame, onset: float, cfg: Mapping, paire
                    stats_cfg: Mapping | None, sink_norms: pd.DataFrame | None) -> list[Choice]:
     """C4's choices: the knee factor (knees recomputed from ``paired``), the onset fraction, the no-knee rule, the
     sinks' value norms tested; ``judge(knees, onset, rule)`` gives the readings."""
-    from pcast.analysis.verdicts.mse import norm_source
-
     alt = cfg.get("alternatives") or {}
     robust = []
     if paired is not None and stats_cfg is not None:
-        from pcast.analysis.summaries import knee_summary
-
         robust.append(choice("the MSE knee's factor", "statistics.knee_factor", float(stats_cfg["knee_factor"]),
                              f"{ARTIFACTS_CHOICE}: the P cast's error at least the reference's whole error (a "
                              "factor 2); the paper names no factor",
