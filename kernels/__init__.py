@@ -7,8 +7,15 @@ the statistics and plotting jobs of the pipeline do not pay for it.
 """
 
 import importlib
+import os
 
-from pcast.formats import FORMATS, FP8Format, get_format
+# OpenMP threads wait asleep, not spinning, unless the user chose: the emulator alternates torch's OpenMP pool
+# (its matmuls) and numba's (the compiled P path), and on a loaded machine each pool's spinning threads starve
+# the other's working ones (docs/performance.md, "Under load"). Read by each OpenMP runtime when it loads: torch's
+# where pcast is imported first, numba's always.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from pcast.formats import FORMATS, FP8Format, get_format  # noqa: E402
 
 __all__ = ["FORMATS", "FP8Format", "get_format", "quantize", "attention", "attention_values", "attention_scales",
            "attention_calls", "AttentionResult", "reference_attention", "Policy", "POLICIES", "get_policy",

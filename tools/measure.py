@@ -97,10 +97,25 @@ def measure_install(extras: str) -> dict:
                 "load_after": got["load_after"], "venv_mb": round(_du(venv) / 1e6)}
 
 
+def failed_tests(output: str) -> list[str]:
+    """The tests a pytest run's output reports as failed or in error (its short summary's ``FAILED`` and
+    ``ERROR`` lines), and the summary line's counts when it has failures without naming them."""
+    named = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+    if named:
+        return named
+    tail = [ln for ln in output.splitlines() if re.search(r"\d+ (passed|failed|error)", ln)]
+    summary = tail[-1] if tail else ""
+    return [summary.strip("= ")] if re.search(r"\d+ (failed|errors?)\b", summary) or not tail else []
+
+
 def measure_tests(workers: str) -> dict:
-    # the run's own outcome is part of the record (the measured-figure tests fail until this file holds it)
-    got = _timed([sys.executable, "-m", "pytest", "-q", "-n", workers, "-m", INNER_LOOP, "-p", "no:cacheprovider"],
-                 ROOT, check=False)
+    """The inner loop, timed; a run with a failure (or no summary) is refused, naming the failing tests: a
+    measurement of a failing suite is not the suite's figure."""
+    got = _timed([sys.executable, "-m", "pytest", "-q", "-rfE", "-n", workers, "-m", INNER_LOOP,
+                  "-p", "no:cacheprovider"], ROOT, check=False)
+    failed = failed_tests(got["stdout"])
+    if failed:
+        sys.exit(f"the test run failed, so it is not recorded ({len(failed)} failed): " + ", ".join(failed))
     tail = [ln for ln in got["stdout"].splitlines() if " passed" in ln][-1]
     return {"command": f'python -m pytest -m "{INNER_LOOP}"', "wall_s": got["wall_s"],
             "load_before": got["load_before"], "load_after": got["load_after"], "summary": tail.strip("= ")}

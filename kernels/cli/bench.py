@@ -35,15 +35,24 @@ collapse-shaped sweep, in runs per second, against its arithmetic floor:
   exact-decision test; :meth:`pcast.cli.bench_sweep.Sweep.fused_bound`): the least a fused engine adds to the floor.
 
 The headline figure is engine / floor runs/s (the fraction of the floor reached). ``--json PATH``
-writes the numbers (atomically).
+writes the numbers (atomically), with the machine (:func:`machine`: CPU model, vendor, ISA, BLAS, cores, the
+1-minute load before and after).
+
+``--busy K`` runs either mode beside K busy processes (each a Python loop, started before the warm-up and
+stopped after): the emulator's fraction of its matmul pair, both equally loaded.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import platform
+import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -51,6 +60,41 @@ import torch
 
 from pcast.cli.bench_sweep import SWEEP_CALLS, SWEEP_DEFAULTS, SWEEP_KSINK, floor_rows, sweep_inputs
 from pcast.cli.bench_sweep import Sweep as _Sweep
+
+
+def machine() -> dict:
+    """The machine a benchmark ran on: CPU model and vendor, torch's vector ISA, its BLAS, cores, torch."""
+    info = {}
+    try:
+        for ln in open("/proc/cpuinfo").read().splitlines():
+            key, _, val = ln.partition(":")
+            key = key.strip()
+            if key in ("model name", "vendor_id") and key not in info:
+                info[key] = val.strip()
+    except OSError:
+        pass
+    cfg = torch.__config__.show()
+    blas = next((ln.split("=", 1)[1].strip() for ln in cfg.splitlines() if "BLAS_INFO=" in ln), "unknown")
+    mkl = next((f"MKL {m.group(1)}" for ln in cfg.splitlines() if "Math Kernel Library" in ln
+                for m in [re.search(r"Version ([\d.]+)", ln)] if m), None)
+    return {"cpu": info.get("model name", platform.processor()), "vendor": info.get("vendor_id", "unknown"),
+            "isa": torch.backends.cpu.get_cpu_capability(), "blas": mkl or blas, "cores": os.cpu_count(),
+            "torch": torch.__version__, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+
+
+@contextlib.contextmanager
+def busy(k: int):
+    """``k`` busy processes (Python loops) beside the block; the 1-minute load average at the end of the block
+    is recorded in the yielded dict."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(k)]
+    rec = {"busy": k, "load_before": round(os.getloadavg()[0], 2)}
+    try:
+        yield rec
+        rec["load_after"] = round(os.getloadavg()[0], 2)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def _flops(b, n, d):
@@ -234,13 +278,17 @@ def main(argv=None):
                     help="torch intra-op threads (default: torch's choice); with --sweep a comma list (default 1,2)")
     ap.add_argument("--deltas", type=int, default=None, help="--sweep: Δ values in the grid (default 16)")
     ap.add_argument("--scaling", action="store_true", help="--sweep: also the engine on a Δ grid 4x larger")
-    ap.add_argument("--json", default=None, metavar="PATH", help="--sweep: write the numbers as JSON to PATH")
+    ap.add_argument("--json", default=None, metavar="PATH", help="write the numbers as JSON to PATH")
+    ap.add_argument("--busy", type=int, default=0, metavar="K", help="run beside K busy processes (default 0)")
     args = ap.parse_args(argv)
+    if args.busy < 0:
+        ap.error(f"--busy={args.busy}: must be >= 0")
+    if args.json is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        ap.error(f"--json={args.json!r}: its folder does not exist")
     if args.sweep:
         return _main_sweep(ap, args)
-    for name in ("deltas", "json"):
-        if getattr(args, name) is not None:
-            ap.error(f"--{name} needs --sweep")
+    if args.deltas is not None:
+        ap.error("--deltas needs --sweep")
     if args.scaling:
         ap.error("--scaling needs --sweep")
     reps = 7 if args.reps is None else args.reps
@@ -251,14 +299,19 @@ def main(argv=None):
         if len(threads) != 1:
             ap.error(f"--threads={args.threads!r}: one thread count without --sweep")
         torch.set_num_threads(threads[0])
-    r = measure(batch=8 if args.batch is None else args.batch, n=args.n, d=args.d, reps=reps)
+    with busy(args.busy) as load:
+        r = measure(batch=8 if args.batch is None else args.batch, n=args.n, d=args.d, reps=reps)
+    r.update(machine=machine(), **load)
     gf = r["gflops"]
-    print(f"shape {r['shape']}, {r['threads']} torch threads, median of {reps} interleaved runs")
+    print(f"shape {r['shape']}, {r['threads']} torch threads, median of {reps} interleaved runs; "
+          f"{args.busy} busy processes beside, 1-minute load {load['load_before']:g} before, {load['load_after']:g} after")
     print(f"  emulator attention      {gf['emulator']:8.1f} GFLOP/s")
     print(f"  torch matmul pair       {gf['matmul_pair']:8.1f} GFLOP/s  (QK^T and PV at the same shapes)")
     print(f"  torch square matmul     {gf['square']:8.1f} GFLOP/s  (2048^3)")
     print(f"emulator / matmul pair = {r['ratio_vs_matmul_pair']:.2f}")
     print(f"emulator / square      = {r['ratio_vs_square']:.2f}")
+    if args.json is not None:
+        _write_json(args.json, r)
     return 0
 
 
@@ -280,9 +333,9 @@ def _main_sweep(ap, args):
     if reps < 1:
         ap.error(f"--reps={reps}: must be >= 1")
     threads = _threads_list(ap, SWEEP_DEFAULTS["threads"] if args.threads is None else args.threads)
-    if args.json is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-        ap.error(f"--json={args.json!r}: its folder does not exist")
-    r = measure_sweep(n=args.n, d=args.d, deltas=deltas, reps=reps, threads=threads, scaling=args.scaling)
+    with busy(args.busy) as load:
+        r = measure_sweep(n=args.n, d=args.d, deltas=deltas, reps=reps, threads=threads, scaling=args.scaling)
+    r.update(machine=machine(), **load)
     _print_sweep(r)
     if args.json is not None:
         _write_json(args.json, r)

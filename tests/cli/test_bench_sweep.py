@@ -149,7 +149,8 @@ def test_bad_sweep_arguments_fail_naming_the_option_before_any_work(monkeypatch,
 
 
 @pytest.mark.parametrize("argv, option", [(["--deltas", "4"], "--deltas"), (["--scaling"], "--scaling"),
-                                          (["--json", "x.json"], "--json"), (["--threads", "1,2"], "--threads")])
+                                          (["--threads", "1,2"], "--threads"), (["--busy", "-1"], "--busy"),
+                                          (["--json", "/no/such/folder/x.json"], "--json")])
 def test_sweep_only_options_are_refused_without_sweep(monkeypatch, capsys, argv, option):
     monkeypatch.setattr(bench, "measure", lambda *a, **kw: pytest.fail("work started"))
     with pytest.raises(SystemExit) as e:
@@ -180,7 +181,8 @@ def test_default_mode_output_is_unchanged_in_structure(one_thread, capsys, monke
     assert main(["--batch", "1", "--n", "64", "--d", "16", "--reps", "1", "--threads", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 6
-    assert lines[0] == "shape (1, 1, 64, 16), 1 torch threads, median of 1 interleaved runs"
+    assert lines[0].startswith("shape (1, 1, 64, 16), 1 torch threads, median of 1 interleaved runs; "
+                               "0 busy processes beside, 1-minute load ")
     labels = ["  emulator attention", "  torch matmul pair", "  torch square matmul"]
     for line, label, key in zip(lines[1:4], labels, ("emulator", "matmul_pair", "square")):
         assert line.startswith(label) and "GFLOP/s" in line
@@ -190,3 +192,28 @@ def test_default_mode_output_is_unchanged_in_structure(one_thread, capsys, monke
                              (lines[5], "emulator / square      = ", "ratio_vs_square")):
         assert line.startswith(label) and measured[key] > 0
         assert float(line.split("= ")[1]) == pytest.approx(measured[key], abs=0.005)
+
+
+def test_default_mode_beside_busy_processes_records_the_machine_and_load(one_thread, tmp_path, capsys):
+    """``--busy K``: K busy processes run beside the measurement and are gone after it; the JSON names the
+    machine (CPU model, vendor, ISA, BLAS) and the load."""
+    import os
+
+    out = tmp_path / "load.json"
+    before = set(os.listdir("/proc"))
+    assert main(["--batch", "1", "--n", "64", "--d", "16", "--reps", "1", "--threads", "1", "--busy", "2",
+                 "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["busy"] == 2 and r["load_before"] >= 0 and r["load_after"] >= 0
+    assert {"cpu", "vendor", "isa", "blas", "cores", "torch"} <= set(r["machine"])
+    assert r["ratio_vs_matmul_pair"] > 0
+    assert "2 busy processes beside" in capsys.readouterr().out
+    def cmdline(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", errors="replace") as f:
+                return f.read()
+        except OSError:  # gone
+            return ""
+
+    left = [p for p in set(os.listdir("/proc")) - before if p.isdigit() and "while True" in cmdline(p)]
+    assert not left  # the busy processes were stopped

@@ -87,6 +87,22 @@ def test_performance_steps_table_is_the_default_run_file():
     assert table == want
 
 
+def test_performance_bench_table_is_the_bench_file():
+    """docs/performance.md's table of machines is the rendering of docs/data/bench.json, and each machine's
+    entry names its CPU, vendor, ISA and BLAS, and each measurement its load."""
+    import perf_table  # (tools/ is on the path: tests/conftest.py)
+
+    data = json.loads(perf_table.DATA.read_text())
+    page = perf_table.PAGE.read_text(encoding="utf-8")
+    table = page.split(perf_table.MARK[0])[1].split(perf_table.MARK[1])[0].strip()
+    assert table == perf_table.render(data), "stale: run `python tools/perf_table.py write`"
+    for m in data["machines"]:
+        assert all(m["machine"][k] for k in ("cpu", "vendor", "isa", "blas", "cores"))
+        for run in ("pair", "sweep", "loaded"):
+            assert m[run]["load_before"] >= 0 and m[run]["load_after"] >= 0
+        assert m["loaded"]["busy"] == 2
+
+
 @pytest.mark.smoke_reader
 def test_the_smoke_run_has_the_default_runs_claims_and_steps(smoke_run):
     smoke = summarize(smoke_run)

@@ -78,6 +78,27 @@ def test_no_page_types_a_headline_figure_outside_a_span():
         assert hit is None, f"{page.name}: typed figure {hit.group(0)!r}; put it in docs/data/measured.json"
 
 
+def test_the_recorded_test_run_passed():
+    """A measurement of a failing suite is not the suite's figure: tools/measure.py refuses to record one."""
+    assert measure.failed_tests(DATA["tests"]["summary"]) == [], DATA["tests"]["summary"]
+
+
+def test_a_failing_test_run_is_named_and_refused(monkeypatch):
+    out = ("..F.\n=========================== short test summary info ============================\n"
+           "FAILED tests/emulator/test_fused.py::test_thread_count_does_not_matter - AssertionError\n"
+           "ERROR tests/x/test_y.py::test_z - RuntimeError\n= 1 failed, 2502 passed, 1 error in 139.08s =\n")
+    assert measure.failed_tests(out) == ["tests/emulator/test_fused.py::test_thread_count_does_not_matter",
+                                         "tests/x/test_y.py::test_z"]
+    assert measure.failed_tests("1 failed, 2502 passed, 5 skipped in 139.08s") == [
+        "1 failed, 2502 passed, 5 skipped in 139.08s"]
+    assert measure.failed_tests("= 2504 passed, 5 skipped in 139.08s =") == []
+    assert measure.failed_tests("") != []  # no summary: not a passing run
+    monkeypatch.setattr(measure, "_timed", lambda *a, **k: {"stdout": out, "wall_s": 1.0, "load_before": 0.0,
+                                                           "load_after": 0.0})
+    with pytest.raises(SystemExit, match="test_thread_count_does_not_matter"):
+        measure.measure_tests("0")
+
+
 def test_time_and_size_formats():
     assert measure.fmt_time(59.4) == "59 s" and measure.fmt_time(201) == "3 min 21 s"
     assert measure.fmt_mb(88) == "88 MB" and measure.fmt_mb(2816) == "2.8 GB"
