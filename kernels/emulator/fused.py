@@ -51,6 +51,7 @@ def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     ``(pw, l, m_final, counts)``: per scale, pw [rows, Np] p_q times its block's weight, l [rows] the row sum
     of the keys, m_final [rows] the final max (-inf as 0) and counts [rows, 5] int64 (terms, terms_sink,
     underflow, underflow_sink, saturated)."""
+    # lazy: numba's compiled pass (importing it sets numba's threading layer), loaded on the first CPU row pass
     from pcast.emulator import fusedkernel as _fw, fusedmath as _fm  # (numba: imported where it runs)
 
     nr, np_ = s.shape

@@ -35,7 +35,7 @@ def emulator_costs(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
     import torch  # lazy: measured only when no calibration is kept (module docstring)
 
     from pcast import attention_calls  # lazy: torch-free at import
-    from pcast.emulator.core import _CHUNK_ELEMS  # lazy: torch-free at import
+    from pcast.emulator.core import CHUNK_ELEMS  # lazy: torch-free at import
     from pcast.models.sinks import make_base, value_stack  # lazy: torch-free at import
     from pcast.reference import reference_stack  # lazy: torch-free at import
 
@@ -50,7 +50,7 @@ def emulator_costs(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
                 "mx6": (6, 1, [{"scale": 256.0, "fmt": "nvfp4"}])}  # a microscaled cast instead of E4M3
         best = dict.fromkeys([*runs, "ref2", "ref6", "scores"], float("inf"))
         q1, kT = stacks[2][0][0, 0], stacks[2][1][0, 0].t()
-        rows = max(1, _CHUNK_ELEMS // n)  # the emulator's chunk of rows
+        rows = max(1, CHUNK_ELEMS // n)  # the emulator's chunk of rows
         for _ in range(repeats):
             t0 = time.perf_counter()
             for r0 in range(0, n, rows):

@@ -132,7 +132,7 @@ def _decode_costs(repeats: int) -> dict:
     calls (16 rows of one 256-key partition, d = 256)."""
     import torch  # lazy: the run plan imports this module without torch (pcast.pipeline.plan)
     from pcast.pipeline.decode_runs import kind_rows, partition_rows  # lazy: they import torch (as above)
-    from pcast.pipeline.runs import _Tally  # lazy: it imports torch (as above)
+    from pcast.pipeline.runs import Tally  # lazy: it imports torch (as above)
 
     from pcast.models.sinks import make_base  # lazy: torch-free at import
 
@@ -145,9 +145,9 @@ def _decode_costs(repeats: int) -> dict:
     best = {"keys": float("inf"), "part": float("inf")}
     for _ in range(repeats):
         t0 = time.process_time()
-        kind_rows(_Tally(), spec, "keys", base, [4.0, 6.0, 8.0, 10.0], {}, torch.device("cpu"))
+        kind_rows(Tally(), spec, "keys", base, [4.0, 6.0, 8.0, 10.0], {}, torch.device("cpu"))
         best["keys"] = min(best["keys"], time.process_time() - t0)
         t0 = time.process_time()
-        partition_rows(_Tally(), spec, 0, {}, torch.device("cpu"))
+        partition_rows(Tally(), spec, 0, {}, torch.device("cpu"))
         best["part"] = min(best["part"], time.process_time() - t0)
     return {"c_dec": best["keys"] / (4 * n * nc), "c_dec_p": best["part"] / (2 * 16 * 256 * 256)}

@@ -38,7 +38,7 @@ from pcast.models.sinks import apply_sink, learned_sink
 from pcast.pipeline.conformance_cases import case_columns
 from pcast.pipeline.inputs import base_tensors, load_inputs
 from pcast.pipeline.logs import progress
-from pcast.pipeline.runs import _of, _Tally, _write_shard, value_stack
+from pcast.pipeline.runs import shard_of, Tally, write_shard, value_stack
 
 __all__ = ["run_conformance_shard", "engine_rows"]
 
@@ -62,7 +62,7 @@ def _log_row(row: Mapping, why: str) -> None:
             row["diag_equal"], row["explained"], why)
 
 
-def _grid_rows(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
+def _grid_rows(tally: Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
     """The kernel grid of one seed: every shape, causal flag and (order, scale) at the section's Δ."""
     for shape in spec["shapes"]:
         base = base_tensors(tensors, seed, shape["n"], shape["d"], spec["sigma"])
@@ -91,7 +91,7 @@ def _stack(base, case_kind: str, ksink: int, deltas, svs_list):
     return q, k, values, [0.0], sink
 
 
-def _cover_rows(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
+def _cover_rows(tally: Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
     """The covering cases on the Triton kernel at the small cover shape, Δ and sink value norm in turn."""
     eng, shape = spec["engine"], spec["cover"]["shape"]
     base = base_tensors(tensors, seed, shape["n"], shape["d"], spec["sigma"])
@@ -169,7 +169,7 @@ def engine_rows(q, k, values, svs_list, sink, deltas, cases: list[Mapping], fiel
     return rows
 
 
-def _engine_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
+def _engine_seed(tally: Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
     """Every group of cases, one Δ stack each, at the engine shape."""
     eng = spec["engine"]
     shape = eng["shape"]
@@ -196,7 +196,7 @@ def run_conformance_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv
     torch.set_num_threads(max(1, int(threads)))
     t_start = time.perf_counter()
     tensors = load_inputs(inputs_path, spec)
-    tally = _Tally()
+    tally = Tally()
     for seed in spec["seeds"]:
         _grid_rows(tally, spec, tensors, seed)
         if spec.get("engine") and seed < spec["engine"]["seeds"]:
@@ -206,11 +206,11 @@ def run_conformance_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv
     tally.runs = len(tally.rows)
     wall = time.perf_counter() - t_start
     tally.kernel_s = wall
-    timing = _write_shard(spec, tally, CONFORMANCE_COLUMNS, out_csv, timing_csv, wall)
+    timing = write_shard(spec, tally, CONFORMANCE_COLUMNS, out_csv, timing_csv, wall)
     note = " -- the Triton kernel ran INTERPRETED on the CPU" if "triton-interpreted" in tally.backends else ""
     bad = sum(not r["explained"] for r in tally.rows)
     engine = sum(r["check"] == "engine" for r in tally.rows)
-    progress(f"[pcast] conformance shard {_of(spec['shard'], n_shards)}: {len(tally.rows) - engine} kernel and "
+    progress(f"[pcast] conformance shard {shard_of(spec['shard'], n_shards)}: {len(tally.rows) - engine} kernel and "
              f"{engine} engine comparisons in {wall:.1f} s, {bad} unexplained, kernel backend "
              f"{timing['backend']}{note}")
     return timing

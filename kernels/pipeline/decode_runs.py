@@ -36,7 +36,7 @@ import torch
 from pcast import attention_calls
 from pcast.contract import DECODE_CONFIG_COLUMNS, DECODE_TIDY_COLUMNS
 from pcast.pipeline.inputs import base_tensors
-from pcast.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from pcast.pipeline.runs import run_seeds, Tally, delta_chunks, finish_shard, value_stack
 from pcast.reference import reference_attention
 
 __all__ = ["run_decode_shard"]
@@ -73,7 +73,7 @@ def _policy_fields(p: Mapping, kind: str) -> dict:
     return out
 
 
-def kind_rows(tally: _Tally, spec: Mapping, kind: str, base, deltas: list, meta: Mapping, device) -> None:
+def kind_rows(tally: Tally, spec: Mapping, kind: str, base, deltas: list, meta: Mapping, device) -> None:
     """Every configuration on one Δ stack of one sink kind; one row per (configuration, Δ, head)."""
     t0 = time.perf_counter()
     q, k, v, ref, extra = _stack(kind, base, spec, deltas, device)
@@ -125,7 +125,7 @@ def _partition_tensors(scores, device):
     return q.to(device), k.to(device), values
 
 
-def partition_rows(tally: _Tally, spec: Mapping, seed: int, meta: Mapping, device) -> None:
+def partition_rows(tally: Tally, spec: Mapping, seed: int, meta: Mapping, device) -> None:
     """The P-cast error rows of one seed (module docstring)."""
     part, sigma = spec["partition"], float(spec["sigma"][0])
     for n in sorted({c["n"] for c in part["cases"]}):
@@ -154,7 +154,7 @@ def partition_rows(tally: _Tally, spec: Mapping, seed: int, meta: Mapping, devic
                                "p_rows": part["rows"], "p_err2": err2, "p_x2": x2, "p_rel_rms": math.sqrt(err2 / x2)})
 
 
-def _decode_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
+def _decode_seed(tally: Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
     shape, sigma = spec["shapes"][0], spec["sigma"][0]
     base = base_tensors(tensors, seed, shape["n"], shape["d"], sigma)
     meta = {"experiment": spec["experiment"], "seed": seed, "n": shape["n"], "d": shape["d"],
@@ -173,7 +173,7 @@ def _sort_key(row: Mapping):
 def run_decode_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str | os.PathLike,
                      timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
     """Run one shard of the decode experiment and write its tidy rows and timing; returns the timing row."""
-    tally, t_start = _run_seeds(spec, inputs_path, threads, _decode_seed)
+    tally, t_start = run_seeds(spec, inputs_path, threads, _decode_seed)
     return finish_shard(spec, tally, t_start, DECODE_TIDY_COLUMNS, _sort_key, out_csv, timing_csv, n_shards,
                         f"{tally.runs} runs ({len(spec['calls'])} configurations x {len(spec['sink_kinds'])} sink "
                         "kinds)")

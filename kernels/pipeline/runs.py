@@ -42,7 +42,7 @@ log = logging.getLogger("pcast.pipeline")
 
 
 @dataclass
-class _Tally:
+class Tally:
     """What a shard job has produced and measured so far."""
 
     rows: list[dict] = field(default_factory=list)
@@ -58,7 +58,7 @@ def _device(backend: str):
     return torch.device("cpu")
 
 
-def _write_shard(spec: Mapping, tally: _Tally, columns, out_csv, timing_csv, wall: float) -> dict:
+def write_shard(spec: Mapping, tally: Tally, columns, out_csv, timing_csv, wall: float) -> dict:
     """Write the shard's rows and its one-row timing table; return the timing row."""
     atomic_write_text(out_csv, csv_text(columns, tally.rows))
     timing = {"experiment": spec["experiment"], "shard": spec["shard"],
@@ -69,7 +69,7 @@ def _write_shard(spec: Mapping, tally: _Tally, columns, out_csv, timing_csv, wal
     return timing
 
 
-def _of(shard: int, n_shards: int | None) -> str:
+def shard_of(shard: int, n_shards: int | None) -> str:
     return f"{shard + 1}/{n_shards}" if n_shards else f"{shard + 1}"
 
 
@@ -104,7 +104,7 @@ def delta_chunks(deltas, n_values: int, max_items: int) -> list[list]:
     return [deltas[i:i + per] for i in range(0, len(deltas), per)]
 
 
-def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, meta: Mapping, *, causal: bool,
+def _sweep_stack(tally: Tally, spec: Mapping, q, k, values, svs_list, deltas, meta: Mapping, *, causal: bool,
                  ksink: int, block_m: int, block_n: int) -> None:
     """The reference once per value tensor, then every (order, scale) on the same stacked tensors in one
     :func:`pcast.attention_calls` (the emulator takes the scores once for every order and the non-sink
@@ -131,7 +131,7 @@ def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, m
     del per_combo
 
 
-def _sweep_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
+def _sweep_seed(tally: Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
     """Every shape, sigma, causal flag, ksink and stack of Δ (all sink_v_scale sharing it) of one seed."""
     svs_list = list(spec["sink_v_scale"])
     chunks = delta_chunks(spec["delta"], len(svs_list), spec["max_batch_items"])
@@ -147,14 +147,14 @@ def _sweep_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, devic
         del q, k, values
 
 
-def _run_seeds(spec: Mapping, inputs_path, threads: int, per_seed) -> tuple[_Tally, float]:
+def run_seeds(spec: Mapping, inputs_path, threads: int, per_seed) -> tuple[Tally, float]:
     """Load a shard's inputs and call ``per_seed(tally, spec, tensors, seed, device)`` for each of its
     seeds on ``threads`` torch threads, logging each seed's time; returns the tally and the start time."""
     torch.set_num_threads(max(1, int(threads)))
     t_start = time.perf_counter()
     tensors = load_inputs(inputs_path, spec)
     device = _device(spec["backend"])
-    tally = _Tally()
+    tally = Tally()
     for si, seed in enumerate(spec["seeds"]):
         t_seed = time.perf_counter()
         per_seed(tally, spec, tensors, seed, device)
@@ -163,21 +163,21 @@ def _run_seeds(spec: Mapping, inputs_path, threads: int, per_seed) -> tuple[_Tal
     return tally, t_start
 
 
-def finish_shard(spec: Mapping, tally: _Tally, t_start: float, columns, sort_key, out_csv, timing_csv,
+def finish_shard(spec: Mapping, tally: Tally, t_start: float, columns, sort_key, out_csv, timing_csv,
                  n_shards: int | None, what: str) -> dict:
     """Sort and write a sweep-like shard's rows and timing, print its progress line (``what`` it
     produced), and return the timing row."""
     tally.rows.sort(key=sort_key)
     wall = time.perf_counter() - t_start
-    timing = _write_shard(spec, tally, columns, out_csv, timing_csv, wall)
-    progress(f"[pcast] {spec['experiment']} shard {_of(spec['shard'], n_shards)}: seeds "
+    timing = write_shard(spec, tally, columns, out_csv, timing_csv, wall)
+    progress(f"[pcast] {spec['experiment']} shard {shard_of(spec['shard'], n_shards)}: seeds "
              f"{spec['seeds'][0]}-{spec['seeds'][-1]}, {what} in {wall:.1f} s "
              f"(reference {tally.reference_s:.1f} s, kernel {tally.kernel_s:.1f} s), "
              f"backend {timing['backend']}{backend_note(tally, spec)}")
     return timing
 
 
-def backend_note(tally: _Tally, spec: Mapping) -> str:
+def backend_note(tally: Tally, spec: Mapping) -> str:
     """What a shard's progress line adds when it did not run the compiled kernel."""
     if "emulator" in tally.backends and spec["backend"] == "auto":
         return " -- ran on the EMULATOR (backend=auto found no CUDA GPU with FP8 support)"
@@ -203,6 +203,6 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
     (order, scale, Δ, value tensor) and ``kernel_s`` the attention calls. ``spec`` is the shard's
     :func:`pcast.pipeline.config.shard_spec`; returns the timing row.
     """
-    tally, t_start = _run_seeds(spec, inputs_path, threads, _sweep_seed)
+    tally, t_start = run_seeds(spec, inputs_path, threads, _sweep_seed)
     return finish_shard(spec, tally, t_start, TIDY_COLUMNS, _tidy_sort_key, out_csv, timing_csv, n_shards,
                         f"{tally.runs} runs")
