@@ -33,10 +33,27 @@ from pcast.formats import FORMATS
 
 __all__ = ["ENABLED", "covers", "p_rows"]
 
+# The call's settings, packed once per call from pcast.emulator.core._Call (:func:`p_rows`) into four arrays
+# that the compiled pass (pcast.emulator.fusedkernel) reads by these names only; numba takes them as constants.
+REVERSE, CUMMAX, SINK_INIT, EXP2, SM_POW2, CAST, ROWSUM_ROUNDED = range(7)  # flags, bool
+TAU, SEED, SM, SM32, LOG2_S, OFFSET, EXP_EDGE = range(7)  # vals, float64: τ, the seed, ‖·‖ bound's sm, ...
+RND, RND_MIN, HALF, MIN_NORMAL, MAX_FINITE, TOP = range(6)  # grid, float32: compiled.grid's, then float32's max
+MAN_BITS, EMIN = range(2)  # fm, int64: the format's mantissa bits and least exponent
+TERMS, TERMS_SINK, UNDERFLOW, UNDERFLOW_SINK, SATURATED = range(5)  # the counts it returns per row, int64
+
 #: Whether calls the pass covers run through it (tests turn it off to run the eager path).
 ENABLED = True
 #: Below this many score elements a chunk runs on one thread.
 _PARALLEL_ELEMS = 1 << 16
+
+
+def _packed(dtype, values: dict) -> np.ndarray:
+    """``{index: value}`` (every index of one layout above) as an array of ``dtype``."""
+    out = np.empty(len(values), dtype)
+    assert sorted(values) == list(range(len(values))), values
+    for i, x in values.items():
+        out[i] = x
+    return out
 
 
 def covers(c, s: torch.Tensor) -> bool:
@@ -65,17 +82,18 @@ def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     sc = np.array([sc.scale for sc in c.scales], np.float32)
     sat = np.array([sc.check_saturation for sc in c.scales], np.bool_)
     f32max = np.finfo(np.float32).max
-    grid = np.array([*(_compiled.grid(fmt) if fmt is not None else (1.0,) * 5), f32max], np.float32)
-    fm = (fmt.man_bits, fmt.emin) if fmt is not None else (0, 0)
+    grid = _packed(np.float32, {**dict(zip((RND, RND_MIN, HALF, MIN_NORMAL, MAX_FINITE),
+                                           _compiled.grid(fmt) if fmt is not None else (1.0,) * 5)), TOP: f32max})
+    fm = _packed(np.int64, {MAN_BITS: fmt.man_bits, EMIN: fmt.emin} if fmt is not None else {MAN_BITS: 0, EMIN: 0})
     seed = float(c.sink[g]) if c.sink_init else float("-inf")
-    flags = np.array([c.reverse, c.cummax, c.sink_init, c.exp2, c.sm_pow2, fmt is not None,
-                      c.rowsum_rounded], np.bool_)
-    vals = np.array([c.tau, seed, b.sm, float32(c.sm_scale), c.log2_s, abs(c.log2_s) if c.exp2 else 0.0,
-                     exp_edge(c)], np.float64)
+    flags = _packed(np.bool_, {REVERSE: c.reverse, CUMMAX: c.cummax, SINK_INIT: c.sink_init, EXP2: c.exp2,
+                               SM_POW2: c.sm_pow2, CAST: fmt is not None, ROWSUM_ROUNDED: c.rowsum_rounded})
+    vals = _packed(np.float64, {TAU: c.tau, SEED: seed, SM: b.sm, SM32: float32(c.sm_scale), LOG2_S: c.log2_s,
+                                OFFSET: abs(c.log2_s) if c.exp2 else 0.0, EXP_EDGE: exp_edge(c)})
     threads = torch.get_num_threads() if s.numel() >= _PARALLEL_ELEMS else 1
     _fm.run_on(threads, _fw.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.keys[g].numpy(), b.qn[g, r0:r1].numpy(),
                b.kn[g].numpy(), b.kf[g].numpy(), s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), c.block_n, c.ks,
-               b.d, flags, vals, sc, sat, grid, np.array(fm, np.int64), pw, l, mf, counts)
+               b.d, flags, vals, sc, sat, grid, fm, pw, l, mf, counts)
     pw_t = torch.from_numpy(pw)
     return ([pw_t[i] for i in range(ns)], [torch.from_numpy(l[i]) for i in range(ns)], torch.from_numpy(mf),
             [torch.from_numpy(counts[i]) for i in range(ns)])
