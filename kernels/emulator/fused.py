@@ -47,15 +47,6 @@ ENABLED = True
 _PARALLEL_ELEMS = 1 << 16
 
 
-def _packed(dtype, values: dict) -> np.ndarray:
-    """``{index: value}`` (every index of one layout above) as an array of ``dtype``."""
-    out = np.empty(len(values), dtype)
-    assert sorted(values) == list(range(len(values))), values
-    for i, x in values.items():
-        out[i] = x
-    return out
-
-
 def covers(c, s: torch.Tensor) -> bool:
     """Whether the call laid out as ``c`` (:class:`pcast.emulator.core._Call`) runs its chunk of scores
     ``s`` through the compiled pass."""
@@ -81,15 +72,19 @@ def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     mf = np.empty(nr, np.float32)
     sc = np.array([sc.scale for sc in c.scales], np.float32)
     sat = np.array([sc.check_saturation for sc in c.scales], np.bool_)
-    f32max = np.finfo(np.float32).max
-    grid = _packed(np.float32, {**dict(zip((RND, RND_MIN, HALF, MIN_NORMAL, MAX_FINITE),
-                                           _compiled.grid(fmt) if fmt is not None else (1.0,) * 5)), TOP: f32max})
-    fm = _packed(np.int64, {MAN_BITS: fmt.man_bits, EMIN: fmt.emin} if fmt is not None else {MAN_BITS: 0, EMIN: 0})
+    rounding = _compiled.grid(fmt) if fmt is not None else (1.0,) * 5
+    man_emin = (fmt.man_bits, fmt.emin) if fmt is not None else (0, 0)
     seed = float(c.sink[g]) if c.sink_init else float("-inf")
-    flags = _packed(np.bool_, {REVERSE: c.reverse, CUMMAX: c.cummax, SINK_INIT: c.sink_init, EXP2: c.exp2,
-                               SM_POW2: c.sm_pow2, CAST: fmt is not None, ROWSUM_ROUNDED: c.rowsum_rounded})
-    vals = _packed(np.float64, {TAU: c.tau, SEED: seed, SM: b.sm, SM32: float32(c.sm_scale), LOG2_S: c.log2_s,
-                                OFFSET: abs(c.log2_s) if c.exp2 else 0.0, EXP_EDGE: exp_edge(c)})
+    sm32, edge = float32(c.sm_scale), exp_edge(c)
+    # each array laid out by its names, in index order (no Python call here: the compiled pass comes next)
+    flags = np.array([*dict(sorted({REVERSE: c.reverse, CUMMAX: c.cummax, SINK_INIT: c.sink_init, EXP2: c.exp2,
+                                    SM_POW2: c.sm_pow2, CAST: fmt is not None,
+                                    ROWSUM_ROUNDED: c.rowsum_rounded}.items())).values()], np.bool_)
+    vals = np.array([*dict(sorted({TAU: c.tau, SEED: seed, SM: b.sm, SM32: sm32, LOG2_S: c.log2_s,
+                                   OFFSET: abs(c.log2_s) if c.exp2 else 0.0, EXP_EDGE: edge}.items())).values()],
+                    np.float64)
+    grid = np.array([*rounding, np.finfo(np.float32).max], np.float32)  # RND ... MAX_FINITE, TOP
+    fm = np.array(man_emin, np.int64)  # MAN_BITS, EMIN
     threads = torch.get_num_threads() if s.numel() >= _PARALLEL_ELEMS else 1
     _fm.run_on(threads, _fw.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.keys[g].numpy(), b.qn[g, r0:r1].numpy(),
                b.kn[g].numpy(), b.kf[g].numpy(), s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), c.block_n, c.ks,
