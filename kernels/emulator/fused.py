@@ -29,17 +29,12 @@ import torch
 from pcast.contract import float32
 from pcast.emulator import compiled as _compiled
 from pcast.emulator.exact import exp_edge
+from pcast.emulator.packing import (CAST, CUMMAX, EXP2, EXP_EDGE, LOG2_S, OFFSET, REVERSE, ROWSUM_ROUNDED, SEED,
+                                    SINK_INIT, SM, SM32, SM_POW2, TAU)
 from pcast.formats import FORMATS
 
 __all__ = ["ENABLED", "covers", "p_rows"]
 
-# The call's settings, packed once per call from pcast.emulator.core._Call (:func:`p_rows`) into four arrays
-# that the compiled pass (pcast.emulator.fusedkernel) reads by these names only; numba takes them as constants.
-REVERSE, CUMMAX, SINK_INIT, EXP2, SM_POW2, CAST, ROWSUM_ROUNDED = range(7)  # flags, bool
-TAU, SEED, SM, SM32, LOG2_S, OFFSET, EXP_EDGE = range(7)  # vals, float64: τ, the seed, ‖·‖ bound's sm, ...
-RND, RND_MIN, HALF, MIN_NORMAL, MAX_FINITE, TOP = range(6)  # grid, float32: compiled.grid's, then float32's max
-MAN_BITS, EMIN = range(2)  # fm, int64: the format's mantissa bits and least exponent
-TERMS, TERMS_SINK, UNDERFLOW, UNDERFLOW_SINK, SATURATED = range(5)  # the counts it returns per row, int64
 
 #: Whether calls the pass covers run through it (tests turn it off to run the eager path).
 ENABLED = True
@@ -83,8 +78,8 @@ def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     vals = np.array([*dict(sorted({TAU: c.tau, SEED: seed, SM: b.sm, SM32: sm32, LOG2_S: c.log2_s,
                                    OFFSET: abs(c.log2_s) if c.exp2 else 0.0, EXP_EDGE: edge}.items())).values()],
                     np.float64)
-    grid = np.array([*rounding, np.finfo(np.float32).max], np.float32)  # RND ... MAX_FINITE, TOP
-    fm = np.array(man_emin, np.int64)  # MAN_BITS, EMIN
+    grid = np.array([*rounding, np.finfo(np.float32).max], np.float32)  # RND ... MAX_FINITE, TOP (packing)
+    fm = np.array(man_emin, np.int64)  # MAN_BITS, EMIN (pcast.emulator.packing)
     threads = torch.get_num_threads() if s.numel() >= _PARALLEL_ELEMS else 1
     _fm.run_on(threads, _fw.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.keys[g].numpy(), b.qn[g, r0:r1].numpy(),
                b.kn[g].numpy(), b.kf[g].numpy(), s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), c.block_n, c.ks,

@@ -23,9 +23,10 @@ import numba
 import numpy as np
 
 from pcast.contract import LOG2E
-from pcast.emulator.fused import (CAST, CUMMAX, EMIN, EXP2, EXP_EDGE, HALF, LOG2_S, MAN_BITS, MAX_FINITE, MIN_NORMAL,
-                                  OFFSET, REVERSE, RND, RND_MIN, ROWSUM_ROUNDED, SATURATED, SEED, SINK_INIT, SM, SM32,
-                                  SM_POW2, TAU, TERMS, TERMS_SINK, TOP, UNDERFLOW, UNDERFLOW_SINK)
+from pcast.emulator.packing import (CAST, CUMMAX, EMIN, EXP2, EXP_EDGE, HALF, LOG2_S, MAN_BITS, MAX_FINITE,
+                                    MIN_NORMAL, OFFSET, REVERSE, RND, RND_MIN, ROWSUM_ROUNDED, SATURATED, SEED,
+                                    SINK_INIT, SM, SM32, SM_POW2, TAU, TERMS, TERMS_SINK, TOP, UNDERFLOW,
+                                    UNDERFLOW_SINK)
 from pcast.emulator.fusedmath import exp as _exp, exp2 as _exp2, next_down as _next_down
 from pcast.emulator.fusedmath import round_exact as _round_exact, round_mark as _round_mark, score64 as _score64
 from pcast.emulator.fusedmath import tree as _tree, tree_from as _tree_from
