@@ -56,13 +56,13 @@ def test_sweep_json_counts_four_runs_per_delta_and_reports_positive_numbers(tmp_
 def test_sweep_runs_are_counted_from_what_attention_calls_returned(monkeypatch):
     s = bench._Sweep(64, 16, 3)
     assert s.engine() == len(SWEEP_CALLS) * 3 == s.runs
-    import pcast
+    from pcast.cli import bench_sweep
 
     def short(q, k, values, calls, **kw):  # an engine that drops a call must not pass as a full sweep
         return real(q, k, values, calls[:-1], **kw)
 
-    real = pcast.attention_calls
-    monkeypatch.setattr(pcast, "attention_calls", short)
+    real = bench_sweep.attention_calls
+    monkeypatch.setattr(bench_sweep, "attention_calls", short)
     with pytest.raises(RuntimeError, match="ran 9 runs, expected 12"):
         bench._measure_at(s, None, 1)
 
