@@ -6,6 +6,7 @@ loaded only when a torch-backed name (``attention``, ``quantize``, ...) is used,
 the statistics and plotting jobs of the pipeline do not pay for it.
 """
 
+import importlib
 import os
 
 # OpenMP threads wait asleep, not spinning, unless the user chose: the emulator alternates torch's OpenMP pool
@@ -33,7 +34,5 @@ def __dir__():
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'pcast' has no attribute {name!r}")

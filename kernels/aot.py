@@ -10,6 +10,10 @@ import inspect
 
 import torch
 
+from pcast import api
+
+from pcast.api_decode import is_split_call
+
 __all__ = ["compile_attention", "attention_launch_for", "deploy_attention", "COMPILE_BACKENDS"]
 
 COMPILE_BACKENDS = ("triton", "triton-fp8")
@@ -29,8 +33,6 @@ def attention_launch_for(*, backend="triton", target="sm_90", batch=1, heads=2, 
                          **attention_options):
     """``(kernel, grid, args, kwargs)`` of the launch :func:`pcast.attention` makes for these options at
     these shapes on a GPU of ``target`` (the options checked by ``pcast.attention``'s own checks)."""
-    from pcast import api
-
     if backend not in COMPILE_BACKENDS:
         raise ValueError(f"backend={backend!r} is not allowed; allowed: {', '.join(COMPILE_BACKENDS)}")
     q, k, v = _inputs(batch, heads, n, n if n_kv is None else n_kv, d)
@@ -42,15 +44,16 @@ def attention_launch_for(*, backend="triton", target="sm_90", batch=1, heads=2, 
     args = inspect.signature(api.attention).bind(q, k, v, **attention_options)
     args.apply_defaults()
     args = {**args.arguments, "backend": "triton"}
-    kw, _, block_m = api._prepare(q, k, (v,), args)
+    kw, _, block_m = api.prepare_call(q, k, (v,), args)
     if backend == "triton-fp8":
+        # lazy: pcast.triton needs Triton, which is not part of the slim install
         from pcast.triton.deploy import _attn_fwd_fp8, deploy_launch
 
-        from pcast.triton.aot import TARGETS
+        from pcast.triton.aot import TARGETS  # lazy: pcast.triton needs Triton, which is not part of the slim install
 
         grid, a, kwargs, _ = deploy_launch(q, k, v, block_m=block_m, capability=TARGETS[target], **kw)
         return _attn_fwd_fp8, grid, a, kwargs
-    from pcast.api_decode import is_split_call
+    # lazy: pcast.triton needs Triton, which is not part of the slim install
     from pcast.triton.kernel import _attn_fwd, attention_launch
 
     if is_split_call(kw) or kw["causal_offset"]:
@@ -75,6 +78,7 @@ def compile_attention(target: str, *, backend: str = "triton", batch: int = 1, h
 
     Returns Triton's ``CompiledKernel``: ``asm["ptx"]``, ``asm["sass"]``, ``asm["cubin"]``, ``metadata``.
     """
+    # lazy: pcast.triton needs Triton, which is not part of the slim install
     from pcast.triton.aot import TARGETS, compile_launch
 
     if target not in TARGETS:
@@ -88,7 +92,7 @@ def deploy_attention(q, k, v, **attention_options):
     """Run the deploy kernel (``backend="triton-fp8"``) on a CUDA GPU with :func:`pcast.attention`'s keywords
     (checked as it checks them; ``scale_mode="exp2_offset"`` and ``v_fmt="e4m3fn"`` unless given). Returns
     ``out`` on the inputs' device. Without a GPU of capability >= 8.9: a RuntimeError naming ``--compile-only``."""
-    from pcast import api
+    # lazy: pcast.triton needs Triton, which is not part of the slim install
     from pcast.triton.deploy import NO_GPU_MESSAGE, triton_fp8_attention
 
     if not api.fp8_gpu_available():
@@ -96,5 +100,5 @@ def deploy_attention(q, k, v, **attention_options):
     opts = {"scale_mode": "exp2_offset", "v_fmt": "e4m3fn", **attention_options}
     args = inspect.signature(api.attention).bind(q, k, v, **opts)
     args.apply_defaults()
-    kw, _, block_m = api._prepare(q, k, (v,), {**args.arguments, "backend": "triton"})
+    kw, _, block_m = api.prepare_call(q, k, (v,), {**args.arguments, "backend": "triton"})
     return triton_fp8_attention(q, k, v, block_m=block_m, **kw).to(q.device)

@@ -10,10 +10,13 @@ from pcast.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_
                        causal_offset, is_allowed, is_block_size)
 from pcast.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
 from pcast.api_inputs import as_policy, check_dtype, stamp_dtype as _stamp, triton_blocks, widen, widen_call
+from pcast.emulator.core import emulate_attention, emulate_attention_scales
+from pcast.emulator.splits import emulate_splits
 from pcast.emulator.tensorcore import check_pv_arith
 from pcast.result import AttentionResult
 from pcast.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
 from pcast.formats.microscaling import MX_FORMATS, get_mx_format, is_mx
+from pcast.reference import causal_mask, reference_attention, reference_lse, reference_mse
 
 __all__ = ["attention", "AttentionResult", "ORDERS", "BACKENDS", "ROWSUMS",
            "resolve_backend", "fp8_gpu_available"]
@@ -56,7 +59,7 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def _positive(x) -> bool:
+def is_positive(x) -> bool:
     return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
@@ -103,7 +106,7 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
         raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
     if rowsum not in ROWSUMS:
         raise ValueError(f"rowsum={rowsum!r} is not allowed; allowed: {', '.join(ROWSUMS)}")
-    if not _positive(scale):
+    if not is_positive(scale):
         raise ValueError(f"scale={scale!r} is not allowed; allowed: a finite number > 0")
     if not (_is_format(fmt) or is_mx(fmt) or (isinstance(fmt, str) and fmt in HALF_FORMATS)):
         raise ValueError(f"fmt={fmt!r} is not allowed; allowed: None, {', '.join((*FORMATS, *HALF_FORMATS, *MX_FORMATS))}")
@@ -115,7 +118,7 @@ def _check(q, k, v, *, order, scale, fmt, causal, ksink, block_m, block_n, sm_sc
         if not is_block_size(b):
             raise ValueError(f"{name}={b!r} is not allowed; allowed: a positive multiple of 16 (e.g. 64, 96, 128, 160, "
                              "192)")
-    if sm_scale is not None and not _positive(sm_scale):
+    if sm_scale is not None and not is_positive(sm_scale):
         raise ValueError(f"sm_scale={sm_scale!r} is not allowed; allowed: None or a finite number > 0")
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not allowed; allowed: {', '.join(BACKENDS)}")
@@ -145,7 +148,7 @@ def _check_policy_options(q, *, scale_mode, rescale_threshold, sink_logit, sink_
     for name, f, s in (("qk", qk_fmt, qk_scale), ("v", v_fmt, v_scale)):
         if not _is_format(f):
             raise ValueError(f"{name}_fmt={f!r} is not allowed; allowed: None, {', '.join(FORMATS)}")
-        if s not in OPERAND_SCALES and not _positive(s):
+        if s not in OPERAND_SCALES and not is_positive(s):
             raise ValueError(f"{name}_scale={s!r} is not allowed; allowed: {', '.join(map(repr, OPERAND_SCALES))} "
                              "or a finite number > 0")
     if sink_logit is None:
@@ -231,7 +234,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     args = dict(locals())
     if not isinstance(reference, bool):
         raise ValueError(f"reference={reference!r} is not allowed; allowed: True or False")
-    result = _run(q, k, (v,), args)[0]
+    result = run_call(q, k, (v,), args)[0]
     if reference:
         sink = args["sink_logit"]
         _add_mse(result, widen(q), widen(k), widen(v), {**args, "sink_logit": None if sink is None else widen(sink)})
@@ -241,8 +244,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
 def _add_mse(result: AttentionResult, q, k, v, args: dict) -> None:
     """Fill ``result.mse`` and ``mse_heads`` against the float64 reference of the same call (mask, its
     alignment, sm_scale and sink logit)."""
-    from pcast.reference import reference_mse
-
     sink = args["sink_logit"]
     sink = None if sink is None else sink.expand(q.shape[:2]).to(torch.float32).contiguous()
     offset = causal_offset(args["causal_align"], q.shape[-2], k.shape[-2]) if args["causal"] else 0
@@ -261,7 +262,7 @@ def _check_values(values) -> None:
         _check_finite(f"values[{i}]", t)
 
 
-def _prepare(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
+def prepare_call(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
     """Check ``args`` (attention's arguments) and resolve the policy: the backend keywords, the backend
     that will run and the Triton kernel's block_m. Raises ValueError naming a bad argument."""
     o = _resolve({n: args[n] for n in _D}, args["policy"])
@@ -285,7 +286,7 @@ def _prepare(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
     return (kw if pv == "fp32" else {**kw, "pv_arith": pv}), ran, block_m
 
 
-def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
+def run_call(q, k, values: tuple, args: dict, scales: tuple | None = None):
     """Check, resolve the policy and run one backend on every value tensor (``args``: attention's arguments).
 
     ``scales`` (:func:`attention_scales`; ``args["scale"]`` is the first): run at each of them and return
@@ -296,32 +297,26 @@ def _run(q, k, values: tuple, args: dict, scales: tuple | None = None):
 
 
 def _run_checked(q, k, values: tuple, args: dict, scales: tuple | None = None):
-    """:func:`_run` on float32 inputs and a resolved policy."""
-    kw, ran, block_m = _prepare(q, k, values, args)
+    """:func:`run_call` on float32 inputs and a resolved policy."""
+    kw, ran, block_m = prepare_call(q, k, values, args)
     if scales is not None:
         if ran != "emulator" or kw["scale_mode"] != "multiply" or is_split_call(kw):  # exp2: step 2 depends on S
             return [_run_checked(q, k, values, {**args, "scale": s}) for s in scales]
-        from pcast.emulator.core import emulate_attention_scales
-
         del kw["scale"], kw["num_splits"], kw["split_layout"], kw["p_normalize"]
-        return [_emulator_results(outs, diag, ran) for outs, diag in
+        return [emulator_results(outs, diag, ran) for outs, diag in
                 emulate_attention_scales(q, k, values, scales=tuple(float(s) for s in scales), **kw)]
-    return _execute(q, k, values, kw, ran, block_m)
+    return execute(q, k, values, kw, ran, block_m)
 
 
-def _execute(q, k, values: tuple, kw: dict, ran: str, block_m: int) -> list[AttentionResult]:
+def execute(q, k, values: tuple, kw: dict, ran: str, block_m: int) -> list[AttentionResult]:
     """Run backend ``ran`` on every value tensor with the checked backend keywords ``kw``."""
     if ran == "reference":
         return [_reference_result(q, k, v, kw["causal"], kw["ksink"], kw["sm_scale"], kw["sink_logit"],
                                   kw["causal_offset"]) for v in values]
     if ran == "emulator":
-        if is_split_call(kw):  # several splits or partition-normalised P
-            from pcast.emulator.splits import emulate_splits as emulate
-        else:
-            from pcast.emulator.core import emulate_attention as emulate
-
+        emulate = emulate_splits if is_split_call(kw) else emulate_attention  # splits: several, or partition P
         outs, diag = emulate(q, k, values, **kw)
-        return _emulator_results(outs, diag, ran)
+        return emulator_results(outs, diag, ran)
     results = []
     for v in values:
         tkw = {n: t for n, t in kw.items() if n not in ("num_splits", "split_layout", "p_normalize", "causal_offset")}
@@ -331,7 +326,7 @@ def _execute(q, k, values: tuple, kw: dict, ran: str, block_m: int) -> list[Atte
     return results
 
 
-def _emulator_results(outs, diag, ran) -> list[AttentionResult]:
+def emulator_results(outs, diag, ran) -> list[AttentionResult]:
     """One result per value tensor of one emulator run, each with its own diagnostic tensors."""
     return [AttentionResult(out=out, backend=ran, **({n: t.clone() for n, t in diag.items()} if i else diag))
             for i, out in enumerate(outs)]
@@ -357,7 +352,9 @@ def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:
 
 def _run_triton(q, k, v, *, compiled: bool, **kw):
     """Run the Triton kernel (on the GPU when ``compiled``); results come back on the inputs' device."""
+    # lazy: pcast.triton needs Triton, which is not part of the slim install
     from pcast.triton.kernel import triton_attention
+    # lazy: pcast.triton needs Triton, which is not part of the slim install
     from pcast.triton.splits import triton_split_attention
 
     dev, run = q.device, triton_split_attention if "num_splits" in kw else triton_attention
@@ -372,8 +369,6 @@ def _run_triton(q, k, v, *, compiled: bool, **kw):
 def _reference_result(q, k, v, causal, ksink, sm_scale, sink_logit=None, offset=0):
     """The float64 reference, and its diagnostics: nothing is rounded, so no underflow or saturation;
     terms count visible keys."""
-    from pcast.reference import causal_mask, reference_attention, reference_lse
-
     out = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit, causal_offset=offset)
     lse = reference_lse(q, k, causal=causal, sm_scale=sm_scale, sink_logit=sink_logit, causal_offset=offset)
     zeros = torch.zeros(q.shape[:3], dtype=torch.int64, device=q.device)

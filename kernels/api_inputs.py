@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from pcast.contract import BLOCK_SIZES, INPUT_DTYPES
+from pcast.policies import POLICY_KEYS, Policy, get_policy
 
 __all__ = ["Inputs", "check_inputs", "as_policy", "check_dtype", "parse_dtype", "TORCH_DTYPES", "widen", "widen_call",
            "stamp_dtype", "triton_blocks"]
@@ -70,8 +71,6 @@ def as_policy(policy, name: str | None = None):
     Raises:
         ValueError: naming the policy and what is allowed (a bad field: naming the field).
     """
-    from pcast.policies import Policy, get_policy
-
     if isinstance(policy, Policy):
         return policy
     if isinstance(policy, str):
@@ -82,8 +81,6 @@ def as_policy(policy, name: str | None = None):
         try:
             return Policy(**fields)
         except TypeError as e:  # an unknown field
-            from pcast.policies import POLICY_KEYS
-
             raise ValueError(f"policy {dict(policy)!r}: {e}; allowed keys: {', '.join(POLICY_KEYS)}") from e
     raise ValueError(f"policy={policy!r} is not allowed; allowed: a preset name, a pcast.policies.Policy or a dict "
                      "of Policy fields")

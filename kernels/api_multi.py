@@ -14,7 +14,9 @@ from collections.abc import Mapping
 import torch
 
 from pcast.api_decode import is_split_call
-from pcast.api import (AttentionResult, _emulator_results, _execute, _positive, _prepare, _run, _stamp, attention,
+from pcast.api_inputs import stamp_dtype
+from pcast.emulator.calls import emulate_calls
+from pcast.api import (AttentionResult, attention, emulator_results, execute, is_positive, prepare_call, run_call,
                         widen_call)
 
 __all__ = ["attention_values", "attention_scales", "attention_calls"]
@@ -36,7 +38,7 @@ def attention_values(q: torch.Tensor, k: torch.Tensor, values, **kwargs) -> list
     Raises ValueError naming a bad argument, before any work.
     """
     args = _bound_args("attention_values", q, k, values, kwargs)
-    return _run(q, k, tuple(values), args)
+    return run_call(q, k, tuple(values), args)
 
 
 def attention_scales(q: torch.Tensor, k: torch.Tensor, values, *, scales, **kwargs) -> list[list[AttentionResult]]:
@@ -60,12 +62,12 @@ def attention_scales(q: torch.Tensor, k: torch.Tensor, values, *, scales, **kwar
         raise ValueError(f"scales={scales!r} is not allowed; allowed: a non-empty list or tuple of finite "
                          "numbers > 0")
     for i, s in enumerate(scales):
-        if not _positive(s):
+        if not is_positive(s):
             raise ValueError(f"scales[{i}]={s!r} is not allowed; allowed: a finite number > 0")
     if "scale" in kwargs:
         raise ValueError("attention_scales: scale= is not allowed; allowed: the scales in scales=")
     args = _bound_args("attention_scales", q, k, values, {**kwargs, "scale": scales[0]})
-    return _run(q, k, tuple(values), args, scales=tuple(scales))
+    return run_call(q, k, tuple(values), args, scales=tuple(scales))
 
 
 def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -> list[list[AttentionResult]]:
@@ -95,21 +97,19 @@ def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -
         args = _bound_args(f"attention_calls: calls[{i}]", q0, k0, values0, {**common, **call})
         try:
             q, k, values, args, dtype = widen_call(q0, k0, tuple(values0), args)
-            prepared.append(_prepare(q, k, tuple(values), args))
+            prepared.append(prepare_call(q, k, tuple(values), args))
         except ValueError as e:
             raise ValueError(f"calls[{i}]: {e}") from None
     results: list = [None] * len(calls)
     # several splits or partition P: one emulator run per call (pcast.emulator.splits shares nothing)
     emu = [i for i, (kw, ran, _) in enumerate(prepared) if ran == "emulator" and not is_split_call(kw)]
     if emu:
-        from pcast.emulator.calls import emulate_calls
-
         for i, (outs, diag) in zip(emu, emulate_calls(q, k, tuple(values), [prepared[i][0] for i in emu])):
-            results[i] = _emulator_results(outs, diag, "emulator")
+            results[i] = emulator_results(outs, diag, "emulator")
     for i, (kw, ran, block_m) in enumerate(prepared):
         if results[i] is None:
-            results[i] = _execute(q, k, tuple(values), kw, ran, block_m)
-    return _stamp(results, dtype)
+            results[i] = execute(q, k, tuple(values), kw, ran, block_m)
+    return stamp_dtype(results, dtype)
 
 
 def _bound_args(who: str, q, k, values, kwargs: dict) -> dict:

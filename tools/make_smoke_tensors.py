@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     from safetensors.torch import save
 
     from pcast.models import realmodel as rm
-    from pcast.pipeline.files import canonical_safetensors
+    from pcast.host.files import canonical_safetensors
 
     torch.set_num_threads(1)
     rm.check_model_files()

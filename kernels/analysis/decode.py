@@ -32,7 +32,7 @@ import pandas as pd
 from scipy import stats
 
 from pcast.analysis.policies import seed_crossing, seed_mean_ci
-from pcast.analysis.summaries import _crossing_rows
+from pcast.analysis.summaries import crossing_rows
 from pcast.theory.decode import (init_underflow_fraction, partition_rms_error, partition_underflow_fraction,
                                    split_critical_delta, split_underflow_fraction)
 
@@ -100,7 +100,7 @@ def decode_crossings(df: pd.DataFrame, curves: pd.DataFrame, *, level: float = 0
         fine = np.arange(x[0], x[-1] + 1e-9, 0.01)
         pred_curve = predicted_fraction(cfg, fine)
         st_pred = status_of(pred_curve[0], pred_curve.max(), level)
-        pred = float(_crossing_rows(fine, pred_curve[None, :], level)[0]) if st_pred == "cross" else math.nan
+        pred = float(crossing_rows(fine, pred_curve[None, :], level)[0]) if st_pred == "cross" else math.nan
         closed = (split_critical_delta(float(cfg["scale"]), num_splits=int(cfg["num_splits"]),
                                        layout=str(cfg["split_layout"]), order=str(cfg["order"]), k=int(cfg["ksink"]),
                                        n=int(cfg["n"]), block_n=int(cfg["block_n"]), sigma=float(cfg["sigma"]),

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from pcast.theory import fp4 as fp4_theory
+
 __all__ = ["GROUP", "kind", "threshold", "group_flush", "element_underflow", "critical_delta",
            "optimal_scale"]
 
@@ -30,7 +32,6 @@ GROUP = {"nvfp4": 16, "mxfp4": 32}  # keys per scale group (pcast.formats.micros
 
 def _fn(name: str):
     """``pcast.theory.fp4.<name>`` (imported here, not at module load: the statistics import this module)."""
-    from pcast.theory import fp4 as fp4_theory
     return getattr(fp4_theory, name)
 
 

@@ -32,10 +32,12 @@ import math
 from functools import lru_cache
 
 import numpy as np
+from scipy.optimize import brentq
 
 from pcast import theory
 from pcast.contract import SCALE_MODES, SINK_KINDS, SINK_MODES
 from pcast.formats import FORMATS
+from pcast.theory import policy as policy_theory
 
 __all__ = ["applied_scale", "underflow_model", "predict_underflow", "predict_saturation", "predicted_crossing"]
 
@@ -55,7 +57,6 @@ def applied_scale(row) -> float:
     """The S the policy really applies: ``2**log2_scale(S)`` for exp2_offset, else S."""
     s = float(row["scale"])
     if row.get("scale_mode", "multiply") == "exp2_offset":
-        from pcast.theory import policy as policy_theory
         return float(policy_theory.exp2_offset_scale(s))
     return s
 
@@ -89,7 +90,6 @@ def _underflow(model: str, k: int, args: tuple, deltas: tuple) -> tuple:
     if model == "keys":
         out = theory.underflow_fraction(d, s, k=k, method="exact", **kw)
     elif model == "init":
-        from pcast.theory import policy as policy_theory
         out = policy_theory.underflow_fraction_init(deltas, s, method="exact", **kw)  # cached: a tuple
     else:  # no-sink: Δ does not enter
         out = np.full(d.shape, float(theory.underflow_fraction(0.0, s, k=0, method="exact", **kw)))
@@ -107,7 +107,6 @@ def predict_underflow(row, deltas) -> np.ndarray:
 
 @lru_cache(maxsize=4096)
 def _saturation(tau: float, args: tuple, scale_mode: str, sink: tuple, deltas) -> tuple:
-    from pcast.theory import policy as policy_theory
     s, fmt, sigma, order, n, block_n = args
     kind, k = sink
     kw = {"n": n, "block_n": block_n, "order": order, "scale_mode": scale_mode}
@@ -145,8 +144,6 @@ def predicted_crossing(row, deltas, level: float) -> float:
     or the prediction does not reach ``level`` inside the grid (as the measured crossing, which is
     looked for on the same grid), or already exceeds it at the first point.
     """
-    from scipy.optimize import brentq
-
     grid = np.asarray(deltas, dtype=float)
     if underflow_model(row) == "none" or len(grid) < 2:
         return math.nan

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy.stats import kendalltau
 
 from pcast.contract import combo_label
 
@@ -46,7 +47,7 @@ def head_ratios(heads: pd.DataFrame) -> pd.DataFrame:
 def _predict(r) -> float:
     """The Gaussian theory's prediction for one (layer, head, combination) row: median Δ and σ over passages,
     the median count of detected sinks (:func:`pcast.models.heads.predict_underflow`); NaN for policies."""
-    from pcast.models.heads import predict_underflow
+    from pcast.models.heads import predict_underflow  # lazy: torch-free at import
 
     if r.kind != "combo":
         return float("nan")
@@ -88,8 +89,6 @@ def theory_errors(summary: pd.DataFrame, runs=(BASELINE, combo_label("forward", 
 
 def output_summary(outputs: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     """One row per run (config order kept): cosines, similarity changes, rank moves, Kendall's tau."""
-    from scipy.stats import kendalltau
-
     if outputs.empty:
         return pd.DataFrame(columns=["run", "kind", "cos_mean", "cos_min", "one_minus_cos_max", "sim_change_max",
                                      "pairs", "pairs_moved", "kendall_tau"])

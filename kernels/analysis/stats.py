@@ -27,6 +27,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from pcast.analysis import registry
+from pcast.analysis.decode import decode_crossings, decode_curves, decode_partition
 from pcast.analysis.fp4 import fp4_summary
 from pcast.analysis.paired import paired_tests
 from pcast.analysis.policies import policy_summary, require
@@ -91,8 +92,6 @@ def fp4(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
 
 def decode(tidy: pd.DataFrame, cfg: Mapping) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Decode rows: (underflow curves with the theory, Δc per configuration, partition-normalised RMS error)."""
-    from pcast.analysis.decode import decode_crossings, decode_curves, decode_partition
-
     require(cfg, "statistics", POLICY_KEYS)
     b = bootstrap(cfg)
     boot = {"n_resamples": b["n_resamples"], "confidence_level": b["confidence_level"], "method": b["boot_method"],

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from scipy import stats
+from scipy.optimize import brentq
 
 from pcast import theory
 from pcast.formats import FORMATS, get_format
@@ -53,7 +54,7 @@ def seed_interval(df: pd.DataFrame, by: Sequence[str], value: str,
 # ----------------------------------------------------------------------------- crossings
 
 
-def _crossing_rows(x: np.ndarray, y: np.ndarray, level: float) -> np.ndarray:
+def crossing_rows(x: np.ndarray, y: np.ndarray, level: float) -> np.ndarray:
     """First upward crossing of ``level`` along the last axis of ``y`` (rows), interpolated."""
     y = np.atleast_2d(np.asarray(y, dtype=float))
     x = np.asarray(x, dtype=float)
@@ -81,7 +82,7 @@ def crossing(x, y, level: float = 0.5) -> float:
     x = np.asarray(x, dtype=float)
     if np.any(np.diff(x) <= 0):
         raise ValueError("x must be strictly increasing")
-    return float(_crossing_rows(x, np.asarray(y, dtype=float)[None, :], level)[0])
+    return float(crossing_rows(x, np.asarray(y, dtype=float)[None, :], level)[0])
 
 
 def crossing_ci(x, curves, level: float = 0.5, *, n_resamples: int = 2000,
@@ -95,7 +96,7 @@ def crossing_ci(x, curves, level: float = 0.5, *, n_resamples: int = 2000,
     """
     x = np.asarray(x, dtype=float)
     curves = np.atleast_2d(np.asarray(curves, dtype=float))
-    est = float(_crossing_rows(x, curves.mean(axis=0)[None, :], level)[0])
+    est = float(crossing_rows(x, curves.mean(axis=0)[None, :], level)[0])
     n = curves.shape[0]
     if n < 2 or not np.isfinite(est):
         return (est, math.nan, math.nan)
@@ -104,7 +105,7 @@ def crossing_ci(x, curves, level: float = 0.5, *, n_resamples: int = 2000,
         idx = np.asarray(idx).astype(int)
         flat = idx.reshape(-1, n)
         mean = curves[flat].mean(axis=1)
-        return _crossing_rows(x, mean, level).reshape(idx.shape[:-1])
+        return crossing_rows(x, mean, level).reshape(idx.shape[:-1])
 
     if np.all(np.ptp(curves, axis=0) == 0):
         return (est, est, est)
@@ -239,8 +240,6 @@ def scales_summary(df: pd.DataFrame, *, baseline: str = "forward S=1", level: fl
 
 def _exact_crossing(row, lo: float, hi: float, level: float) -> float:
     """Δ in [lo, hi] where the exact model's fraction equals ``level`` (NaN if not bracketed)."""
-    from scipy.optimize import brentq
-
     f = lambda d: float(_predict(row, np.array([d]), "exact")[0]) - level  # noqa: E731
     flo, fhi = f(lo), f(hi)
     if not (flo <= 0 <= fhi):

@@ -26,6 +26,7 @@ import pandas as pd
 
 from pcast.analysis.conformance_table import table_conformance
 from pcast.analysis.policies import policy_peaks, require
+from pcast.analysis.realmodel import BASELINE, FIXED
 from pcast.analysis.summaries import write_csv
 from pcast.analysis.text import short, truthy
 from pcast.analysis.tolerance import crossing_tolerances
@@ -84,7 +85,7 @@ def to_booktabs(df: pd.DataFrame, *, caption: str, label: str, align: str | None
 
 def to_markdown(df: pd.DataFrame, *, caption: str) -> str:
     """Markdown: the caption as a paragraph, then a pipe table (tabulate's ``pipe`` format)."""
-    from tabulate import tabulate
+    from tabulate import tabulate  # lazy: tabulate is not part of the slim install
 
     esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731
     body = tabulate([[esc(v) for v in row] for row in df.itertuples(index=False)],
@@ -321,8 +322,6 @@ def policies(summary: pd.DataFrame, stats_cfg: Mapping, audit_cfg: Mapping) -> T
 
 def realmodel(heads: pd.DataFrame, cfg: Mapping) -> Table:
     """T6: the ``claims.realmodel.worst_heads`` heads with the largest MSE ratio forward S=1 / reverse S=256."""
-    from pcast.analysis.realmodel import BASELINE, FIXED
-
     require(cfg, "claims.realmodel", ("worst_heads",))
     n = int(cfg["worst_heads"])
     base = heads[heads["run"] == BASELINE].set_index(["layer", "head"])

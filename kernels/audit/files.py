@@ -9,6 +9,18 @@ from __future__ import annotations
 import math
 import re
 
+from safetensors import safe_open
+
+from safetensors.torch import load_file
+
+import torch
+
+import yaml
+
+from pcast.policies import get_policy, policies_from_config
+
+from pcast.reference import expand_kv
+
 LAYOUTS = ("bhnd", "bnhd")  # [B, H, N, d] (the contract's) or [B, N, H, d] (flash-attn's)
 _LAYER_KEY = re.compile(r"^layer(\d+)/(q|k|v)$")
 _LAYOUTS = "q, k, v, or layer{L}/q, layer{L}/k, layer{L}/v for each layer L"
@@ -38,8 +50,6 @@ def _lift(name, t, layout=None, block_n=64):
 
 def load_tensors(path: str, names=("q", "k", "v")):
     """Read q, k, v from a safetensors file and bring them to float32 [B, H, N, d]."""
-    from safetensors.torch import load_file
-
     try:
         tensors = load_file(path)
     except FileNotFoundError:
@@ -56,8 +66,6 @@ def load_tensors(path: str, names=("q", "k", "v")):
 def file_dtype(path: str):
     """The torch dtype of the file's first q tensor (``q`` or ``layer{L}/q``): what a kernel audited with
     ``--kernel`` is given (the audit itself reads every tensor as float32, exactly for bf16 and fp16)."""
-    from safetensors import safe_open
-
     with safe_open(path, framework="pt") as fh:
         name = next((n for n in sorted(fh.keys()) if n == "q" or n.endswith("/q")), None)
         return None if name is None else fh.get_tensor(name).dtype
@@ -79,8 +87,6 @@ def load_layers(path: str, layers=(), *, layout=None, block_n=64) -> list:
     selected tensors are read; an unknown layer is an error before any of them is. ``layout`` and
     ``block_n``: as :func:`_lift`.
     """
-    from safetensors import safe_open
-
     try:
         with safe_open(path, framework="pt") as fh:
             keys = list(fh.keys())
@@ -126,10 +132,6 @@ def load_layers(path: str, layers=(), *, layout=None, block_n=64) -> list:
 
 def load_policies(path: str) -> dict:
     """A user's policies from a YAML file: name -> Policy keys, or a config.yaml with ``policies:``."""
-    import yaml
-
-    from pcast.policies import policies_from_config
-
     try:
         with open(path) as fh:
             data = yaml.safe_load(fh)
@@ -148,14 +150,11 @@ def check_tensors(q, k, *, ksink: int | None, sm_scale: float | None) -> None:
     """What the loaded tensors allow, before any work: ``0 <= ksink < Nk`` (``None``: ``--ksink auto``,
     nothing to check) and scores finite in float32 (max ``|q·k|·sm_scale`` from a float64 product, one head
     at a time)."""
-    import torch
-
     nk = k.shape[-2]
     if ksink is not None and not 0 <= ksink < nk:
         raise ValueError(f"--ksink={ksink} is not allowed; allowed: 0 <= ksink < N = {nk} (the number of keys), "
                          "or auto")
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    from pcast.reference import expand_kv
 
     if k.shape[0] != q.shape[0] or k.shape[1] < 1 or q.shape[1] % k.shape[1] or k.shape[-1] != q.shape[-1]:
         raise ValueError(f"k shape {list(k.shape)} does not match q shape {list(q.shape)}; allowed: [B, H_kv, N, d] "
@@ -176,8 +175,6 @@ def check_tensors(q, k, *, ksink: int | None, sm_scale: float | None) -> None:
 def resolve_policies(names, policies_file=None) -> list:
     """The Policy objects for ``names`` (presets or the file's) and every policy of ``policies_file``, each
     once, in that order; checked before any work."""
-    from pcast.policies import get_policy
-
     extra = load_policies(policies_file) if policies_file else {}
     out = {}
     for n in names:
@@ -190,14 +187,12 @@ def resolve_policies(names, policies_file=None) -> list:
 
 def estimate(layers, runs, *, measure: bool, min_seconds: float = 20.0) -> str | None:
     """For a long run, the time it should take from the plan's calibration
-    (``pcast.pipeline.calibration.load_calibration``, one thread): steps 1-2 once per run that does not
+    (:func:`pcast.host.calibration.load_calibration`, one thread): steps 1-2 once per run that does not
     differ from another in S alone, the cast, row sum and P·V once per run, the float64 reference, and the
     per-head measures; None when the work is small (no calibration is made for it) or under ``min_seconds``."""
     scores = sum(q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] for _, q, k, _ in layers)
     if scores * len(runs) < 2e8:
         return None
-    from pcast.pipeline.calibration import load_calibration
-
     cal = load_calibration()
     d = layers[0][1].shape[-1] / cal["d"]
     units = len({tuple(sorted((n, repr(x)) for n, x in kw.items() if n != "scale")) for _, kw in runs})
@@ -207,4 +202,4 @@ def estimate(layers, runs, *, measure: bool, min_seconds: float = 20.0) -> str |
     if secs < min_seconds:
         return None
     return (f"estimate: about {secs:.0f} s on one thread for {len(layers)} layer(s) x {len(runs)} runs "
-            f"({scores:.3g} scores per run), from the plan's calibration")
+            f"({scores:.3g} scores per run), from this machine's calibration")

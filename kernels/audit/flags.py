@@ -1,8 +1,8 @@
-"""pcast-audit's command line: the flags of your policy, generated from the fields of
-:class:`pcast.policies.Policy` (one flag per field, so they cannot drift), ``--exp2-offset K``,
-``--fail-on`` conditions, and the warning for a scale that looks like a log2 offset.
+"""pcast-audit's flags read: your policy from one flag per field of :class:`pcast.policies.Policy` (so they
+cannot drift), ``--exp2-offset K``, the ``--fail-on`` conditions, and the warning for a scale that looks like a
+log2 offset.
 
-Used by :mod:`pcast.audit.session`.
+Used by :mod:`pcast.audit.settings`; the flags themselves are added to the parser by :mod:`pcast.cli.audit`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+
+from pcast.policies import Policy
 
 # Your policy's defaults where they differ from Policy's: the P path the paper recommends.
 YOURS_DEFAULTS = {"order": "reverse", "scale": 256.0}
@@ -21,8 +23,6 @@ _POW2 = re.compile(r"^\s*2\s*\^\s*(-?\d+(?:\.\d+)?)\s*$")
 
 def policy_fields() -> list:
     """The fields of Policy that are keywords of pcast.attention, in declaration order."""
-    from pcast.policies import Policy
-
     return [f for f in dataclasses.fields(Policy) if f.name not in _META]
 
 
@@ -59,38 +59,23 @@ def parse_field(field, text: str):
     return text
 
 
-def add_policy_flags(ap) -> None:
-    """One flag per Policy field (``--order``, ``--scale``, ``--scale-mode``, ..., ``--block-n``)."""
-    from pcast.policies import allowed_values
-
-    group = ap.add_argument_group("your policy (one flag per field of pcast.policies.Policy)")
-    for f in policy_fields():
-        default = YOURS_DEFAULTS.get(f.name, f.default)
-        allowed = allowed_values(f.name).replace("None (YAML null)", "none") + (", or 2^K" if f.name == "scale" else "")
-        group.add_argument(flag(f.name), dest=f"p_{f.name}", default=None, metavar=f.name.upper(),
-                           help=f"{allowed} (default: {'none' if default is None else default})")
-    group.add_argument("--exp2-offset", type=float, default=None, metavar="K",
-                       help="the kernel's log2 offset K (FA3: 8): the same as --scale-mode exp2_offset --scale 2^K")
+def declared(texts: dict, exp2_offset=None) -> bool:
+    """Whether any flag of your policy was given (``texts``: ``{field: text or None}``; or ``--exp2-offset``)."""
+    return exp2_offset is not None or any(texts.get(f.name) is not None for f in policy_fields())
 
 
-def declared(args) -> bool:
-    """Whether any flag of your policy was given (``--order``, ..., ``--exp2-offset``)."""
-    return args.exp2_offset is not None or any(getattr(args, f"p_{f.name}") is not None for f in policy_fields())
-
-
-def yours(args):
-    """Your policy (:class:`pcast.policies.Policy` named ``yours``) from the flags; ValueError naming a flag."""
-    from pcast.policies import Policy
-
+def yours(texts: dict, exp2_offset=None):
+    """Your policy (:class:`pcast.policies.Policy` named ``yours``) from its flags' texts (``{field: text or
+    None}``, a missing field as not given) and ``--exp2-offset``; ValueError naming a flag."""
     values = {}
     for f in policy_fields():
-        text = getattr(args, f"p_{f.name}")
+        text = texts.get(f.name)
         values[f.name] = YOURS_DEFAULTS.get(f.name, f.default) if text is None else parse_field(f, text)
-    if args.exp2_offset is not None:
-        k = args.exp2_offset
+    if exp2_offset is not None:
+        k = exp2_offset
         if not (math.isfinite(k) and abs(k) <= 64):
             raise ValueError(f"--exp2-offset={k!r} is not allowed; allowed: a finite number of log2 units, |K| <= 64")
-        if args.p_scale is not None or args.p_scale_mode not in (None, "exp2_offset"):
+        if texts.get("scale") is not None or texts.get("scale_mode") not in (None, "exp2_offset"):
             raise ValueError("--exp2-offset is not allowed with --scale or --scale-mode multiply/per_row; allowed: "
                              "--exp2-offset K alone (it sets --scale-mode exp2_offset --scale 2^K)")
         values.update(scale_mode="exp2_offset", scale=2.0 ** k)

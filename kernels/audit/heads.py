@@ -11,8 +11,15 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from pcast.audit.measure import head_scores64
+import torch
+
+from pcast.api import attention
+from pcast.api_multi import attention_calls
+from pcast.audit.measure import MEASURE_COLUMNS, head_measures, head_scores64, run_measures
 from pcast.contract import COMBOS, DIAGNOSTICS, causal_offset, combo_label
+from pcast.models.heads import detect_sinks
+from pcast.policies import Policy
+from pcast.reference import reference_attention
 
 COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "mse", "rel_mse", "underflow_frac",
            "underflow", "terms", "underflow_sink", "saturated",
@@ -57,8 +64,6 @@ def leading_ksink(sinks) -> int:
 
 def detect_head_sinks(q, k, *, sm_scale: float | None, causal: bool, causal_align: str | None = None) -> dict:
     """``{(b, h): [sink keys]}`` from :func:`pcast.models.heads.detect_sinks` on each head's float64 scores."""
-    from pcast.models.heads import detect_sinks
-
     offset = causal_offset(causal_align, q.shape[-2], k.shape[-2]) if causal else 0
     return {(b, h): detect_sinks(head_scores64(q, k, b, h, sm_scale=sm_scale, causal=causal, offset=offset))
             for b in range(q.shape[0]) for h in range(q.shape[1])}
@@ -75,10 +80,6 @@ def _attend(q, k, v, *, calls, common, head_ksink):
     grouped by their ksink, each group as one set of calls on the group's heads ([1, n, N, d], key/value head
     ``h // (H / H_kv)`` each), and the results are put back in place: every head computes on its own in
     each backend, so this is what per-head calls give."""
-    import torch
-
-    from pcast.api_multi import attention_calls
-
     unique = list({_key(c): c for c in calls}.values())
     where = {_key(c): i for i, c in enumerate(unique)}
     if head_ksink is None:
@@ -115,8 +116,6 @@ def _head(r, b: int, h: int):
 
 
 def _config(name, full) -> dict:
-    from pcast.policies import Policy
-
     decode = {f: full.get(f, getattr(Policy, f)) for f in ("num_splits", "split_layout", "p_normalize")}
     return {"policy": name, **{c: full[c] for c in ("order", "scale", "block_n", "rowsum", "scale_mode",
                                                   "rescale_threshold", "sink_mode", "block_m")}, **decode,
@@ -151,11 +150,6 @@ def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_lo
     floor of each run that casts V) goes through one :func:`pcast.attention_calls`. With ``per_head``
     the head rows get the head's measures (:mod:`pcast.audit.measure`: Δ, σ, Δc, mass_underflow).
     """
-    import torch
-
-    from pcast.api import attention
-    from pcast.policies import Policy
-
     head_ksink = dict(ksink) if isinstance(ksink, dict) else None
     common = dict(causal=causal, backend=backend, sm_scale=sm_scale, causal_align=causal_align)
     offset = causal_offset(causal_align, q.shape[-2], k.shape[-2]) if causal else 0
@@ -164,8 +158,6 @@ def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_lo
     if sink_logit is None:
         ref = attention(q, k, v, causal=causal, causal_align=causal_align, sm_scale=sm_scale, backend="reference").out
     else:
-        from pcast.reference import reference_attention
-
         common["sink_logit"] = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
         ref = reference_attention(q, k, v, causal=causal, sm_scale=sm_scale, sink_logit=common["sink_logit"],
                                   causal_offset=offset)
@@ -195,8 +187,6 @@ def _head_rows(q, k, ref, done, *, ksink, head_ksink, sinks, layer, per_head, si
     """One row per (batch, head, run) of :func:`audit_heads` from its runs ``done``
     (``[(name, full kwargs, result, floor result or None), ...]``); with ``per_head`` each row also gets
     the head's measures (:func:`pcast.audit.measure.head_measures`)."""
-    from pcast.audit.measure import MEASURE_COLUMNS, head_measures, run_measures
-
     head_rows = []
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
@@ -229,8 +219,6 @@ def audit(q, k, v, *, order="reverse", scale=256.0, fmt="e4m3fn", block_n=64, ro
     ``sink_logit``: None, or one float logit given to every (batch, head), in the reference too.
     ``ksink``: an int, or ``{(b, h): ksink}`` per head (see :func:`audit_heads`).
     """
-    from pcast.policies import Policy
-
     mine = Policy("yours", order=order, scale=float(scale), fmt=getattr(fmt, "name", fmt), block_n=block_n,
                   rowsum=rowsum)  # an FP8Format by its name
     return audit_heads(q, k, v, runs=plan_runs(mine, policies), causal=causal, ksink=ksink, backend=backend,

@@ -18,45 +18,23 @@ two policies whose MSEs happen to be close are still told apart.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
-__all__ = ["load_kernel", "audit_kernel", "KernelAudit", "KernelHead", "TOLERANCE_SOURCE", "kernel_policy"]
+import torch
+
+from pcast.api import attention
+from pcast.api_inputs import as_policy, check_inputs
+from pcast.audit.settings import AuditSettings, audit_settings
+from pcast.policies import Policy, get_policy
+from pcast.probes import fingerprint
+from pcast.probes.diagnose import single_changes
+from pcast.probes.expect import policy_text, row_mismatches
+
+__all__ = ["audit_kernel", "KernelAudit", "KernelHead", "TOLERANCE_SOURCE", "kernel_policy"]
 
 TOLERANCE_SOURCE = ("the probes' tolerance (pcast.probes.check_policy's criterion): a row agrees when "
                     "|out_kernel - out_policy| <= 2^-14 + 2^-12·|out_policy| in every column (plus one ulp of a bf16 "
                     "or fp16 output); a head agrees when at most {allow:g} of its rows lie outside")
-
-
-def load_kernel(spec: str):
-    """The callable named by ``MODULE:FN`` (an importable module, or a ``.py`` file's path) or ValueError naming
-    ``--kernel`` and what is allowed."""
-    allowed = "MODULE:FN (an importable module, or path/to/file.py, and a callable in it)"
-    module, sep, name = str(spec).rpartition(":")
-    if not sep or not module or not name.isidentifier():
-        raise ValueError(f"--kernel={spec!r} is not allowed; allowed: {allowed}")
-    try:
-        if module.endswith(".py"):
-            if not os.path.isfile(module):
-                raise ValueError(f"--kernel={spec!r}: no file {module!r}; allowed: {allowed}")
-            found = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(module))[0], module)
-            mod = importlib.util.module_from_spec(found)
-            found.loader.exec_module(mod)
-        else:
-            if os.getcwd() not in sys.path:
-                sys.path.insert(0, os.getcwd())
-            mod = importlib.import_module(module)
-    except ValueError:
-        raise
-    except Exception as e:  # noqa: BLE001 - whatever the user's module raises is reported, named
-        raise ValueError(f"--kernel={spec!r}: importing {module!r} raised {type(e).__name__}: {e}") from e
-    fn = getattr(mod, name, None)
-    if not callable(fn):
-        raise ValueError(f"--kernel={spec!r}: {module!r} has no callable {name!r}; allowed: {allowed}")
-    return fn
 
 
 def kernel_policy(fn, policy, *, d: int, dtype, causal: bool = False):
@@ -65,13 +43,8 @@ def kernel_policy(fn, policy, *, d: int, dtype, causal: bool = False):
     ``fn`` at head dimension ``d`` and ``dtype`` (a named preset, else the identified options) with source
     ``"fingerprinted"``. ``outside``: '' or, when the fingerprint finds the kernel outside the model (no option
     set of the contract reproduces its probe rows), its words; the policy is then None: nothing predicts it."""
-    from pcast.api_inputs import as_policy
-
     if policy is not None:
         return as_policy(policy), "declared", ""
-    from pcast.policies import Policy, get_policy
-    from pcast.probes import fingerprint
-
     fp = fingerprint(fn, d=d, dtype=dtype, causal=causal, small=True)
     if fp.policy is not None:
         name = fp.policy if isinstance(fp.policy, str) else fp.policy[0]
@@ -147,8 +120,6 @@ class KernelAudit:
         return ""
 
     def __str__(self) -> str:
-        from pcast.probes.expect import policy_text
-
         if self.policy is None:
             lines = [f"kernel: nothing predicts it: {self.outside}"]
         else:
@@ -162,8 +133,6 @@ class KernelAudit:
 
     def document(self) -> dict:
         """The ``kernel`` section of ``--json``."""
-        from dataclasses import asdict
-
         return {"policy": None if self.policy is None else self.policy.name, "policy_source": self.policy_source,
                 "options": None if self.policy is None else self.policy.attention_kwargs(),
                 "tolerance": self.tolerance, "allow": self.allow, "outside": self.outside or None,
@@ -174,8 +143,6 @@ class KernelAudit:
 
 
 def _call_kernel(fn, q, k, v, sink_logit):
-    import torch
-
     try:
         out = fn(q, k, v) if sink_logit is None else fn(q, k, v, sink_logit=sink_logit)
     except Exception as e:  # noqa: BLE001 - the user's callable: any failure is reported, named
@@ -190,10 +157,6 @@ def _call_kernel(fn, q, k, v, sink_logit):
 def kernel_heads(out, pred, ref, *, layer=None, allow: float = 0.0) -> list:
     """One :class:`KernelHead` per (batch, head) from the kernel's output, the policy's (None: nothing predicts
     it) and the reference."""
-    import torch
-
-    from pcast.probes.expect import row_mismatches
-
     heads = []
     for b in range(out.shape[0]):
         for h in range(out.shape[1]):
@@ -221,32 +184,25 @@ def audit_kernel(fn, q, k, v, *, policy=None, sink_logit=None, causal: bool = Fa
     :func:`pcast.api_inputs.check_inputs`; ``fn`` gets them in their own dtype. ``sink_logit``: None, a float or
     a ``[B, H]`` tensor, given to ``fn``, the prediction and the reference. ``causal``: the kernel applies a
     bottom-right causal mask itself. ``allow``: the fraction of a head's rows that may lie outside the
-    tolerance. Returns a :class:`KernelAudit`; ValueError for bad inputs, a callable that
-    raises or returns the wrong shape.
+    tolerance. The keywords become an :class:`~pcast.audit.settings.AuditSettings` through
+    :func:`~pcast.audit.settings.audit_settings`, as the command line's flags do. Returns a :class:`KernelAudit`;
+    ValueError for bad inputs, a callable that raises or returns the wrong shape.
     """
-    import torch
-
-    from pcast.api import attention
-    from pcast.api_inputs import check_inputs
-
-    if isinstance(allow, bool) or not isinstance(allow, (int, float)) or not 0 <= allow < 1:
-        raise ValueError(f"allow={allow!r} is not allowed; allowed: a fraction in [0, 1)")
-    inp = check_inputs(q, k, v, policy=policy)
-    pol, source, outside = kernel_policy(fn, inp.policy, d=q.shape[-1], dtype=inp.dtype, causal=causal)
-    return measure_kernel(fn, q, k, v, pol, source, outside=outside, sink_logit=sink_logit, causal=causal,
-                          layer=layer, allow=allow)
+    settings = audit_settings(api=True, kernel_fn=fn, kernel_policy=policy, sink_logit=sink_logit, causal=causal,
+                              kernel_allow=allow)
+    inp = check_inputs(q, k, v, policy=None)
+    pol, source, outside = kernel_policy(fn, settings.kernel_policy, d=q.shape[-1], dtype=inp.dtype, causal=causal)
+    return measure_kernel(settings, q, k, v, pol, source, outside=outside, layer=layer)
 
 
-def measure_kernel(fn, q, k, v, pol, source: str, *, outside: str = "", sink_logit=None, causal: bool = False,
-                   layer=None, allow: float = 0.02, differs: bool = False) -> KernelAudit:
+def measure_kernel(settings: AuditSettings, q, k, v, pol, source: str, *, outside: str = "", layer=None,
+                   differs: bool = False) -> KernelAudit:
     """:func:`audit_kernel` with the policy ``pol`` already resolved (None: nothing predicts the kernel, the heads
-    are measured only; ``outside`` says why). ``differs``: for the heads that disagree, search the single option
-    changes of ``pol`` (:func:`pcast.probes.diagnose.single_changes`) for the first that reproduces them all."""
-    import torch
-
-    from pcast.api import attention
-    from pcast.api_inputs import check_inputs
-
+    are measured only; ``outside`` says why): ``settings.kernel_fn`` on q, k, v with ``settings.sink_logit``,
+    ``settings.causal`` and ``settings.kernel_allow``. ``differs``: for the heads that disagree, search the single
+    option changes of ``pol`` (:func:`pcast.probes.diagnose.single_changes`) for the first that reproduces them
+    all."""
+    fn, sink_logit, causal, allow = settings.kernel_fn, settings.sink_logit, settings.causal, settings.kernel_allow
     inp = check_inputs(q, k, v, policy=None)
     if sink_logit is not None and not isinstance(sink_logit, torch.Tensor):
         sink_logit = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
@@ -265,12 +221,6 @@ def measure_kernel(fn, q, k, v, pol, source: str, *, outside: str = "", sink_log
 def _differing_option(out, inp, pol, bad, sink_logit, mask, allow):
     """The first single option change of ``pol`` under which the emulator reproduces every head of ``bad``
     (at most 8 of them) within the tolerance: ``(option, value, pol's value)``, or None."""
-    from pcast.api import attention
-    from pcast.probes.diagnose import single_changes
-    from pcast.probes.expect import row_mismatches
-
-    import torch
-
     bad = bad[:8]
     group = inp.q.shape[1] // inp.k.shape[1]
     q = torch.stack([inp.q[h.batch, h.head] for h in bad])[None]

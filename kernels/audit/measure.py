@@ -10,6 +10,16 @@ from __future__ import annotations
 
 import math
 
+from pcast.contract import float32
+
+from pcast.formats import FORMATS
+
+from pcast.models.heads import exact_probs, head_scores_stats, rule_applies, rule_mass
+
+from pcast.reference import causal_mask
+
+from pcast.theory.policy import critical_delta_policy
+
 MEASURE_COLUMNS = ("mass_underflow", "mass_lost_share", "delta", "sigma", "delta_c", "distance_to_delta_c")
 
 
@@ -20,8 +30,6 @@ def _product(q, k, b: int, h: int):
 
 def _scaled(qk, sm: float, *, causal: bool, offset: int):
     """``qk·sm`` with masked keys at -inf (causal: key j visible to row i when ``j <= i + offset``)."""
-    from pcast.reference import causal_mask
-
     s = qk * sm
     if causal:
         s = s.masked_fill(~causal_mask(s.shape[0], s.shape[1], device=s.device, offset=offset), float("-inf"))
@@ -41,9 +49,6 @@ def head_measures(q, k, b: int, h: int, *, sm_scale, causal: bool, sinks, offset
     ``float32(sm_scale)``, :func:`pcast.models.heads.exact_scores`, what the decisions are made on), the float64
     reference probabilities (``p_exact``), and Δ, σ (medians over rows,
     :func:`pcast.models.heads.head_scores_stats`, with ``sinks`` the head's sink keys) and their count."""
-    from pcast.contract import float32
-    from pcast.models.heads import exact_probs, head_scores_stats
-
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     qk = _product(q, k, b, h)
     s64 = _scaled(qk, sm, causal=causal, offset=offset)
@@ -71,9 +76,6 @@ def delta_c(full: dict, n_sinks: int):
 
     None for reverse order (the sink's block comes last), no sink key, a per-row scale or a microscaled format.
     """
-    from pcast.formats import FORMATS
-    from pcast.theory.policy import critical_delta_policy
-
     fmt = full["fmt"]
     if (full["order"] != "forward" or n_sinks < 1 or not isinstance(fmt, str) or fmt not in FORMATS
             or full["scale_mode"] not in ("multiply", "exp2_offset")):
@@ -89,8 +91,6 @@ def run_measures(hm: dict, hr: dict, full: dict, *, ksink: int, sink_logit, wher
     carry that is lost), Δ, σ, Δc and the
     distance Δc − Δ (logits, :func:`delta_c`). On the emulator (the same step-1 matmul; Triton's scores may differ by an ulp,
     :mod:`pcast.conformance`) the rule's non-sink count must be the kernel's underflow count."""
-    from pcast.models.heads import rule_applies, rule_mass
-
     mass = None
     if full["fmt"] is None and full["qk_fmt"] is None:
         mass = 0.0

@@ -23,7 +23,14 @@ from __future__ import annotations
 
 import math
 
+from pcast.audit.heads import audit_heads
+from pcast.audit.report import gate
+from pcast.audit.verdicts import judge_heads
 from pcast.contract import COMBO_LABELS
+from pcast.formats import get_format
+from pcast.formats.microscaling import get_mx_format, is_mx
+from pcast.policies import Policy
+from pcast.theory.policy import best_lazy_scale, max_safe_tau
 
 __all__ = ["failing_heads", "cause", "candidates", "remedies", "print_remedies", "MAX_HEADS"]
 
@@ -54,8 +61,6 @@ def _log2_scale(full) -> float:
 
 
 def _mx_saturation_cause(full) -> str:
-    from pcast.formats.microscaling import get_mx_format
-
     f = get_mx_format(full["fmt"])
     if f.scale == "e4m3fn":
         return (f"{f.name}: a group's scale is amax/{f.max_finite:g} rounded to E4M3; when it rounds down, the "
@@ -67,10 +72,6 @@ def _mx_saturation_cause(full) -> str:
 
 
 def _saturation_cause(full) -> str:
-    from pcast.formats import get_format
-    from pcast.formats.microscaling import is_mx
-    from pcast.theory.policy import best_lazy_scale, max_safe_tau
-
     if is_mx(full["fmt"]):
         return _mx_saturation_cause(full)
     fmt = get_format(full["fmt"])
@@ -87,7 +88,7 @@ def _saturation_cause(full) -> str:
 
 
 def _phi(z: float) -> float:
-    from scipy.stats import norm
+    from scipy.stats import norm  # lazy: scipy.stats takes about a second to import, for a failing head's words
 
     return float(norm.cdf(z))
 
@@ -129,10 +130,6 @@ def cause(hr: dict, full: dict, condition: str) -> str:
 
 def candidates(full: dict, conditions) -> list:
     """Single option changes, nearest first: ``[(option, new value), ...]`` (module docstring)."""
-    from pcast.formats import get_format
-    from pcast.formats.microscaling import is_mx
-    from pcast.theory.policy import best_lazy_scale, max_safe_tau
-
     tau, scale = float(full["rescale_threshold"]), float(full["scale"])
     out = []
     if any(c.startswith("saturation") for c in conditions):
@@ -160,36 +157,31 @@ def candidates(full: dict, conditions) -> list:
     return uniq
 
 
-def _rerun(args, layer, hr, full, change, combo_runs) -> dict:
-    """Head ``hr`` rerun through the emulator with one option changed, judged at the audit's thresholds."""
-    from pcast.audit.heads import audit_heads
-    from pcast.audit.verdicts import judge_heads
-
+def _rerun(settings, layer, hr, full, change, combo_runs) -> dict:
+    """Head ``hr`` rerun through the emulator with one option changed, judged at the thresholds of ``settings``
+    (an :class:`~pcast.audit.settings.AuditSettings`)."""
     _, q, k, v = layer
     b, h = hr["batch"], hr["head"]
     g = q.shape[1] // k.shape[1]
     runs = [(hr["policy"], {**full, change[0]: change[1]})] + combo_runs
     _, rows = audit_heads(q[b:b + 1, h:h + 1], k[b:b + 1, h // g:h // g + 1], v[b:b + 1, h // g:h // g + 1],
-                          runs=runs, causal=args.causal, causal_align=args.causal_align, ksink=hr["ksink"],
-                          backend="emulator", sink_logit=args.sink_logit, sm_scale=args.sm_scale, per_head=True,
-                          layer=hr["layer"])
-    judge_heads(rows, args)
+                          runs=runs, causal=settings.causal, causal_align=settings.causal_align, ksink=hr["ksink"],
+                          backend="emulator", sink_logit=settings.sink_logit, sm_scale=settings.sm_scale,
+                          per_head=True, layer=hr["layer"])
+    judge_heads(rows, settings)
     return rows[0]
 
 
-def remedies(args, layers, failing, runs) -> list:
+def remedies(settings, layers, failing, runs) -> list:
     """One entry per failing head of ``failing`` (:func:`failing_heads`; at most :data:`MAX_HEADS`): its
     conditions, their causes, and the fix found by rerunning (``fix``: option, from, to; None when no single
-    change removes every failure)."""
-    from pcast.audit.report import gate
-    from pcast.policies import Policy
-
+    change removes every failure). ``settings``: the audit's :class:`~pcast.audit.settings.AuditSettings`."""
     defaults = Policy(name="defaults").attention_kwargs()
     fulls = {name: {**defaults, **kw} for name, kw in runs}
     combo_runs = [(n, kw) for n, kw in runs if n in COMBO_LABELS]
     by_layer = {L: (L, q, k, v) for L, q, k, v in layers}
     # a gate hit names its condition as gate() writes it; the parsed condition keeps the exact bound
-    parsed = {(w if b is None else f"{w}>{b:g}"): (w, b) for w, b in args.fail_on_parsed}
+    parsed = {(w if b is None else f"{w}>{b:g}"): (w, b) for w, b in settings.fail_on}
     out = []
     for hr, conds in failing[:MAX_HEADS]:
         full = fulls[hr["policy"]]
@@ -201,7 +193,7 @@ def remedies(args, layers, failing, runs) -> list:
                  "conditions": conds, "causes": [cause(hr, full, c) for c in conds], "fix": None, "tried": []}
         for change in candidates(full, conds):
             try:
-                new = _rerun(args, by_layer[hr["layer"]], hr, full, change,
+                new = _rerun(settings, by_layer[hr["layer"]], hr, full, change,
                              combo_runs if any(w == "ratio" for w, _ in fail_on) else [])
             except ValueError:  # the change is not a valid policy with the others (e.g. per_row without nvfp4)
                 entry["tried"].append({"option": change[0], "to": change[1], "clears": False})

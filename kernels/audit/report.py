@@ -11,12 +11,13 @@ import json
 import math
 import os
 
+from pcast.audit.verdicts import VERDICT_COLUMNS, collapse_words  # noqa: F401 - re-exported for the CSV columns
 from pcast.contract import COMBO_LABELS
+from pcast.host.files import atomic_write_text
 
 SCHEMA_VERSION = 2  # 2: delta_c and the distance in logits; not_judged; the kernel gate
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "schema.json")
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
-from pcast.audit.verdicts import VERDICT_COLUMNS, collapse_words  # noqa: F401 - re-exported for the CSV columns
 
 
 def _where(hr) -> str:
@@ -133,12 +134,12 @@ def kernel_gate(head_rows: list, fail_on: list, kernel) -> tuple[list, list]:
     return hits, unjudged
 
 
-def print_summary(blocks: list, args, n_heads: int) -> None:
+def print_summary(blocks: list, settings, n_heads: int) -> None:
     """The summary block: one line per policy."""
-    bound = f"; rel MSE > {args.rel_mse_bound:g}" if args.rel_mse_bound is not None else ""
+    bound = f"; rel MSE > {settings.rel_mse_bound:g}" if settings.rel_mse_bound is not None else ""
     print(f"Summary over {n_heads} heads (worst head: by the policy's own relative MSE; then the heads past each "
-          f"threshold: collapse: non-sink underflow > {args.collapse_threshold:.0%}; saturate: any P above the "
-          f"format's max; floor: MSE > {args.floor_factor:g}x the V-cast floor{bound}):")
+          f"threshold: collapse: non-sink underflow > {settings.collapse_threshold:.0%}; saturate: any P above the "
+          f"format's max; floor: MSE > {settings.floor_factor:g}x the V-cast floor{bound}):")
     for s in blocks:
         w = s["worst_head"]
         parts = [f"collapse {s['heads_collapsing']}/{s['heads']}", f"saturate {s['heads_saturating']}/{s['heads']}",
@@ -158,7 +159,8 @@ def _hit_line(h) -> str:
             "the tolerance)" + (f"; {h['differs']}" if h.get("differs") else ""))
 
 
-def print_gate(hits: list, fail_on: list, gated: list, head_rows=(), args=None, *, kernel=None, unjudged=()) -> None:
+def print_gate(hits: list, fail_on: list, gated: list, head_rows=(), settings=None, *, kernel=None,
+               unjudged=()) -> None:
     """The gate's verdict: PASS, or FAIL with the first heads that failed (all of them in --json); a collapse
     hit is followed by the head's collapse verdict in words (the same verdict the gate read). With a kernel: what
     it was judged on, and the conditions left unjudged and why."""
@@ -182,9 +184,9 @@ def print_gate(hits: list, fail_on: list, gated: list, head_rows=(), args=None, 
     for h in hits[:10]:
         print(_hit_line(h))
         r = rows.get((h["policy"], h["layer"], h["batch"], h["head"]))
-        if h["condition"] == "collapse" and r is not None and args is not None:
-            print("    " + collapse_words(r, collapse_threshold=args.collapse_threshold,
-                                          collapse_mass=args.collapse_mass))
+        if h["condition"] == "collapse" and r is not None and settings is not None:
+            print("    " + collapse_words(r, collapse_threshold=settings.collapse_threshold,
+                                          collapse_mass=settings.collapse_mass))
     if len(hits) > 10:
         print(f"  ... and {len(hits) - 10} more (all in --json)")
 
@@ -212,20 +214,18 @@ def _clean(x):
     return x
 
 
-def json_document(*, args, header: str, rows, head_rows, blocks, hits, gated, fail_on, warnings, exit_code,
+def json_document(*, settings, header: str, rows, head_rows, blocks, hits, gated, fail_on, warnings, exit_code,
                   kernel=None, remedies=(), unjudged=()) -> dict:
     """The ``--json`` document (schema :data:`SCHEMA_PATH`)."""
     return _clean({
-        "schema_version": SCHEMA_VERSION, "tool": "pcast-audit", "inputs": args.inputs, "header": header,
-        "layout": args.layout or "bhnd",
-        "thresholds": {"collapse": args.collapse_threshold, "collapse_mass": args.collapse_mass,
-                       "floor_factor": args.floor_factor, "rel_mse": args.rel_mse_bound},
+        "schema_version": SCHEMA_VERSION, "tool": "pcast-audit", "inputs": settings.inputs, "header": header,
+        "layout": settings.layout or "bhnd",
+        "thresholds": {"collapse": settings.collapse_threshold, "collapse_mass": settings.collapse_mass,
+                       "floor_factor": settings.floor_factor, "rel_mse": settings.rel_mse_bound},
         "fail_on": [{"condition": w, "bound": b} for w, b in fail_on], "gated_policies": gated,
         "exit_code": exit_code, "failures": hits, "not_judged": list(unjudged), "warnings": warnings, "summary": blocks,
         "rows": rows, "heads": head_rows, "kernel": None if kernel is None else kernel.document(), "remedies": list(remedies)})
 
 
 def write_json(path: str, doc: dict) -> None:
-    from pcast.pipeline.files import atomic_write_text
-
     atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n")

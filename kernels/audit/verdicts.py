@@ -61,13 +61,15 @@ def head_verdicts(hr: dict, *, collapse_threshold: float, floor_factor: float, c
             "exceeds_ratio": over(bounds.get("ratio"), hr.get("ratio_to_best"))}
 
 
-def judge_heads(head_rows: list, args) -> None:
+def judge_heads(head_rows: list, settings) -> None:
     """Every head row's verdicts in place: its ratio to the best combination, then :func:`head_verdicts` at the
-    audit's thresholds (``args.collapse_threshold``, ``floor_factor``, ``collapse_mass``, ``bounds``)."""
+    thresholds of ``settings`` (an :class:`~pcast.audit.settings.AuditSettings`: ``collapse_threshold``,
+    ``floor_factor``, ``collapse_mass``, ``bounds``)."""
     ratio_to_best(head_rows)
+    bounds = settings.bounds
     for hr in head_rows:
-        hr.update(head_verdicts(hr, collapse_threshold=args.collapse_threshold, floor_factor=args.floor_factor,
-                                collapse_mass=args.collapse_mass, bounds=args.bounds))
+        hr.update(head_verdicts(hr, collapse_threshold=settings.collapse_threshold, floor_factor=settings.floor_factor,
+                                collapse_mass=settings.collapse_mass, bounds=bounds))
 
 
 def collapse_words(hr: dict, *, collapse_threshold: float, collapse_mass: float = 0.01) -> str:

@@ -7,5 +7,5 @@
   ``--compile-only`` (:mod:`pcast.cli.compile_check`), no GPU: every kernel compiled for sm_89, sm_90
   and sm_100 and its instructions checked.
 
-Each also runs as ``python -m pcast.cli.NAME``.
+Each also runs as ``python -m pcast.cli.<name>``.
 """

@@ -28,11 +28,13 @@ import argparse
 import sys
 
 from pcast.audit.files import LAYOUTS
-from pcast.audit.flags import add_policy_flags
+from pcast.audit.flags import YOURS_DEFAULTS, flag, policy_fields
 from pcast.audit.report import EXIT_ERROR
-from pcast.audit.session import header_line, load, predict_kernel, report, run, run_kernel, setup
+from pcast.audit.session import header_line, load, plan, predict_kernel, report, run, run_kernel
+from pcast.audit.settings import AuditSettings, audit_settings
+from pcast.policies import allowed_values
 
-__all__ = ["main"]
+__all__ = ["main", "settings"]
 
 
 def _parser():
@@ -123,22 +125,48 @@ def _kernel_args(ap) -> None:
                          "of that head stay unjudged")
 
 
+def add_policy_flags(ap) -> None:
+    """One flag per Policy field (``--order``, ``--scale``, ``--scale-mode``, ..., ``--block-n``), kept as text
+    in ``p_<field>`` for :func:`pcast.audit.flags.yours`, and ``--exp2-offset``."""
+    group = ap.add_argument_group("your policy (one flag per field of pcast.policies.Policy)")
+    for f in policy_fields():
+        default = YOURS_DEFAULTS.get(f.name, f.default)
+        allowed = allowed_values(f.name).replace("None (YAML null)", "none") + (", or 2^K" if f.name == "scale" else "")
+        group.add_argument(flag(f.name), dest=f"p_{f.name}", default=None, metavar=f.name.upper(),
+                           help=f"{allowed} (default: {'none' if default is None else default})")
+    group.add_argument("--exp2-offset", type=float, default=None, metavar="K",
+                       help="the kernel's log2 offset K (FA3: 8): the same as --scale-mode exp2_offset --scale 2^K")
+
+
+def settings(args: argparse.Namespace) -> AuditSettings:
+    """The parsed flags as the audit's settings, by :func:`pcast.audit.settings.audit_settings` (the function
+    :func:`pcast.audit_kernel` builds its own with); ValueError naming a flag."""
+    return audit_settings(
+        inputs=args.inputs, layers=args.layer, layout=args.layout, causal=args.causal, causal_align=args.causal_align,
+        ksink=args.ksink, sm_scale=args.sm_scale, sink_logit=args.sink_logit, backend=args.backend,
+        per_head=args.per_head, quiet=args.quiet, csv=args.csv, json=args.json,
+        policy_flags={f.name: getattr(args, f"p_{f.name}") for f in policy_fields()}, exp2_offset=args.exp2_offset,
+        policies=args.policy, policies_file=args.policies, only_yours=args.only == "yours" or args.no_reference_combos,
+        collapse_threshold=args.collapse_threshold, collapse_mass=args.collapse_mass, floor_factor=args.floor_factor,
+        fail_on=args.fail_on, kernel=args.kernel, kernel_allow=args.kernel_allow, report_mismatch=args.report_mismatch)
+
+
 def main(argv=None):
-    args = _parser().parse_args(argv)
     try:
-        mine, runs, warnings = setup(args)
+        s = settings(_parser().parse_args(argv))
+        runs, warnings = plan(s)
         for line in warnings:
             print(f"pcast-audit: warning: {line}", file=sys.stderr)
-        layers, sinks, head_ksink = load(args, mine.block_n)
-        header = header_line(layers, args, mine, head_ksink)
+        layers, sinks, head_ksink = load(s)
+        header = header_line(layers, s, head_ksink)
         print(header)
-        runs = predict_kernel(args, layers, runs)
-        rows, head_rows = run(args, layers, runs, sinks, head_ksink)
-        kernel = run_kernel(args, layers)
+        runs, prediction = predict_kernel(s, layers, runs)
+        rows, head_rows = run(s, layers, runs, sinks, head_ksink)
+        kernel = run_kernel(s, layers, prediction)
     except ValueError as e:
         print(f"pcast-audit: error: {e}", file=sys.stderr)
         return EXIT_ERROR
-    return report(args, header, runs, rows, head_rows, warnings, kernel, layers)
+    return report(s, header, runs, rows, head_rows, warnings, kernel, layers)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ collapse-shaped sweep, in runs per second, against its arithmetic floor:
   combinations order forward/reverse × scale 1/256, i.e. 4 × ``--deltas`` runs; "with reference"
   adds the float64 ``pcast.reference.reference_stack`` of the stack, once, as the shards do;
 * floor: one float32 P·V matmul per run at the same shapes ([N, N] @ [N, D]), in the emulator's chunks
-  of rows (``pcast.emulator.core._CHUNK_ELEMS`` // padded N): the least matmul work a run must do;
+  of rows (``pcast.emulator.core.CHUNK_ELEMS`` // padded N): the least matmul work a run must do;
 * engine, floor and reference interleaved in one process, median of ``--reps``, at each thread count
   of ``--threads`` (default 1,2); ``--scaling`` adds the engine on a Δ grid 4× larger in the same
   interleave and reports the ratio of runs/s (4× grid / 1× grid; the issue wants it within ±15% of 1).
@@ -58,8 +58,12 @@ import time
 
 import torch
 
+from pcast import attention
 from pcast.cli.bench_sweep import SWEEP_CALLS, SWEEP_DEFAULTS, SWEEP_KSINK, floor_rows, sweep_inputs
 from pcast.cli.bench_sweep import Sweep as _Sweep
+from pcast.contract import HEAD_DIMS
+from pcast.emulator.calls import SHARING
+from pcast.emulator.compiled import AVAILABLE
 
 
 def machine() -> dict:
@@ -102,8 +106,6 @@ def _flops(b, n, d):
 
 
 def measure(batch=8, n=1024, d=64, reps=7, seed=0, scale=256.0, order="forward"):
-    from pcast import attention
-
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(batch, 1, n, d, generator=g) for _ in range(3))
     a = torch.randn(2048, 2048, generator=g)
@@ -144,8 +146,6 @@ def _timed(f):
 def _measure_at(main, big, reps):
     """Interleaved timings of ``main`` (and the engine on ``big``, a 4× Δ grid, when given) at torch's
     current thread count."""
-    from pcast.emulator.calls import SHARING
-
     before = dict(SHARING)
     counted = main.engine()  # warm-up (BLAS, the emulator's slice probes) and the run count
     sharing = {k_: SHARING[k_] - before[k_] for k_ in SHARING}
@@ -188,8 +188,6 @@ def _measure_at(main, big, reps):
 
 
 def _compiled_available() -> bool:
-    from pcast.emulator.compiled import AVAILABLE
-
     return AVAILABLE
 
 
@@ -317,8 +315,6 @@ def main(argv=None):
 
 def _main_sweep(ap, args):
     """``--sweep``: every argument checked (argparse error naming the option) before any work."""
-    from pcast.contract import HEAD_DIMS
-
     if args.batch is not None:
         ap.error("--batch is not used by --sweep (the batch is the Δ grid: --deltas)")
     if args.n < 16:

@@ -6,6 +6,26 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from pcast import attention_calls
+
+from pcast.emulator.calls import SCORE_SLICE
+
+from pcast.emulator.compiled import cast_and_mark
+
+from pcast.emulator.core import CHUNK_ELEMS
+
+from pcast.emulator.fusedmath import exp_rows
+
+from pcast.emulator.reverse import lead_columns
+
+from pcast.formats import FORMATS
+
+from pcast.models.sinks import make_base
+
+from pcast.pipeline.runs import value_stack
+
+from pcast.reference import reference_stack
+
 __all__ = ["SWEEP_KSINK", "SWEEP_CALLS", "SWEEP_DEFAULTS", "sweep_inputs", "floor_rows", "Sweep"]
 
 #: The sweep's sink count and its (order, scale) combinations: one attention_calls call runs all of them.
@@ -18,9 +38,6 @@ _BLOCK_N = 64  # pcast.attention's default block_n: the emulator pads keys to a 
 
 def sweep_inputs(n, d, n_deltas, seed=0):
     """q, k, values (one value tensor) of a Δ stack as the sweep shards build them, and the Δ grid."""
-    from pcast.pipeline.runs import value_stack
-    from pcast.models.sinks import make_base
-
     deltas = [float(i) for i in range(n_deltas)]
     base = make_base(seed, n=n, d=d)
     q, k, values = value_stack(base, SWEEP_KSINK, deltas, [1.0], torch.device("cpu"))
@@ -29,9 +46,7 @@ def sweep_inputs(n, d, n_deltas, seed=0):
 
 def floor_rows(n):
     """Query rows per P·V matmul of the floor: the emulator's chunk of rows at n keys."""
-    from pcast.emulator.core import _CHUNK_ELEMS
-
-    return max(1, _CHUNK_ELEMS // (-(-n // _BLOCK_N) * _BLOCK_N))
+    return max(1, CHUNK_ELEMS // (-(-n // _BLOCK_N) * _BLOCK_N))
 
 
 class Sweep:
@@ -55,24 +70,18 @@ class Sweep:
         self.units = len({c["order"] for c in SWEEP_CALLS}) * len(self.deltas) * len(self.values)
         self.pw = torch.empty(self.rows, npad)
         # the columns each (order, Δ, value) unit computes itself: all of them forward, the leading block reverse
-        from pcast.emulator.calls import SCORE_SLICE  # the leading keys a Δ stack's item recomputes, at least
-        from pcast.emulator.reverse import lead_columns
 
         lead = lead_columns(_BLOCK_N, npad // _BLOCK_N, SWEEP_KSINK, [SCORE_SLICE]) or npad  # None: nothing shared
         self.unit_widths = [npad if o == "forward" else lead for o in sorted({c["order"] for c in SWEEP_CALLS})
                             for _ in range(len(self.deltas) * len(self.values))]
 
     def engine(self):
-        from pcast import attention_calls
-
         res = attention_calls(self.q, self.k, self.values, [dict(c) for c in SWEEP_CALLS], ksink=SWEEP_KSINK,
                               backend="emulator")
         # runs counted from what came back: one per (call, value tensor, Δ item)
         return sum(r.out.shape[0] for per_call in res for r in per_call)
 
     def reference(self):
-        from pcast.reference import reference_stack
-
         reference_stack(self.q, self.k, self.values)
 
     def eager_bound(self):
@@ -108,10 +117,6 @@ class Sweep:
         per (order, Δ, value) unit and one compiled cast with its exact-decision test per run, over every padded
         key, in the runs' chunks of rows (:func:`pcast.emulator.fusedmath.exp_rows`,
         :func:`pcast.emulator.compiled.cast_and_mark`)."""
-        from pcast.emulator.compiled import cast_and_mark
-        from pcast.emulator.fusedmath import exp_rows
-        from pcast.formats import FORMATS
-
         n, rows = self.n, self.rows
         u = np.empty((rows, self.s.shape[-1]), np.float32)
         a, c = torch.full((rows,), 1e-6), torch.full((rows,), 1e-6)

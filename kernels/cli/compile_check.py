@@ -11,9 +11,15 @@ SASS compared. ``--full`` adds every named preset at its own block sizes (d = 12
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import multiprocessing
 import os
 import time
 
+import torch
+
+from pcast.aot import attention_launch_for, compile_attention
+from pcast.policies import POLICIES
 from pcast.triton import aot_checks as C
 
 _SMALL = dict(n=64, d=16, block_m=16, block_n=16, ksink=4)
@@ -32,8 +38,6 @@ DEPLOY = dict(n=1024, d=64, causal=False)
 
 def tasks(targets, *, full=False) -> list[tuple[str, str, str, dict]]:
     """``(name, target, kind, keywords)`` of every kernel to compile; kind: "cast", "faithful", "deploy"."""
-    from pcast.policies import POLICIES
-
     faithful = (("pipeline-64", PIPELINE),) + SMALL_SPECS
     if full:
         faithful += tuple((f"preset-{p}", dict(n=1024, d=128, ksink=4, policy=p)) for p in POLICIES)
@@ -47,8 +51,6 @@ def tasks(targets, *, full=False) -> list[tuple[str, str, str, dict]]:
 
 def _options(kw: dict) -> dict:
     """compile_attention keywords: ``sink_logit="init"/"final"`` becomes a sink logit in that mode."""
-    import torch
-
     kw = dict(kw)
     mode = kw.pop("sink_logit", None)
     if mode is not None:
@@ -58,10 +60,9 @@ def _options(kw: dict) -> dict:
 
 def _compile(target, kind, kw):
     """(facts, checks) of one kernel."""
-    import torch
-
-    from pcast.aot import attention_launch_for, compile_attention
+    # lazy: pcast.triton needs Triton, which is not part of the slim install
     from pcast.triton.aot import compile_launch, kernel_facts
+    # lazy: pcast.triton needs Triton, which is not part of the slim install
     from pcast.triton.kernel import LAUNCH_OPTIONS, _builtin_cast_kernel
 
     if kind == "cast":
@@ -116,7 +117,7 @@ def scale_comparison(rows) -> list[dict]:
 
 def run_compile_only(targets=("sm_89", "sm_90", "sm_100"), *, full=False, jobs=None):
     """Compile and check every task (``jobs`` processes), print one line per kernel and the S comparison."""
-    from pcast.triton.aot import TARGETS
+    from pcast.triton.aot import TARGETS  # lazy: pcast.triton needs Triton, which is not part of the slim install
 
     bad = [t for t in targets if t not in TARGETS]
     if bad or not targets:
@@ -125,9 +126,6 @@ def run_compile_only(targets=("sm_89", "sm_90", "sm_100"), *, full=False, jobs=N
     todo = tasks(targets, full=full)
     jobs = jobs or min(len(todo), os.cpu_count() or 1)
     if jobs > 1:
-        import concurrent.futures as cf
-        import multiprocessing
-
         with cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             rows = list(pool.map(run_task, todo))
     else:

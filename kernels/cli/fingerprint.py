@@ -18,6 +18,10 @@ import importlib
 import json
 import sys
 
+import torch
+
+from pcast.probes import ProbeError, fingerprint
+
 
 def _load(target: str):
     module, sep, name = target.partition(":")
@@ -76,14 +80,11 @@ def _as_json(fp) -> dict:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    from pcast.probes import ProbeError, fingerprint
 
     try:
         if args.device not in ("cpu", "cuda"):
             raise ValueError(f"--device={args.device!r} is not allowed; allowed: cpu, cuda")
         if args.device == "cuda":
-            import torch
-
             if not torch.cuda.is_available():
                 raise ValueError("--device=cuda is not allowed here: no CUDA device is available")
         fn = _load(args.target)

@@ -32,7 +32,15 @@ import time
 
 import torch
 
+from pcast.aot import deploy_attention
+from pcast.api import attention, fp8_gpu_available
+from pcast.cli.compile_check import run_compile_only
+from pcast.conformance import compare, exp_rel_err_for, explain
+from pcast.conformance.model import cast_operand
 from pcast.contract import COMBOS
+from pcast.emulator.tensorcore import pv_arith_for
+from pcast.formats.quantize import quantize
+from pcast.models.sinks import make_inputs
 
 
 def _samples(n, seed):
@@ -42,7 +50,7 @@ def _samples(n, seed):
 
 
 def check_conversion():
-    from pcast.formats.quantize import quantize
+    # lazy: pcast.triton needs Triton, which is not part of the slim install
     from pcast.triton.kernel import triton_builtin_cast, triton_quantize
 
     grid = torch.arange(0, 255, dtype=torch.uint8)
@@ -66,10 +74,6 @@ def check_conversion():
 
 
 def check_kernel():
-    from pcast.api import attention
-    from pcast.conformance import exp_rel_err_for, explain
-    from pcast.models.sinks import make_inputs
-
     rows = []
     for n, d in ((200, 64), (1024, 128), (4096, 64)):
         q, k, v = make_inputs(n + d, heads=2, n=n, d=d, ksink=4, delta=8.0)
@@ -98,8 +102,6 @@ def result_on_cpu(r):
 
 
 def check_ieee_dot():
-    from pcast.api import attention
-
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(1, 1, 1024, 128, generator=g) for _ in range(3))
     ref = attention(q, k, v, backend="reference").out
@@ -126,11 +128,6 @@ POLICY_CASES = (
 def check_policies(shapes=((200, 64), (1024, 128)), heads=2):
     """Compiled kernel vs emulator on every case of POLICY_CASES, with and without causal (``compare``:
     the kernel runs compiled when a GPU is present), and the in-kernel operand cast vs the reference."""
-    from pcast.api import attention
-    from pcast.conformance import compare
-    from pcast.conformance.model import cast_operand
-    from pcast.models.sinks import make_inputs
-
     rows = []
     for n, d in shapes:
         q, k, v = make_inputs(n + d + 1, heads=heads, n=n, d=d, ksink=4, delta=8.0)
@@ -160,10 +157,7 @@ def check_deploy(n=4096, d=64, heads=8, reps=20, capability=None):
     exp2 offset and the GPU's tensor-core arithmetic (``pv_arith`` of ``capability``, default the GPU's; None where
     no model exists), and against float32 P·V; then a timing of S = 1 against S = 256 (median of ``reps``
     launches each, interleaved). Without a GPU: the emulator's side, then the deploy kernel's RuntimeError."""
-    from pcast.aot import deploy_attention
-    from pcast.api import attention, fp8_gpu_available
-    from pcast.emulator.tensorcore import pv_arith_for
-    from pcast.models.sinks import make_inputs
+    # lazy: pcast.triton needs Triton, which is not part of the slim install
     from pcast.triton.deploy import NO_GPU_MESSAGE
 
     if capability is None and not fp8_gpu_available():
@@ -212,7 +206,6 @@ def main(argv=None):
         return 2
     if args.compile_only:
         return _compile_only(args)
-    from pcast.api import fp8_gpu_available
 
     if not fp8_gpu_available():
         print("no CUDA GPU with capability >= 8.9: nothing to check", file=sys.stderr)
@@ -242,8 +235,6 @@ def main(argv=None):
 
 
 def _compile_only(args) -> int:
-    from pcast.cli.compile_check import run_compile_only
-
     t0 = time.perf_counter()
     try:
         ok, rows, comp = run_compile_only(tuple(t for t in args.targets.split(",") if t), full=args.full,

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import torch
 
+from pcast.api import attention
 from pcast.contract import DIAGNOSTICS, causal_offset
 from pcast.conformance.splits import fragile_split_elements
 from pcast.conformance.model import EX2_APPROX_REL_ERR, EXP_REL_ERR_CPU, cast_operand, exp_rel_err_for, fragile_elements
@@ -195,8 +196,6 @@ def compare(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, 
     ``rescale_threshold``, ``sink_logit``, ``sink_mode``, ``qk_fmt``, ``qk_scale``, ``v_fmt``,
     ``v_scale``) and the decode keywords (``num_splits``, ``split_layout``, ``p_normalize``, ``causal_align``).
     ``exp_rel_err`` is picked by the backend that ran (:func:`exp_rel_err_for`)."""
-    from pcast.api import attention
-
     unknown = sorted(set(policy) - set(_POLICY_DEFAULTS))
     if unknown:
         raise ValueError(f"compare() got unknown keywords {unknown}; allowed: {', '.join(_POLICY_DEFAULTS)}")

@@ -46,19 +46,19 @@ from pcast.reference import causal_mask, expand_kv
 
 __all__ = ["fragile_elements", "exp_rel_err_for", "cast_operand", "EXP_REL_ERR_CPU", "EX2_APPROX_REL_ERR"]
 
-_U = 2.0**-24  # unit roundoff of float32 (an ulp of [1, 2) is 2u)
+U = 2.0**-24  # unit roundoff of float32 (an ulp of [1, 2) is 2u)
 _MIN_NORMAL32 = 2.0**-126  # smallest normal float32: ftz flushes results below it
 
 # Relative error of float32 exp / exp2 on a CPU: 3 ulps (6u), a margin over what the CPU libraries
 # do: measured on 8e6 arguments in [-100, 1] (relative error in units of 2^-23): numpy's SIMD exp
 # (what Triton's interpreter runs) 1.7, exp2 0.87; torch's exp 0.52, exp2 0.6.
 # tests/triton/test_policy_triton.py checks on every run that they stay within this bound.
-EXP_REL_ERR_CPU = 6 * _U
+EXP_REL_ERR_CPU = 6 * U
 # PTX ISA 9.1, section 9.7.3.21 (Floating Point Instructions: ex2): "The maximum ulp error is 2 ulp
 # from correctly rounded result across the full range of inputs" for ex2.approx.f32, so within
 # 2.5 ulp (5u) of the exact 2^a. Compiled Triton runs tl.exp2 and tl.exp (as ex2.approx of
 # fl(y·LOG2E)) on it; exp_rel_err_for adds the argument's rounding for tl.exp.
-EX2_APPROX_REL_ERR = 5 * _U
+EX2_APPROX_REL_ERR = 5 * U
 
 
 def exp_rel_err_for(backend: str, *, scale=1.0, fmt="e4m3fn", scale_mode="multiply", rescale_threshold=0.0):
@@ -73,10 +73,10 @@ def exp_rel_err_for(backend: str, *, scale=1.0, fmt="e4m3fn", scale_mode="multip
     if scale_mode == "exp2_offset" or fmt is None:
         return max(EX2_APPROX_REL_ERR, EXP_REL_ERR_CPU)
     if is_mx(fmt):  # any p > 0 in float32 has |y| <= 104 (exp(-104) < 2^-149); the scales reach far below
-        return max(EX2_APPROX_REL_ERR + 2 * _U * (104 + rescale_threshold * math.log(2) + 1), EXP_REL_ERR_CPU)
+        return max(EX2_APPROX_REL_ERR + 2 * U * (104 + rescale_threshold * math.log(2) + 1), EXP_REL_ERR_CPU)
     f = get_format(fmt)
     y_max = max(math.log(2 * scale / f.min_subnormal), 0.0) + rescale_threshold * math.log(2) + 1
-    return max(EX2_APPROX_REL_ERR + 2 * _U * y_max, EXP_REL_ERR_CPU)
+    return max(EX2_APPROX_REL_ERR + 2 * U * y_max, EXP_REL_ERR_CPU)
 
 
 def cast_operand(t: torch.Tensor, fmt, scale="tensor") -> torch.Tensor:
@@ -88,7 +88,7 @@ def cast_operand(t: torch.Tensor, fmt, scale="tensor") -> torch.Tensor:
     return operand_cast(t, get_format(fmt), scale if isinstance(scale, str) else float(scale))
 
 
-def _scores64(q, k, *, causal, sm_scale, causal_offset=0):
+def scores64(q, k, *, causal, sm_scale, causal_offset=0):
     """float64 scores (masked: -inf) and the per-element bound on the fp32 score error."""
     q64, k64 = q.double(), expand_kv(k, q.shape[1]).double()  # grouped-query attention: H_kv -> H heads
     Nq, Nk, d = q.shape[-2], k.shape[-2], q.shape[-1]
@@ -97,17 +97,17 @@ def _scores64(q, k, *, causal, sm_scale, causal_offset=0):
     # n: the dot's length as the Triton kernel runs it, d zero-padded to a power of two (a looser,
     # still rigorous bound for the unpadded emulator and loop)
     n = 1 << (d - 1).bit_length()
-    gamma = n * _U / (1 - n * _U)
+    gamma = n * U / (1 - n * U)
     sabs = torch.matmul(q64.abs(), k64.abs().transpose(-1, -2)) * sm_scale
     if causal:
         vis = causal_mask(Nq, Nk, device=q.device, offset=causal_offset)
         s = s.masked_fill(~vis, float("-inf"))
         sabs = sabs.masked_fill(~vis, 0.0)
-    err_s = sabs * gamma + s.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0) * _U
+    err_s = sabs * gamma + s.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0) * U
     return s, err_s
 
 
-def _lazy_walk(bm, reverse, tau, m0, err_row):
+def lazy_walk(bm, reverse, tau, m0, err_row):
     """The lazy running max per block, in float64, and the rows whose walk is fragile.
 
     bm [B,H,Nq,nblk] block maxima; m0 [B,H,Nq] the initial max (-inf, or an init sink's σ);
@@ -122,7 +122,7 @@ def _lazy_walk(bm, reverse, tau, m0, err_row):
         b = bm[..., j]
         d = (b - m) * LOG2E
         finite = torch.isfinite(m) & torch.isfinite(b)
-        margin = 2 * LOG2E * err_row * (1 + 4 * _U) + 4 * _U * d.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+        margin = 2 * LOG2E * err_row * (1 + 4 * U) + 4 * U * d.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
         fragile |= finite & ((d - tau32).abs() <= margin)
         m = torch.where(torch.isneginf(m) | (d > tau32), b, m)
         ms[..., j] = m
@@ -140,7 +140,7 @@ def _walk(s, err_s, *, reverse, block_n, tau, sink_init):
         eager = torch.maximum(eager, sink_init[..., None])
     if tau > 0:
         m0 = sink_init if sink_init is not None else torch.full_like(bm[..., 0], float("-inf"))
-        m, walk_fragile = _lazy_walk(bm, reverse, tau, m0, err_s.amax(-1))
+        m, walk_fragile = lazy_walk(bm, reverse, tau, m0, err_s.amax(-1))
     else:
         m, walk_fragile = eager, torch.zeros(B, H, Nq, dtype=torch.bool, device=s.device)
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
@@ -171,23 +171,23 @@ def fragile_elements(q, k, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
         f = None if fmt is None else get_format(fmt)
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     q, k = cast_operand(q, qk_fmt, qk_scale), cast_operand(k, qk_fmt, qk_scale)
-    s, err_s = _scores64(q, k, causal=causal, sm_scale=sm, causal_offset=causal_offset)
+    s, err_s = scores64(q, k, causal=causal, sm_scale=sm, causal_offset=causal_offset)
     sigma = None if sink_logit is None else sink_logit.detach().cpu().double().expand(q.shape[:2])[..., None].expand(
         q.shape[:3])
     reverse = order == "reverse"
     m, mcol, ecol, walk_fragile = _walk(s, err_s, reverse=reverse, block_n=block_n, tau=rescale_threshold,
                                         sink_init=sigma if sink_mode == "init" else None)
     # s - m: both s and m carry that error; exp and the product p*S add exp_rel_err + 2u.
-    log_tol = 2.0 * err_s.amax(-1, keepdim=True) + (exp_rel_err + 2 * _U)
+    log_tol = 2.0 * err_s.amax(-1, keepdim=True) + (exp_rel_err + 2 * U)
     m_final = m[..., 0] if reverse else m[..., -1]
     exp2 = scale_mode == "exp2_offset"
     log2s = log2_scale(scale) if exp2 else 0.0
     if exp2:
-        log_tol = log_tol + _exp2_arg_tol(s, sigma, log2s)[..., None]
-        x = _xof(s, mcol, scale=scale, exp2=True, log2s=log2s)
+        log_tol = log_tol + exp2_arg_tol(s, sigma, log2s)[..., None]
+        x = xof(s, mcol, scale=scale, exp2=True, log2s=log2s)
         lx = (x * torch.exp2((mcol - m_final[..., None]) * LOG2E)).sum(-1)
         if sigma is not None:
-            lx = lx + _xof(sigma, m_final, scale=scale, exp2=True, log2s=log2s)
+            lx = lx + xof(sigma, m_final, scale=scale, exp2=True, log2s=log2s)
         l = lx / 2.0**log2s
     else:
         p = torch.exp(s - mcol)
@@ -203,15 +203,15 @@ def fragile_elements(q, k, *, order="forward", scale=1.0, fmt="e4m3fn", causal=F
     if isinstance(f, MXFormat):
         return _mx_fragile(s, mcol, x, l, lx, f, log_tol, walk_fragile, per_row=scale_mode == "per_row",
                            block_n=block_n)
-    out = {**_near_boundaries(x, f, log_tol, exp2), "x": x, "l": l, "lx": lx, "walk_fragile": walk_fragile}
+    out = {**near_boundaries(x, f, log_tol, exp2), "x": x, "l": l, "lx": lx, "walk_fragile": walk_fragile}
     if bool(walk_fragile.any()):
-        xv = lambda t, mm: _xof(t, mm, scale=scale, exp2=exp2, log2s=log2s)  # noqa: E731
+        xv = lambda t, mm: xof(t, mm, scale=scale, exp2=exp2, log2s=log2s)  # noqa: E731
         _widen_walk_fragile(out, s, ecol, sigma if sink_mode == "init" else None, sigma, log_tol, f,
                             rescale_threshold, xv, exp2)
     return out
 
 
-def _near_boundaries(x, f: FP8Format, log_tol, exp2):
+def near_boundaries(x, f: FP8Format, log_tol, exp2):
     """The elements whose x lies within ``log_tol`` of a rounding boundary, the underflow threshold,
     max_finite, or (exp2_offset) the float32 flush-to-zero range; and the grid step at each x."""
     step = _grid_step(x, f)
@@ -227,7 +227,7 @@ def _near_boundaries(x, f: FP8Format, log_tol, exp2):
             "step": step}
 
 
-def _xof(t, mm, *, scale, exp2, log2s):
+def xof(t, mm, *, scale, exp2, log2s):
     """The contract's unrounded x of logits t at max mm (float64): S·exp(t - mm), or 2^((t - mm)·LOG2E + log2 S)."""
     return torch.exp2((t - mm) * LOG2E + log2s) if exp2 else torch.exp(t - mm) * scale
 
@@ -239,11 +239,11 @@ def _grid_step(x, f: FP8Format):
     return torch.exp2(e - f.man_bits)
 
 
-def _exp2_arg_tol(s, sigma, log2s):
+def exp2_arg_tol(s, sigma, log2s):
     """Per row, in ln units: the float32 roundings of s·LOG2E, m·LOG2E, (m·LOG2E - log2 S) and the exponent."""
     a = s.abs().nan_to_num(0.0, posinf=0.0, neginf=0.0).masked_fill(torch.isneginf(s), 0.0).amax(-1)
     mabs = a if sigma is None else torch.maximum(a, sigma.abs())
-    return math.log(2) * _U * (2 * LOG2E * a + 3 * LOG2E * mabs + 2 * abs(log2s))
+    return math.log(2) * U * (2 * LOG2E * a + 3 * LOG2E * mabs + 2 * abs(log2s))
 
 
 def _widen_walk_fragile(out, s, ecol, sink_init, sigma, log_tol, f: FP8Format, tau, xv, exp2):
@@ -286,7 +286,7 @@ def _mx_fragile(s, mcol, x, l, lx, f: MXFormat, log_tol, walk_fragile, *, per_ro
         s_r = torch.where(r > 0, PER_ROW_TARGET / r, torch.ones_like(r)).expand(*r.shape[:-1], block_n)
         s_r = s_r.reshape(p.shape)[..., :nk]
         x = p[..., :nk] * s_r
-        log_tol = 2 * log_tol + 2 * _U
+        log_tol = 2 * log_tol + 2 * U
     out = {**_mx_boundaries(x, f, log_tol, block_n), "x": x, "l": l, "lx": lx, "walk_fragile": walk_fragile}
     if per_row:
         out["step"] = out["step"] / s_r  # p_q·V enters acc over S_r; l is in p units (S = 1)
@@ -318,8 +318,8 @@ def _mx_boundaries(x, f: MXFormat, log_tol, block_n):
         sg = sc[..., None]
         ok = sg > 0
         safe = torch.where(ok, sg, torch.ones_like(sg))
-        y_lo = _f32_bracket(groups(x_lo) / safe * (1 - 2 * _U))[0]  # the float32 division: one more rounding
-        y_hi = _f32_bracket(groups(x_hi) / safe * (1 + 2 * _U))[1]
+        y_lo = _f32_bracket(groups(x_lo) / safe * (1 - 2 * U))[0]  # the float32 division: one more rounding
+        y_hi = _f32_bracket(groups(x_hi) / safe * (1 + 2 * U))[1]
         lo = torch.where(ok, quantize(y_lo, E2M1).double() * sg, torch.zeros_like(sg))
         hi = torch.where(ok, quantize(y_hi, E2M1).double() * sg, torch.zeros_like(sg))
         s_lo, s_hi = ok & (y_lo > f.max_finite), ok & (y_hi > f.max_finite)

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from pcast.conformance.model import (_U, _exp2_arg_tol, _lazy_walk, _near_boundaries, _scores64, _xof,
+from pcast.conformance.model import (U, exp2_arg_tol, lazy_walk, near_boundaries, scores64, xof,
                                        cast_operand)
 from pcast.contract import log2_scale
 from pcast.emulator.parts import running_max
@@ -36,7 +36,7 @@ def _split_max(bm, J, i, *, reverse, tau, partition, seed, err_row):
         return m[..., None].expand(b.shape), fragile
     if tau > 0:
         m0 = seed if seed is not None else torch.full_like(b[..., 0], float("-inf"))
-        return _lazy_walk(b, reverse, tau, m0, err_row)
+        return lazy_walk(b, reverse, tau, m0, err_row)
     m = running_max(b, reverse)
     return (m if seed is None else torch.maximum(m, seed[..., None])), fragile
 
@@ -83,14 +83,14 @@ def _shares(p, m, mcol, sigma, parts, *, block_n, order, partition, sink_mode):
 def fragile_split_elements(q, k, *, num_splits, split_layout, p_normalize, order="forward", scale=1.0,
                            fmt="e4m3fn", causal=False, causal_offset=0, block_n=64, sm_scale=None,
                            scale_mode="multiply", rescale_threshold=0.0, sink_logit=None, sink_mode="final",
-                           qk_fmt=None, qk_scale="tensor", exp_rel_err=6 * _U):
+                           qk_fmt=None, qk_scale="tensor", exp_rel_err=6 * U):
     """:func:`pcast.conformance.fragile_elements` for the split contract (same keys; ``step`` already
     weighted by each split's merge share, ``lx`` = S·Z). Walk-fragile rows (lazy rescaling) are treated
     as wholly fragile, with the grid step at the top of the range ``x·2^τ``."""
     f = None if fmt is None else get_p_format(fmt)
     sm = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     q, k = cast_operand(q, qk_fmt, qk_scale), cast_operand(k, qk_fmt, qk_scale)
-    s, err_s = _scores64(q, k, causal=causal, sm_scale=sm, causal_offset=causal_offset)
+    s, err_s = scores64(q, k, causal=causal, sm_scale=sm, causal_offset=causal_offset)
     B, H, Nq, Nk = s.shape
     sigma = None if sink_logit is None else sink_logit.detach().cpu().double().expand(B, H)[..., None].expand(
         B, H, Nq)
@@ -102,17 +102,17 @@ def fragile_split_elements(q, k, *, num_splits, split_layout, p_normalize, order
     mcol = col(m)
     p = torch.exp(s - mcol)  # p at the max in force, per key
     big_l, share, z = _shares(p, m, mcol, sigma, parts, **opts)
-    log_tol = 2.0 * err_s.amax(-1, keepdim=True) + (exp_rel_err + 2 * _U)
+    log_tol = 2.0 * err_s.amax(-1, keepdim=True) + (exp_rel_err + 2 * U)
     log2s = log2_scale(scale) if exp2 else 0.0
     if partition:  # l_s: a float32 sum of Nk terms at most (any order), each with exp's error; one division
         lblk = torch.empty_like(m)
         for (_, J), lj in zip(parts, big_l):
             lblk[..., J] = lj[..., None]
         x = p / col(lblk) * scale
-        log_tol = log_tol + (Nk * 2 * _U + exp_rel_err + 2 * _U)
+        log_tol = log_tol + (Nk * 2 * U + exp_rel_err + 2 * U)
     elif exp2:
-        log_tol = log_tol + _exp2_arg_tol(s, sigma, log2s)[..., None]
-        x = _xof(s, mcol, scale=scale, exp2=True, log2s=log2s)
+        log_tol = log_tol + exp2_arg_tol(s, sigma, log2s)[..., None]
+        x = xof(s, mcol, scale=scale, exp2=True, log2s=log2s)
     else:
         x = p * scale
     lx = (2.0**log2s if exp2 else scale) * z
@@ -120,7 +120,7 @@ def fragile_split_elements(q, k, *, num_splits, split_layout, p_normalize, order
         zb = torch.zeros_like(x, dtype=torch.bool)
         return {"fragile": zb, "fragile_underflow": zb, "fragile_saturation": zb, "fragile_terms": zb,
                 "step": torch.zeros_like(x), "x": x, "l": z, "lx": lx, "walk_fragile": walk}
-    out = {**_near_boundaries(x, f, log_tol, exp2), "x": x, "l": z, "lx": lx, "walk_fragile": walk}
+    out = {**near_boundaries(x, f, log_tol, exp2), "x": x, "l": z, "lx": lx, "walk_fragile": walk}
     if bool(walk.any()):  # any walk keeps x within [x_eager, x_eager·2^τ]: every visible element of the row
         rows = walk[..., None] & ~torch.isneginf(s)
         for key in ("fragile", "fragile_underflow", "fragile_saturation"):

@@ -6,9 +6,11 @@ Importing this module is free, so the pipeline can check a config before anythin
 """
 
 from __future__ import annotations
+import functools
 
 import math
 import struct
+import warnings
 
 __all__ = [
     "SCALE_MODES", "SINK_MODES", "MX_FORMAT_NAMES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
@@ -223,9 +225,6 @@ def scale_keyword(fn):
     """The scale S is ``scale=`` in every public function (as in :func:`pcast.attention` and
     :class:`pcast.policies.Policy`); a function decorated with this still takes ``S=``, with a
     DeprecationWarning."""
-    import functools
-    import warnings
-
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if "S" in kwargs:

@@ -59,7 +59,7 @@ def kernel_module(name: str):
     root = unpacked(a.wheel)
     if a.name in _LOADED:
         return _LOADED[a.name]
-    import triton
+    import triton  # lazy: triton is not part of the slim install
 
     previous = triton.knobs.runtime.interpret
     triton.knobs.runtime.interpret = True  # @triton.jit then makes InterpretedFunctions
@@ -91,7 +91,9 @@ def load(name: str):
     run = getattr(importlib.import_module(runner_mod), runner_fn)
 
     def fn(q, k, v, *, sink_logit=None):
+        # lazy: pcast.triton needs Triton, which is not part of the slim install
         from pcast.triton.fp8cast import fp8_cast_fixed
+        # lazy: pcast.triton needs Triton, which is not part of the slim install
         from pcast.triton.interpret import interpreting
 
         with interpreting(), fp8_cast_fixed():

@@ -24,7 +24,7 @@ from pcast.emulator import core as _em
 from pcast.emulator import fused as _fused
 from pcast.emulator import reverse as _rev
 from pcast.emulator.parts import sink_term
-from pcast.reference import _bits
+from pcast.reference import bits_of
 
 __all__ = ["emulate_calls", "SCORE_SLICE", "SHARING"]
 
@@ -96,9 +96,9 @@ class _Shared:
         anchors: list[int] = []
         for g in range(G):
             for a in anchors:
-                if not torch.equal(_bits(c.qs[g]), _bits(c.qs[a])):
+                if not torch.equal(bits_of(c.qs[g]), bits_of(c.qs[a])):
                     continue
-                diff = (_bits(c.kT[g]) != _bits(c.kT[a])).any(0).nonzero()
+                diff = (bits_of(c.kT[g]) != bits_of(c.kT[a])).any(0).nonzero()
                 cols = 0 if diff.numel() == 0 else -(-(int(diff[-1]) + 1) // SCORE_SLICE) * SCORE_SLICE
                 if cols < np_ and all(_probe_slice(r1 - r0, d, np_, cols, c.qs.device)
                                       for r0, r1 in self._chunks(Nq) if cols):
@@ -229,7 +229,7 @@ def _run_group(members: list, G: int, Nq: int) -> None:
     """Every chunk of rows of every item of one score group, under each of its calls. Chunks of rows are the
     outer loop, so what items share with their anchor is kept for one chunk at a time."""
     c0 = members[0][0]
-    rows = max(1, _em._CHUNK_ELEMS // (c0.nblk * c0.block_n))
+    rows = max(1, _em.CHUNK_ELEMS // (c0.nblk * c0.block_n))
     shared = _Shared(c0, rows)
     # An item whose scores and values copy its anchor's bits repeats the anchor's steps 1-5 in every
     # call without a sink that seeds the max (a stack of learned sink logits on one base): reuse them.
@@ -237,7 +237,7 @@ def _run_group(members: list, G: int, Nq: int) -> None:
     same_v: dict = {}  # id of a call's value tensors (shared through _layout's memo) -> items equal to their anchor's
     for c, *_ in members:
         if id(c.vf) not in same_v:
-            same_v[id(c.vf)] = [a is not None and all(torch.equal(_bits(vf[g]), _bits(vf[a])) for vf in c.vf)
+            same_v[id(c.vf)] = [a is not None and all(torch.equal(bits_of(vf[g]), bits_of(vf[a])) for vf in c.vf)
                                 for g, a in enumerate(copies)]
     clones = [[a if same and not c.sink_init else None for a, same in zip(copies, same_v[id(c.vf)])]
               for c, *_ in members]

@@ -52,7 +52,7 @@ __all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_
 
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
-_CHUNK_ELEMS = 1 << 18
+CHUNK_ELEMS = 1 << 18
 # The compiled P path's: each chunk is three parallel regions (two matmuls, the compiled pass) whose threads
 # meet at a barrier, which costs a time slice on a loaded machine (docs/performance.md, "Under load").
 _FUSED_CHUNK_ELEMS = 1 << 20
@@ -120,7 +120,7 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
 
     ``scales``: the scales S (a tuple; several only with ``scale_mode="multiply"``, where steps 1-2 do
     not depend on S). ``memo``: tensors already laid out by other calls on the same q, k, v
-    (``emulator_calls.emulate_calls``), keyed by what they depend on, so that calls share them."""
+    (``pcast.emulator.calls.emulate_calls``), keyed by what they depend on, so that calls share them."""
     memo = {} if memo is None else memo
 
     def once(key, make):
@@ -179,11 +179,11 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
     """Steps 1-6 for query rows r0:r1 of head g into ``outs[i][j]`` (scale i, value tensor j) and ``diags[i]``:
     steps 1-2 once, 3-4 once per scale, 5-6 once per scale and value tensor, each as a call of its own.
     ``s``: step 1's scores of these rows when another call computed them (:func:`_scores`' bits; read only).
-    ``keep``: a list that receives, per scale, what step 6 starts from (``emulator_calls._clone_rows``)."""
+    ``keep``: a list that receives, per scale, what step 6 starts from (``pcast.emulator.calls._clone_rows``)."""
     nr = r1 - r0
     Np = c.nblk * c.block_n
     # step 1: scores
-    s = _scores(c, g, r0, r1) if s is None else s  # (given: shared with other calls, emulator_calls)
+    s = _scores(c, g, r0, r1) if s is None else s  # (given: shared with other calls, pcast.emulator.calls)
     if _fused.covers(c, s):  # steps 2-4 in one compiled pass, the operations below
         return _fused_rows(c, g, r0, r1, s, outs, diags, keep)
     # step 2: running max
@@ -252,7 +252,7 @@ def _fused_rows(c: _Call, g: int, r0: int, r1: int, s: torch.Tensor, outs: tuple
 def _normalise(c: _Call, sc: _Scale, g: int, r0: int, r1: int, outs_i, accs: list, l, m_final, keep, lse) -> None:
     """Step 6 for rows r0:r1 of head g at one scale: a sink logit joins the row sum ``l`` (``sink_mode="final"``),
     then each accumulator of ``accs`` (one per value tensor) is divided into ``outs_i``. ``keep``: a list that
-    receives what step 6 starts from, before the sink logit joins (``emulator_calls._clone_rows``); ``lse``
+    receives what step 6 starts from, before the sink logit joins (``pcast.emulator.calls._clone_rows``); ``lse``
     [G, Nq] float32 receives each row's log-sum-exp (:func:`row_lse`)."""
     if keep is not None:  # (no sink_init there: l is the keys' row sum, before a sink logit joins it)
         keep.append((accs, l, m_final))
@@ -275,7 +275,7 @@ _LN2 = math.log(2.0)
 
 def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torch.Tensor:
     """Step 1 for query rows r0:r1 of head g: ``q·kᵀ·sm_scale`` with invisible keys at -inf,
-    [rows, Np] float32; ``cols``: only the first ``cols`` keys (``emulator_calls._Shared``)."""
+    [rows, Np] float32; ``cols``: only the first ``cols`` keys (``pcast.emulator.calls._Shared``)."""
     kT = c.kT[g] if cols is None else c.kT[g][:, :cols]
     s = torch.matmul(c.qs[g, r0:r1], kT)
     if not c.sm_pow2:
@@ -387,7 +387,7 @@ def _emulate(q, k, v: tuple, scales: tuple, **kwargs) -> list:
     c = _layout(q, k, v, scales=scales, **kwargs)
     G = B * H
     outs, diags = _buffers(c, G, Nq, d, q.device)
-    rows = max(1, (_FUSED_CHUNK_ELEMS if _fused.covers(c, c.qs) else _CHUNK_ELEMS) // (c.nblk * c.block_n))
+    rows = max(1, (_FUSED_CHUNK_ELEMS if _fused.covers(c, c.qs) else CHUNK_ELEMS) // (c.nblk * c.block_n))
     for g in range(G):
         for r0 in range(0, Nq, rows):
             _rows(c, g, r0, min(Nq, r0 + rows), outs, diags)

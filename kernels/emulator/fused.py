@@ -29,9 +29,12 @@ import torch
 from pcast.contract import float32
 from pcast.emulator import compiled as _compiled
 from pcast.emulator.exact import exp_edge
+from pcast.emulator.packing import (CAST, CUMMAX, EXP2, EXP_EDGE, LOG2_S, OFFSET, REVERSE, ROWSUM_ROUNDED, SEED,
+                                    SINK_INIT, SM, SM32, SM_POW2, TAU)
 from pcast.formats import FORMATS
 
 __all__ = ["ENABLED", "covers", "p_rows"]
+
 
 #: Whether calls the pass covers run through it (tests turn it off to run the eager path).
 ENABLED = True
@@ -51,6 +54,7 @@ def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     ``(pw, l, m_final, counts)``: per scale, pw [rows, Np] p_q times its block's weight, l [rows] the row sum
     of the keys, m_final [rows] the final max (-inf as 0) and counts [rows, 5] int64 (terms, terms_sink,
     underflow, underflow_sink, saturated)."""
+    # lazy: numba's compiled pass (importing it sets numba's threading layer), loaded on the first CPU row pass
     from pcast.emulator import fusedkernel as _fw, fusedmath as _fm  # (numba: imported where it runs)
 
     nr, np_ = s.shape
@@ -63,18 +67,23 @@ def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     mf = np.empty(nr, np.float32)
     sc = np.array([sc.scale for sc in c.scales], np.float32)
     sat = np.array([sc.check_saturation for sc in c.scales], np.bool_)
-    f32max = np.finfo(np.float32).max
-    grid = np.array([*(_compiled.grid(fmt) if fmt is not None else (1.0,) * 5), f32max], np.float32)
-    fm = (fmt.man_bits, fmt.emin) if fmt is not None else (0, 0)
+    rounding = _compiled.grid(fmt) if fmt is not None else (1.0,) * 5
+    man_emin = (fmt.man_bits, fmt.emin) if fmt is not None else (0, 0)
     seed = float(c.sink[g]) if c.sink_init else float("-inf")
-    flags = np.array([c.reverse, c.cummax, c.sink_init, c.exp2, c.sm_pow2, fmt is not None,
-                      c.rowsum_rounded], np.bool_)
-    vals = np.array([c.tau, seed, b.sm, float32(c.sm_scale), c.log2_s, abs(c.log2_s) if c.exp2 else 0.0,
-                     exp_edge(c)], np.float64)
+    sm32, edge = float32(c.sm_scale), exp_edge(c)
+    # each array laid out by its names, in index order (no Python call here: the compiled pass comes next)
+    flags = np.array([*dict(sorted({REVERSE: c.reverse, CUMMAX: c.cummax, SINK_INIT: c.sink_init, EXP2: c.exp2,
+                                    SM_POW2: c.sm_pow2, CAST: fmt is not None,
+                                    ROWSUM_ROUNDED: c.rowsum_rounded}.items())).values()], np.bool_)
+    vals = np.array([*dict(sorted({TAU: c.tau, SEED: seed, SM: b.sm, SM32: sm32, LOG2_S: c.log2_s,
+                                   OFFSET: abs(c.log2_s) if c.exp2 else 0.0, EXP_EDGE: edge}.items())).values()],
+                    np.float64)
+    grid = np.array([*rounding, np.finfo(np.float32).max], np.float32)  # RND ... MAX_FINITE, TOP (packing)
+    fm = np.array(man_emin, np.int64)  # MAN_BITS, EMIN (pcast.emulator.packing)
     threads = torch.get_num_threads() if s.numel() >= _PARALLEL_ELEMS else 1
     _fm.run_on(threads, _fw.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.keys[g].numpy(), b.qn[g, r0:r1].numpy(),
                b.kn[g].numpy(), b.kf[g].numpy(), s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), c.block_n, c.ks,
-               b.d, flags, vals, sc, sat, grid, np.array(fm, np.int64), pw, l, mf, counts)
+               b.d, flags, vals, sc, sat, grid, fm, pw, l, mf, counts)
     pw_t = torch.from_numpy(pw)
     return ([pw_t[i] for i in range(ns)], [torch.from_numpy(l[i]) for i in range(ns)], torch.from_numpy(mf),
             [torch.from_numpy(counts[i]) for i in range(ns)])

@@ -23,6 +23,10 @@ import numba
 import numpy as np
 
 from pcast.contract import LOG2E
+from pcast.emulator.packing import (CAST, CUMMAX, EMIN, EXP2, EXP_EDGE, HALF, LOG2_S, MAN_BITS, MAX_FINITE,
+                                    MIN_NORMAL, OFFSET, REVERSE, RND, RND_MIN, ROWSUM_ROUNDED, SATURATED, SEED,
+                                    SINK_INIT, SM, SM32, SM_POW2, TAU, TERMS, TERMS_SINK, TOP, UNDERFLOW,
+                                    UNDERFLOW_SINK)
 from pcast.emulator.fusedmath import exp as _exp, exp2 as _exp2, next_down as _next_down
 from pcast.emulator.fusedmath import round_exact as _round_exact, round_mark as _round_mark, score64 as _score64
 from pcast.emulator.fusedmath import tree as _tree, tree_from as _tree_from
@@ -90,11 +94,11 @@ def _walk_row(s, q, keys, qn_r, kn, bn, d, flags, vals, bm, m, mx, bm64, e):
     max in force at each block; returns (a, cc), the bound on x's relative error
     (:meth:`pcast.emulator.exact.Chunk.make`)."""
     nb = m.shape[0]
-    rev, cummax, has_seed, sm_pow2 = flags[0], flags[1], flags[2], flags[4]
-    tau, sm, sm32 = vals[0], vals[2], vals[3]
+    rev, cummax, has_seed, sm_pow2 = flags[REVERSE], flags[CUMMAX], flags[SINK_INIT], flags[SM_POW2]
+    tau, sm, sm32 = vals[TAU], vals[SM], vals[SM32]
     for j in range(nb):
         e[j] = ((d + 2) * _U) * ((qn_r * kn[j]) * sm)
-    init = _F(vals[1]) if has_seed else _NEG
+    init = _F(vals[SEED]) if has_seed else _NEG
     _rule(bm, m, rev, cummax, _F(tau), init, _LOG2E)
     err = 0.0
     if _near(bm, m, e, rev, init, tau / _LOG2E_D if tau != 0.0 else 0.0):
@@ -136,16 +140,16 @@ def _walk_row(s, q, keys, qn_r, kn, bn, d, flags, vals, bm, m, mx, bm64, e):
     for j in range(nb):
         mabs = max(mabs, abs(m[j])) if m[j] != _NEG else mabs
     a = (1.01 * (d + 1) * _U / 2 + 2 * _U) * qn_r * sm
-    return a, 1.01 * err + 4 * _U * np.float64(mabs) + _U * vals[5] + 8 * _U
+    return a, 1.01 * err + 4 * _U * np.float64(mabs) + _U * vals[OFFSET] + 8 * _U
 
 
 @_jit
 def _x64(q, keys, mx, t, bn, d, flags, vals, scale):
     """The exact x of key t: ``exp(s − m)·S``, or ``exp2((s − m)·LOG2E)·S`` (exp2_offset), float64."""
-    sv = _score64(q, keys, t, d, flags[4], vals[3])
+    sv = _score64(q, keys, t, d, flags[SM_POW2], vals[SM32])
     mm = mx[t // bn]
     mm = 0.0 if mm == -np.inf else mm
-    if flags[3]:
+    if flags[EXP2]:
         return np.exp2((sv - mm) * _LOG2E_D) * scale
     return math.exp(sv - mm) * scale
 
@@ -158,32 +162,32 @@ def _unrounded_row(s, q, keys, qn_r, kn, m, mx, bn, d, flags, vals, s0, u, lblk_
     the row sum is rounded)."""
     nb = m.shape[0]
     pos = 0
-    log2s = _F(vals[4])
-    edge = _F(vals[6])
-    reach = abs(vals[6]) - 1.0
+    log2s = _F(vals[LOG2_S])
+    edge = _F(vals[EXP_EDGE])
+    reach = abs(vals[EXP_EDGE]) - 1.0
     for j in range(nb):
         mj = m[j]
         ms = _ZERO if mj == _NEG else mj
         off = ms * _LOG2E - log2s
         b0 = j * bn
         sj, uj = s[b0:b0 + bn], u[b0:b0 + bn]  # (s: this task's copy of the row)
-        if flags[3]:
+        if flags[EXP2]:
             for i in range(bn):
                 uj[i] = _exp2(sj[i] * _LOG2E - off)
         else:
             for i in range(bn):
                 uj[i] = _exp(sj[i] - ms)
-        if 2.0 * ((qn_r * kn[j]) * vals[2]) + abs(np.float64(mj)) + 1.0 >= reach:
+        if 2.0 * ((qn_r * kn[j]) * vals[SM]) + abs(np.float64(mj)) + 1.0 >= reach:
             near = 0
             for i in range(bn):
                 near += abs((sj[i] - ms) - edge) <= _HALF
             if near:
                 for i in range(bn):
                     if abs((sj[i] - ms) - edge) <= _HALF:
-                        uj[i] = _F(_x64(q, keys, mx, b0 + i, bn, d, flags, vals, s0 if flags[3] else 1.0))
+                        uj[i] = _F(_x64(q, keys, mx, b0 + i, bn, d, flags, vals, s0 if flags[EXP2] else 1.0))
         for i in range(bn):
             pos += uj[i] > _ZERO
-        if not flags[6]:
+        if not flags[ROWSUM_ROUNDED]:
             lblk_u[j] = _tree_from(u, b0, bn, tb)
     return pos
 
@@ -201,8 +205,8 @@ def _count_pos(x, ks):
 def _cast_row(u, kf, a32, c32, scale, chk, exp2, grid, pq, mark):
     """x = p·S (u itself under exp2_offset), its rounding into pq and the keys to decide exactly into mark
     (:mod:`pcast.emulator.compiled`); returns (#x > max_finite, #marked)."""
-    rnd, rnd_min, half, mn, maxf = grid[0], grid[1], grid[2], grid[3], grid[4]
-    top = maxf if chk else grid[5]
+    rnd, rnd_min, half, mn, maxf = grid[RND], grid[RND_MIN], grid[HALF], grid[MIN_NORMAL], grid[MAX_FINITE]
+    top = maxf if chk else grid[TOP]
     nsat = 0
     nmark = 0
     for t in range(u.shape[0]):
@@ -218,8 +222,8 @@ def _cast_row(u, kf, a32, c32, scale, chk, exp2, grid, pq, mark):
 @_jit
 def _exact_marked(q, keys, mx, bn, d, flags, vals, fm, grid, scale, chk, u, pq, mark):
     """The marked keys of a row decided on their exact x (pq redone); returns the change to #saturated."""
-    exp2 = flags[3]
-    maxf = np.float64(grid[4])
+    exp2 = flags[EXP2]
+    maxf = np.float64(grid[MAX_FINITE])
     dsat = 0
     words = mark.view(np.uint64)
     for wi in range(words.shape[0]):
@@ -230,8 +234,8 @@ def _exact_marked(q, keys, mx, bn, d, flags, vals, fm, grid, scale, chk, u, pq, 
                 x = u[t] if exp2 else u[t] * scale
                 x64 = _x64(q, keys, mx, t, bn, d, flags, vals, np.float64(scale))
                 if chk:
-                    dsat += int(x64 > maxf) - int(x > grid[4])
-                pq[t] = _F(_round_exact(x64, fm[0], fm[1], maxf))
+                    dsat += int(x64 > maxf) - int(x > grid[MAX_FINITE])
+                pq[t] = _F(_round_exact(x64, fm[MAN_BITS], fm[EMIN], maxf))
     return dsat
 
 
@@ -242,9 +246,9 @@ def _scale_row(s, q, keys, m, mx, kf, a, cc, bn, ks, d, flags, vals, fm, grid, s
     the sink keys, among the others, #saturated)."""
     nb = m.shape[0]
     np_ = nb * bn
-    exp2 = flags[3]
+    exp2 = flags[EXP2]
     nsat = 0
-    if flags[5]:
+    if flags[CAST]:
         nsat, nmark = _cast_row(u[:np_], kf, _F(a * _UP), _F(cc * _UP), scale, chk, exp2, grid, pq[:np_],
                                 mark[:np_])
         if nmark:
@@ -253,11 +257,11 @@ def _scale_row(s, q, keys, m, mx, kf, a, cc, bn, ks, d, flags, vals, fm, grid, s
         for t in range(np_):
             pq[t] = u[t] if exp2 else u[t] * scale
     ppos = 0
-    mfin = m[0] if flags[0] else m[nb - 1]
+    mfin = m[0] if flags[REVERSE] else m[nb - 1]
     mfin = _ZERO if mfin == _NEG else mfin
     for j in range(nb):
         b0 = j * bn
-        if flags[6]:
+        if flags[ROWSUM_ROUNDED]:
             lb = _tree_from(pq, b0, bn, tb)
             lb = lb if exp2 else lb / scale
         else:
@@ -287,12 +291,12 @@ def _row(s, q, keys, qn_r, kn, kf, bm, bn, ks, d, flags, vals, scales, sats, gri
         li, pp_s, pp_ns, nsat = _scale_row(s, q, keys, m, mx, kf, a, cc, bn, ks, d, flags, vals, fm, grid,
                                            scales[i], sats[i], lblk_u, u, pq, mark, wl, tb, pw[i])
         l[i, r] = li
-        counts[i, r, 0] = pos_ns
-        counts[i, r, 1] = pos_s
-        counts[i, r, 2] = pos_ns - pp_ns
-        counts[i, r, 3] = pos_s - pp_s
-        counts[i, r, 4] = nsat
-    mfin = m[0] if flags[0] else m[nb - 1]
+        counts[i, r, TERMS] = pos_ns
+        counts[i, r, TERMS_SINK] = pos_s
+        counts[i, r, UNDERFLOW] = pos_ns - pp_ns
+        counts[i, r, UNDERFLOW_SINK] = pos_s - pp_s
+        counts[i, r, SATURATED] = nsat
+    mfin = m[0] if flags[REVERSE] else m[nb - 1]
     return _ZERO if mfin == _NEG else mfin
 
 

@@ -1,7 +1,7 @@
 """Reverse order across a Δ stack: the blocks visited before the sink keys' block, computed once per chunk of rows.
 
 Used by :func:`pcast.emulator.calls.emulate_calls` (docs/interfaces.md, ``pcast.attention_calls``). The items
-of a Δ stack differ from their anchor only in the leading keys (the sink keys; ``emulator_calls._Shared``'s
+of a Δ stack differ from their anchor only in the leading keys (the sink keys; ``pcast.emulator.calls._Shared``'s
 ``cols``). In reverse order the block holding them is visited last, so every block j >= j0 (the differing
 columns and the ``ksink`` sink keys, rounded up to whole blocks) sees the anchor's scores and, the running max
 being a cumulative max from the last block down to j, the anchor's max: the same p (or exp2_offset's x), the

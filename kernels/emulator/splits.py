@@ -61,7 +61,7 @@ def emulate_splits(q, k, v, *, scale: float, num_splits: int, split_layout: str,
     outs, diags = _em._buffers(c, G, Nq, d, q.device)
     parts = [(i, torch.tensor(J, device=q.device)) for i, J in enumerate(split_blocks(c.nblk, num_splits,
                                                                                       split_layout)) if J]
-    rows = max(1, _em._CHUNK_ELEMS // (c.nblk * c.block_n))
+    rows = max(1, _em.CHUNK_ELEMS // (c.nblk * c.block_n))
     for g in range(G):
         for r0 in range(0, Nq, rows):
             _split_rows(c, parts, g, r0, min(Nq, r0 + rows), outs[0], diags[0])

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from pcast.contract import PV_ARITHS
+from pcast.emulator.parts import operand_parts
 from pcast.formats import FP8Format
 from pcast.reference import expand_kv
 
@@ -138,8 +139,6 @@ def pv_operands(values: tuple, heads: int, n: int, pad: int, v_fmt: FP8Format, h
                 p_fmt: FP8Format) -> PVOperands:
     """V as the MMA takes it: each value tensor expanded to ``heads``, ``quantize(v / s_v, v_fmt)`` with the
     operand cast's scale (:func:`pcast.emulator.parts.operand_parts`), flattened and padded by ``pad`` keys."""
-    from pcast.emulator.parts import operand_parts
-
     vqs, svs = [], []
     for v in values:
         vq, s_v = operand_parts(expand_kv(v, heads), v_fmt, how)
@@ -174,7 +173,7 @@ def mmasim_op(pv_arith: str, n: int, a_fmt: str = "e4m3fn", b_fmt: str = "e4m3fn
     instruction of ``pv_arith`` with n columns (``mma-sm89``: n = 8). Raises ImportError naming the extra to
     install when mmasim is missing."""
     try:
-        import mmasim.nv_ptx as nv
+        import mmasim.nv_ptx as nv  # lazy: mmasim is not part of the slim install
     except ImportError as e:
         raise ImportError(MMASIM_MISSING) from e
     cls, arch, shape = TENSOR_CORES[pv_arith].mmasim

@@ -39,6 +39,7 @@ CAPTURE_NAME = "pcast_capture"  # the name the recording attention function is r
 
 def _delegate(module, implementation: str):
     """The attention function the model would have called: its own eager one, or a registered one."""
+    # lazy: transformers is not part of the slim install
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     if implementation == "eager":
@@ -52,6 +53,7 @@ def _delegate(module, implementation: str):
 
 @contextlib.contextmanager
 def _recording(model, store: dict, dtype):
+    # lazy: transformers is not part of the slim install
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     before = model.config._attn_implementation or "eager"

@@ -22,6 +22,7 @@ import math
 import numpy as np
 import torch
 
+from pcast import theory
 from pcast.contract import LOG2E, ORDERS, float32, log2_scale
 from pcast.formats import FORMATS, get_format
 
@@ -236,8 +237,6 @@ def predict_underflow(stats: dict, n_sinks: int, *, order: str, scale: float, n:
     the non-sink scores as iid Gaussian and their positions as exchangeable: the key-shuffled
     control measures the second assumption, the gap to it the first (docs/interfaces.md).
     """
-    from pcast import theory
-
     f = _check_rule_args(order, scale, block_n, fmt)
     k = min(int(n_sinks), block_n, n - 1)
     delta = float(stats["delta"]) if k else 0.0

@@ -27,9 +27,12 @@ import importlib
 import inspect
 import os
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
+
+from pcast.api import attention
 
 __all__ = ["MODEL_PACKAGE", "MODEL_NAME", "PASSAGE_SOURCES", "EXPECTED_FILES", "EXPECTED_SOURCES", "InputMismatch",
            "Passage", "model_dir", "model_info", "check_model_files", "source_text", "load_model", "load_tokenizer",
@@ -98,8 +101,6 @@ def model_dir() -> Path:
 
 def model_info() -> dict:
     """Model name, the package's version (the revision) and the sha256 of its weights file."""
-    from importlib.metadata import version
-
     h = _sha256(model_dir() / "model.safetensors")
     return {"model": MODEL_NAME, "revision": f"{MODEL_DISTRIBUTION}=={version(MODEL_DISTRIBUTION)}",
             "model_sha256": h}
@@ -141,7 +142,7 @@ def source_text(source: str, expected: dict | None = None) -> str:
 
 def load_tokenizer():
     _offline()
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: transformers is not part of the slim install
 
     return AutoTokenizer.from_pretrained(model_dir())
 
@@ -149,8 +150,8 @@ def load_tokenizer():
 def load_model():
     """The model in float32, eval mode, eager attention, from the package folder (offline)."""
     _offline()
-    import transformers
-    from transformers import AutoModel
+    import transformers  # lazy: transformers is not part of the slim install
+    from transformers import AutoModel  # lazy: transformers is not part of the slim install
 
     transformers.logging.set_verbosity_error()
     return AutoModel.from_pretrained(model_dir(), attn_implementation="eager", dtype=torch.float32).eval()
@@ -239,8 +240,6 @@ def model_probs(model, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def _pcast_attention(settings: dict):
-    from pcast.api import attention
-
     def fn(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         if attention_mask is not None and bool((attention_mask != 0).any()) and attention_mask.dtype != torch.bool:
             raise ValueError("pcast.attention runs unpadded passages only; got a non-trivial attention mask")
@@ -258,7 +257,8 @@ def attention_swapped(model, name: str, fn):
     """Inside the block, every attention module of ``model`` calls ``fn`` (registered in transformers
     under ``name``), with the mask that the model's own implementation builds (its mask function is
     registered under ``name`` too, where transformers has one); the implementation is restored on exit."""
-    from transformers import AttentionInterface
+    from transformers import AttentionInterface  # lazy: transformers is not part of the slim install
+    # lazy: transformers is not part of the slim install
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     before = model.config._attn_implementation

@@ -36,7 +36,7 @@ import torch
 
 from pcast.contract import HEAD_DIMS
 
-__all__ = ["make_base", "apply_sink", "make_inputs", "learned_sink"]
+__all__ = ["make_base", "apply_sink", "value_stack", "make_inputs", "learned_sink"]
 
 
 def _check_pos_int(value, name: str, minimum: int = 1) -> int:
@@ -142,6 +142,18 @@ def apply_sink(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ksink: int 
         k2[..., :ksink, 0] = delta * math.sqrt(d)
         v2[..., :ksink, :] *= sink_v_scale
     return q2, k2, v2
+
+
+def value_stack(base, ksink: int, deltas, svs_list, device):
+    """q and k of ``deltas`` (sink keys at each Δ) stacked along batch, and one stacked v per
+    sink_v_scale of ``svs_list``: :func:`pcast.models.sinks.apply_sink` changes k with Δ and v with
+    sink_v_scale only, so every sink_v_scale shares q and k (:func:`pcast.attention_values`)."""
+    parts = {(svs, dl): apply_sink(*base, ksink=ksink, delta=dl, sink_v_scale=svs) for svs in svs_list
+             for dl in deltas}
+    first = svs_list[0]
+    q, k = (torch.cat([parts[(first, dl)][j] for dl in deltas]).to(device) for j in (0, 1))
+    values = [torch.cat([parts[(svs, dl)][2] for dl in deltas]).to(device) for svs in svs_list]
+    return q, k, values
 
 
 def make_inputs(seed: int, *, batch: int = 1, heads: int = 1, n: int = 1024, d: int = 64,

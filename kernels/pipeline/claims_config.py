@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+import re
 from typing import Any
 
-from pcast.contract import COMBO_LABELS, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, combo_label
+from pcast.contract import (CLAIM_IDS, COMBO_LABELS, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL, TEMPLATE_SLOT,
+                            combo_label)
 from pcast.pipeline.grid import delta_values, listed
 
 __all__ = ["check_analysis"]
@@ -68,10 +70,6 @@ def check_analysis(config: Mapping) -> None:
 
 def _check_templates(expected: Mapping, preset) -> None:
     """Every slot of an expected-verdict ``why`` names a claim of the registry (the run fills its number)."""
-    import re
-
-    from pcast.contract import CLAIM_IDS, TEMPLATE_SLOT
-
     ids = set(CLAIM_IDS)
     for key, e in expected.items():
         for m in re.finditer(TEMPLATE_SLOT, str((e or {}).get("why", ""))):

@@ -27,12 +27,18 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+import dataclasses
 
+import torch
+
+from pcast import attention_calls, attention_values
+from pcast.conformance import compare
 from pcast.contract import CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, combo_label
+from pcast.models.sinks import apply_sink, learned_sink
 from pcast.pipeline.conformance_cases import case_columns
 from pcast.pipeline.inputs import base_tensors, load_inputs
 from pcast.pipeline.logs import progress
-from pcast.pipeline.runs import _of, _Tally, _write_shard, value_stack
+from pcast.pipeline.runs import shard_of, Tally, write_shard, value_stack
 
 __all__ = ["run_conformance_shard", "engine_rows"]
 
@@ -56,11 +62,8 @@ def _log_row(row: Mapping, why: str) -> None:
             row["diag_equal"], row["explained"], why)
 
 
-def _grid_rows(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
+def _grid_rows(tally: Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
     """The kernel grid of one seed: every shape, causal flag and (order, scale) at the section's Δ."""
-    from pcast.conformance import compare
-    from pcast.models.sinks import apply_sink
-
     for shape in spec["shapes"]:
         base = base_tensors(tensors, seed, shape["n"], shape["d"], spec["sigma"])
         q, k, v = apply_sink(*base, ksink=spec["ksink"], delta=spec["delta"], sink_v_scale=spec["sink_v_scale"])
@@ -79,10 +82,6 @@ def _grid_rows(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> Non
 
 def _stack(base, case_kind: str, ksink: int, deltas, svs_list):
     """q, k, the value tensors and the learned sink logits (or None) of one Δ stack of a sink kind."""
-    import torch
-
-    from pcast.models.sinks import learned_sink
-
     if case_kind == "keys":
         q, k, values = value_stack(base, ksink, deltas, svs_list, torch.device("cpu"))
         return q, k, values, list(svs_list), None
@@ -92,10 +91,8 @@ def _stack(base, case_kind: str, ksink: int, deltas, svs_list):
     return q, k, values, [0.0], sink
 
 
-def _cover_rows(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
+def _cover_rows(tally: Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
     """The covering cases on the Triton kernel at the small cover shape, Δ and sink value norm in turn."""
-    from pcast.conformance import compare
-
     eng, shape = spec["engine"], spec["cover"]["shape"]
     base = base_tensors(tensors, seed, shape["n"], shape["d"], spec["sigma"])
     for j, idx in enumerate(spec["cover"]["cases"]):
@@ -116,8 +113,6 @@ def _cover_rows(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> No
 def _equal_row(a, b) -> tuple[float, bool, int]:
     """(max ``|Δout|``, every diagnostic identical, rows with any difference) of two results, bit for bit:
     a NaN counts as a difference unless both sides hold it at the same place."""
-    import torch
-
     oa, ob = a.out.double(), b.out.double()
     same = (oa == ob) | (torch.isnan(oa) & torch.isnan(ob))
     diff = (oa - ob).abs().nan_to_num(nan=float("inf"))
@@ -141,8 +136,6 @@ def _equal_row(a, b) -> tuple[float, bool, int]:
 
 def _item(res, sl):
     """The batch items ``sl`` of a result: its tensors sliced, the rest as it is."""
-    import dataclasses
-
     return dataclasses.replace(res, **{f.name: getattr(res, f.name)[sl] for f in dataclasses.fields(res)
                                       if f.name in ("out", "lse", *DIAGNOSTICS) and getattr(res, f.name) is not None})
 
@@ -152,8 +145,6 @@ def engine_rows(q, k, values, svs_list, sink, deltas, cases: list[Mapping], fiel
     (call, value tensor, item) against a single call on that item alone (:func:`pcast.attention_values`:
     the core emulator's one pass, steps 1-4 once for the item's value tensors, each result the bits of
     :func:`pcast.attention` on that value tensor); one row each."""
-    from pcast import attention_calls, attention_values
-
     calls = [dict(c["call"]) for c in cases]
     per_call = attention_calls(q, k, values, calls, sink_logit=sink, backend="emulator")
     L = len(deltas)
@@ -178,7 +169,7 @@ def engine_rows(q, k, values, svs_list, sink, deltas, cases: list[Mapping], fiel
     return rows
 
 
-def _engine_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
+def _engine_seed(tally: Tally, spec: Mapping, tensors: Mapping, seed: int) -> None:
     """Every group of cases, one Δ stack each, at the engine shape."""
     eng = spec["engine"]
     shape = eng["shape"]
@@ -202,12 +193,10 @@ def run_conformance_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv
                           timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
     """The kernel grid on every seed of the shard; the covering cases and the engine rows on its seeds below
     ``engine.seeds``. One row per ``CONFORMANCE_KEY``; returns the timing row."""
-    import torch
-
     torch.set_num_threads(max(1, int(threads)))
     t_start = time.perf_counter()
     tensors = load_inputs(inputs_path, spec)
-    tally = _Tally()
+    tally = Tally()
     for seed in spec["seeds"]:
         _grid_rows(tally, spec, tensors, seed)
         if spec.get("engine") and seed < spec["engine"]["seeds"]:
@@ -217,11 +206,11 @@ def run_conformance_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv
     tally.runs = len(tally.rows)
     wall = time.perf_counter() - t_start
     tally.kernel_s = wall
-    timing = _write_shard(spec, tally, CONFORMANCE_COLUMNS, out_csv, timing_csv, wall)
+    timing = write_shard(spec, tally, CONFORMANCE_COLUMNS, out_csv, timing_csv, wall)
     note = " -- the Triton kernel ran INTERPRETED on the CPU" if "triton-interpreted" in tally.backends else ""
     bad = sum(not r["explained"] for r in tally.rows)
     engine = sum(r["check"] == "engine" for r in tally.rows)
-    progress(f"[pcast] conformance shard {_of(spec['shard'], n_shards)}: {len(tally.rows) - engine} kernel and "
+    progress(f"[pcast] conformance shard {shard_of(spec['shard'], n_shards)}: {len(tally.rows) - engine} kernel and "
              f"{engine} engine comparisons in {wall:.1f} s, {bad} unexplained, kernel backend "
              f"{timing['backend']}{note}")
     return timing

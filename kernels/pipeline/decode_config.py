@@ -25,6 +25,7 @@ from collections.abc import Mapping
 
 from pcast.contract import BLOCK_SIZES, DECODE_EXPERIMENT, HEAD_DIMS, is_allowed
 from pcast.pipeline.grid import delta_values
+from pcast.policies import DECODE_PRESETS, POLICIES
 
 __all__ = ["calls", "policy_calls", "check_decode", "decode_shard_spec", "decode_expected_rows", "partition_cases"]
 
@@ -53,8 +54,6 @@ def calls(exp: Mapping) -> list[dict]:
 
 def policy_calls(exp: Mapping) -> list[dict]:
     """The decode presets' keyword sets (``{"policy": name, "kwargs": {...}}``), in config order."""
-    from pcast.policies import POLICIES
-
     return [{"policy": name, "kwargs": dict(POLICIES[name].attention_kwargs())} for name in exp.get("policies", [])]
 
 
@@ -81,7 +80,6 @@ def check_decode(exp: Mapping) -> None:
         values = list(exp[field])
         if len(set(map(str, values))) != len(values):
             raise _Error(f"config key '{KEY}.{field}': values {values!r} repeat; allowed: distinct values")
-    from pcast.policies import DECODE_PRESETS
 
     names = list(exp.get("policies", []))
     bad = [x for x in names if x not in DECODE_PRESETS]

@@ -31,9 +31,13 @@ import os
 import time
 from collections.abc import Mapping
 
+import torch
+
+from pcast import attention_calls
 from pcast.contract import DECODE_CONFIG_COLUMNS, DECODE_TIDY_COLUMNS
 from pcast.pipeline.inputs import base_tensors
-from pcast.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from pcast.pipeline.runs import run_seeds, Tally, delta_chunks, finish_shard, value_stack
+from pcast.reference import reference_attention
 
 __all__ = ["run_decode_shard"]
 
@@ -42,10 +46,6 @@ _NO_SINK_MODE = "-"
 
 def _stack(kind: str, base, spec: Mapping, deltas: list, device):
     """q, k, v of one Δ stack of one sink kind, the reference, and the keywords the kind adds."""
-    import torch
-
-    from pcast.reference import reference_attention
-
     q1, k0, v0 = base
     q1 = q1[..., -1:, :].contiguous()
     if kind == "keys":
@@ -73,10 +73,8 @@ def _policy_fields(p: Mapping, kind: str) -> dict:
     return out
 
 
-def _kind_rows(tally: _Tally, spec: Mapping, kind: str, base, deltas: list, meta: Mapping, device) -> None:
+def kind_rows(tally: Tally, spec: Mapping, kind: str, base, deltas: list, meta: Mapping, device) -> None:
     """Every configuration on one Δ stack of one sink kind; one row per (configuration, Δ, head)."""
-    from pcast import attention_calls
-
     t0 = time.perf_counter()
     q, k, v, ref, extra = _stack(kind, base, spec, deltas, device)
     ref = ref.double()
@@ -113,8 +111,6 @@ def _partition_tensors(scores, device):
     """q, k and the value tensors whose outputs are the rows' P (module docstring): q one-hot, the scores in k's
     first coordinate, and ``n / d`` value tensors that each map one range of ``d = min(n, 256)`` keys to the
     identity."""
-    import torch
-
     rows, n = scores.shape
     d = min(n, 256)
     q = torch.zeros(1, rows, 1, d)
@@ -129,12 +125,8 @@ def _partition_tensors(scores, device):
     return q.to(device), k.to(device), values
 
 
-def _partition_rows(tally: _Tally, spec: Mapping, seed: int, meta: Mapping, device) -> None:
+def partition_rows(tally: Tally, spec: Mapping, seed: int, meta: Mapping, device) -> None:
     """The P-cast error rows of one seed (module docstring)."""
-    import torch
-
-    from pcast import attention_calls
-
     part, sigma = spec["partition"], float(spec["sigma"][0])
     for n in sorted({c["n"] for c in part["cases"]}):
         scales = [c["scale"] for c in part["cases"] if c["n"] == n]
@@ -162,16 +154,16 @@ def _partition_rows(tally: _Tally, spec: Mapping, seed: int, meta: Mapping, devi
                                "p_rows": part["rows"], "p_err2": err2, "p_x2": x2, "p_rel_rms": math.sqrt(err2 / x2)})
 
 
-def _decode_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
+def _decode_seed(tally: Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
     shape, sigma = spec["shapes"][0], spec["sigma"][0]
     base = base_tensors(tensors, seed, shape["n"], shape["d"], sigma)
     meta = {"experiment": spec["experiment"], "seed": seed, "n": shape["n"], "d": shape["d"],
             "block_n": spec["block_n"], "sigma": sigma, "fmt": spec["fmt"]}
     for kind in spec["sink_kinds"]:
         for deltas in delta_chunks(spec["delta"], 1, spec["max_batch_items"]):
-            _kind_rows(tally, spec, kind, base, list(deltas), meta, device)
+            kind_rows(tally, spec, kind, base, list(deltas), meta, device)
     if spec["partition"]:
-        _partition_rows(tally, spec, seed, meta, device)
+        partition_rows(tally, spec, seed, meta, device)
 
 
 def _sort_key(row: Mapping):
@@ -181,7 +173,7 @@ def _sort_key(row: Mapping):
 def run_decode_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str | os.PathLike,
                      timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
     """Run one shard of the decode experiment and write its tidy rows and timing; returns the timing row."""
-    tally, t_start = _run_seeds(spec, inputs_path, threads, _decode_seed)
+    tally, t_start = run_seeds(spec, inputs_path, threads, _decode_seed)
     return finish_shard(spec, tally, t_start, DECODE_TIDY_COLUMNS, _sort_key, out_csv, timing_csv, n_shards,
                         f"{tally.runs} runs ({len(spec['calls'])} configurations x {len(spec['sink_kinds'])} sink "
                         "kinds)")

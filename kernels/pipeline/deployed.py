@@ -18,6 +18,14 @@ import time
 
 import torch
 
+import pcast
+
+from pcast.deployed import ADAPTERS, FETCH_COMMAND, WHEELS, load, missing
+
+from pcast.policies import POLICIES
+
+from pcast.probes import fingerprint, row_mismatches, small_probes
+
 __all__ = ["T10_COLUMNS", "t10_rows"]
 
 T10_COLUMNS = ("kernel", "release", "file", "function", "preset", "fingerprint", "probe_rows_outside", "probe_rows",
@@ -36,11 +44,6 @@ def _heads(tensors: dict, layer: int, heads: int, rows: int):
 
 
 def _row(name: str, tensors: dict, layer: int, heads: int, rows: int) -> dict:
-    import pcast
-    from pcast.deployed import ADAPTERS, WHEELS, load
-    from pcast.policies import POLICIES
-    from pcast.probes import fingerprint, row_mismatches, small_probes
-
     a = ADAPTERS[name]
     w = WHEELS[a.wheel]
     row = {"kernel": name, "release": f"{w.dist} {w.version}", "file": a.file, "function": a.function,
@@ -71,8 +74,6 @@ def _row(name: str, tensors: dict, layer: int, heads: int, rows: int) -> dict:
 
 def t10_rows(tensors: dict, *, layer: int = 0, heads: int = 2, rows: int = 32, kernels=None) -> list[dict]:
     """T10's rows (:data:`T10_COLUMNS`); INCONCLUSIVE rows naming the fetch command without the wheels."""
-    from pcast.deployed import ADAPTERS, FETCH_COMMAND, WHEELS, missing
-
     gone = set(missing())
     out = []
     for name in kernels or ADAPTERS:

@@ -26,10 +26,14 @@ import os
 import time
 from collections.abc import Mapping
 
+import torch
+
+from pcast import attention_calls
 from pcast.contract import DIAGNOSTICS, FP4_CONFIG_COLUMNS, FP4_TIDY_COLUMNS
 from pcast.pipeline.fp4_config import groups_per_row
 from pcast.pipeline.inputs import base_tensors
-from pcast.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from pcast.pipeline.runs import run_seeds, Tally, delta_chunks, finish_shard, value_stack
+from pcast.reference import reference_stack
 
 __all__ = ["run_fp4_shard"]
 
@@ -38,13 +42,9 @@ def _frac(a: int, b: int) -> float:
     return a / b if b else 0.0
 
 
-def _measure(tally: _Tally, q, k, values, refs, calls: list[dict], common: dict) -> list:
+def _measure(tally: Tally, q, k, values, refs, calls: list[dict], common: dict) -> list:
     """Every call on one stack, in one attention_calls; per call and value tensor, the per-item squared
     error mean, max abs error and summed diagnostics."""
-    import torch
-
-    from pcast import attention_calls
-
     L = q.shape[0] // common["batch"]
     out: list = [None] * len(calls)
     kw = {k: v for k, v in common.items() if k != "batch"}
@@ -79,10 +79,8 @@ def _row(m: Mapping, i: int, r2: float, groups: int, fields: Mapping) -> dict:
             "saturated_frac": _frac(sat, tm + tms)}
 
 
-def _stack_rows(tally: _Tally, spec: Mapping, base, meta: dict, deltas: list, device) -> None:
+def _stack_rows(tally: Tally, spec: Mapping, base, meta: dict, deltas: list, device) -> None:
     """One Δ stack of one stored base: the reference, every (cast, order), the rows."""
-    from pcast.reference import reference_stack
-
     shape_n, block_n = meta["n"], meta["block_n"]
     svs_list = list(spec["sink_v_scale"])
     q, k, values = value_stack(base, spec["ksink"], deltas, svs_list, device)
@@ -106,7 +104,7 @@ def _stack_rows(tally: _Tally, spec: Mapping, base, meta: dict, deltas: list, de
                 tally.rows.append(_row(m, i, ref_sqs[j][i], groups, fields))
 
 
-def _fp4_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
+def _fp4_seed(tally: Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
     """Every shape, sigma, causal flag and Δ stack of one seed."""
     chunks = delta_chunks(spec["delta"], len(spec["sink_v_scale"]), spec["max_batch_items"])
     for shape, sigma, causal, deltas in itertools.product(spec["shapes"], spec["sigma"], spec["causal"], chunks):
@@ -125,6 +123,6 @@ def run_fp4_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str | 
                   timing_csv: str | os.PathLike, *, threads: int = 1, n_shards: int | None = None) -> dict:
     """Run one shard of the fp4 experiment and write its tidy rows and timing (``spec``: the shard's
     :func:`pcast.pipeline.config.shard_spec`); returns the timing row."""
-    tally, t_start = _run_seeds(spec, inputs_path, threads, _fp4_seed)
+    tally, t_start = run_seeds(spec, inputs_path, threads, _fp4_seed)
     return finish_shard(spec, tally, t_start, FP4_TIDY_COLUMNS, _sort_key, out_csv, timing_csv, n_shards,
                         f"{tally.runs} runs ({len(spec['casts'])} P casts x {len(spec['order'])} orders)")

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 
 from pcast.pipeline.config import spec_json
-from pcast.pipeline.files import atomic_write_safetensors
+from pcast.host.files import atomic_write_safetensors
 
 __all__ = ["write_inputs", "load_inputs", "base_tensors"]
 
@@ -31,8 +31,9 @@ def write_inputs(spec: Mapping, path: str | os.PathLike) -> dict:
 
     ``spec`` is the shard's :func:`pcast.pipeline.config.inputs_spec`. Returns a small summary.
     """
+    # lazy: torch-free at import
     import torch  # noqa: F401  (make_base needs it; imported here to keep config code torch-free)
-    from pcast.models.sinks import make_base
+    from pcast.models.sinks import make_base  # lazy: torch-free at import
 
     tensors = {}
     for seed in spec["seeds"]:
@@ -49,8 +50,8 @@ def write_inputs(spec: Mapping, path: str | os.PathLike) -> dict:
 
 def load_inputs(path: str | os.PathLike, spec: Mapping) -> dict:
     """Load a shard's base tensors and check that they were made for this shard's seeds and shapes."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
+    from safetensors import safe_open  # lazy: torch-free at import
+    from safetensors.torch import load_file  # lazy: torch-free at import
 
     with safe_open(os.fspath(path), framework="pt") as fh:
         meta = json.loads((fh.metadata() or {}).get("spec", "{}"))

@@ -80,6 +80,9 @@ from pcast.contract import CONFORMANCE, DECODE_EXPERIMENT, EXPERIMENTS, FP4_EXPE
 from pcast.pipeline.calibration import calibrate, calibration_path, load_calibration
 from pcast.pipeline.conformance_cases import engine_spec
 from pcast.pipeline.config import ConfigError, delta_values, expected_rows, listed, n_shards
+from pcast.pipeline.decode_config import calls, partition_cases
+from pcast.pipeline.fp4_config import casts
+from pcast.pipeline.policy_config import resolve_policies
 
 __all__ = ["BASE_BYTES", "TENSORCORE_S_PER_PRODUCT", "tensorcore_row", "deployed_row", "DEPLOYED_FINGERPRINT_S", "decode_as_sweep", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
            "calibration_path", "load_calibration"]
@@ -103,8 +106,6 @@ def _calls(name: str, exp: Mapping) -> int:
 
 def _fp4_casts(exp: Mapping) -> list[dict]:
     """The fp4 experiment's P casts (pcast.pipeline.fp4_config)."""
-    from pcast.pipeline.fp4_config import casts
-
     return casts(exp)
 
 
@@ -117,8 +118,6 @@ def _decode_memory(exp: Mapping) -> tuple[int, str]:
     """A decode job: its stored inputs, one Δ stack's k and v copies (2 per sink kind's stack), and the
     P-cast error calls' k and values (rows x n x min(n, 256) float32 each, 1 + n/256 of them); a default
     run's shards peaked at 306 MB against this model's 406 MB."""
-    from pcast.pipeline.decode_config import partition_cases
-
     stored = inputs_memory(decode_as_sweep(exp)) - BASE_BYTES
     L = min(len(delta_values(exp["delta"])), int(exp.get("max_batch_items", 64)))
     stack = 2 * 2 * L * int(exp["heads"]) * int(exp["n"]) * int(exp["d"]) * 4
@@ -133,8 +132,6 @@ def _decode_cpu(exp: Mapping, cal: Mapping) -> float:
     (``o_call``) and its rows x keys (``c_dec``, reference included); the P-cast error calls (``c_dec_p`` per
     call, row, key and d); each shard's first calls (``o_proc``). A calibration without the decode parts
     (``c_dec``) takes the sweep's per-score parts for one order and scale."""
-    from pcast.pipeline.decode_config import calls, partition_cases
-
     nc, seeds, kinds = len(calls(exp)) + len(exp.get("policies", [])), int(exp["seeds"]), len(exp["sink_kinds"])
     n_deltas = len(delta_values(exp["delta"]))
     stacks = -(-n_deltas // max(1, int(exp.get("max_batch_items", 64))))
@@ -201,8 +198,6 @@ def _stacks(exp: Mapping, nv: int) -> float:
 
 def _resolved(exp: Mapping, user: Mapping | None) -> dict:
     """The policies experiment's policies, resolved to their keywords (config checks made them valid)."""
-    from pcast.pipeline.policy_config import resolve_policies
-
     return resolve_policies(exp, user)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pcast.contract import HEAD_DIMS, POLICY_EXPERIMENT, SINK_KINDS, VARIANTS, is_allowed
+from pcast.policies import POLICIES, Policy, policies_from_config
 
 __all__ = ["OPERAND_KEYS", "resolve_variants", "resolve_policies", "check_policies", "policy_shard_spec",
            "policy_inputs_spec", "policy_expected_rows", "call_kwargs", "floor_kwargs", "FLOOR_PATH"]
@@ -81,8 +82,6 @@ def resolve_variants(exp: Mapping) -> dict[str, dict]:
 
 
 def _check_operands(key: str, casts: Mapping) -> None:
-    from pcast.policies import Policy
-
     try:
         Policy(name="variant", **casts)  # the same field rules as a policy's operand fields
     except ValueError as e:
@@ -99,8 +98,6 @@ def resolve_policies(exp: Mapping, user_policies: Mapping | None = None, *, key:
     deployed kernel carries the operand casts its adapter ran: here its P path is taken and the variants decide
     the operands, as for every other policy.
     """
-    from pcast.policies import POLICIES, policies_from_config
-
     try:
         user = policies_from_config(user_policies)
     except ValueError as e:

@@ -34,10 +34,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import torch
+
+from pcast import attention_calls
 from pcast.contract import DIAGNOSTICS, POLICY_CONFIG_COLUMNS, POLICY_TIDY_COLUMNS
+from pcast.models.sinks import learned_sink
 from pcast.pipeline.inputs import base_tensors
 from pcast.pipeline.policy_config import FLOOR_PATH, call_kwargs, floor_kwargs
-from pcast.pipeline.runs import _run_seeds, _Tally, delta_chunks, finish_shard, value_stack
+from pcast.pipeline.runs import run_seeds, Tally, delta_chunks, finish_shard, value_stack
+from pcast.reference import reference_stack
 
 __all__ = ["run_policies_shard", "call_kwargs", "call_key", "floor_kwargs", "FLOOR_PATH"]
 
@@ -95,10 +100,6 @@ class _Stack:
 def _stack(tensors, spec: Mapping, seed: int, shape: Mapping, sigma: float, kind: str, svs_list, deltas, device):
     """q, k (and the learned sink logits) of ``deltas`` of one stored base, stacked along batch, and
     one stacked v per sink_v_scale (:func:`pcast.pipeline.runs.value_stack`)."""
-    import torch
-
-    from pcast.models.sinks import learned_sink
-
     base = base_tensors(tensors, seed, shape["n"], shape["d"], sigma)
     ksink = spec["ksink"] if kind == "keys" else 0
     q, k, values = value_stack(base, ksink, deltas, svs_list, device)
@@ -108,13 +109,9 @@ def _stack(tensors, spec: Mapping, seed: int, shape: Mapping, sigma: float, kind
     return q, k, values, sink
 
 
-def _measure(tally: _Tally, st: _Stack, calls: list) -> list[list[dict]]:
+def _measure(tally: Tally, st: _Stack, calls: list) -> list[list[dict]]:
     """One :func:`pcast.attention_calls` of every call on the stack (each a dict of keywords): per call and
     value tensor, the per-item error against its reference and the summed diagnostics."""
-    import torch
-
-    from pcast import attention_calls
-
     t0 = time.perf_counter()
     per_call = attention_calls(st.q, st.k, st.values, calls, sink_logit=st.sink_logit)
     if st.q.device.type == "cuda":
@@ -165,7 +162,7 @@ def _cast_key(kwargs: Mapping) -> tuple:
     return (kwargs.get("qk_fmt"), kwargs.get("qk_scale") if kwargs.get("qk_fmt") is not None else None)
 
 
-def _run_stack(tally: _Tally, spec: Mapping, st: _Stack, kind: str, counts: dict) -> None:
+def _run_stack(tally: Tally, spec: Mapping, st: _Stack, kind: str, counts: dict) -> None:
     """Every policy and variant on one stack: each distinct call (floors included) once, all of them in
     one :func:`pcast.attention_calls` (which shares the scores between them)."""
     logit = st.sink_logit is not None
@@ -198,11 +195,9 @@ def _run_stack(tally: _Tally, spec: Mapping, st: _Stack, kind: str, counts: dict
     counts["calls"] += len(calls)
 
 
-def _policies_seed(tally: _Tally, spec: Mapping, tensors, seed: int, device, counts: dict) -> None:
+def _policies_seed(tally: Tally, spec: Mapping, tensors, seed: int, device, counts: dict) -> None:
     """Every shape, sigma, causal flag, sink kind and stack of Δ of one seed (the keys kind's
     sink_v_scale values share each stack's q and k; the logit kind has one value tensor, v = 0)."""
-    from pcast.reference import reference_stack
-
     for shape, sigma, causal, kind in itertools.product(spec["shapes"], spec["sigma"], spec["causal"],
                                                         spec["sink_kinds"]):
         svs_list = list(spec["sink_v_scale"]) if kind == "keys" else [0.0]
@@ -236,7 +231,7 @@ def run_policies_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: s
     def per_seed(tally, spec, tensors, seed, device):
         _policies_seed(tally, spec, tensors, seed, device, counts)
 
-    tally, t_start = _run_seeds(spec, inputs_path, threads, per_seed)
+    tally, t_start = run_seeds(spec, inputs_path, threads, per_seed)
     return finish_shard(spec, tally, t_start, POLICY_TIDY_COLUMNS, _sort_key, out_csv, timing_csv, n_shards,
                         f"{len(tally.rows)} rows from {counts['calls']} distinct calls ({tally.runs} runs, V-cast "
                         "floors included)")

@@ -1,6 +1,6 @@
 """Which library code a rule runs, and whether the imported ``pcast`` is this checkout's.
 
-The import package ``pcast`` has its source in the checkout's folder ``kernels/`` (``pcast.x`` is
+The import package ``pcast`` has its source in the checkout's folder ``kernels/`` (``pcast.<x>`` is
 ``kernels/x``).
 
 * :func:`modules_used`: the ``pcast`` modules a script imports, followed through their own imports
@@ -36,7 +36,7 @@ FOLDER = "kernels"  # the package's source folder in a checkout
 
 @functools.cache
 def module_file(root: Path, name: str) -> Path | None:
-    """The source of module ``name`` (``pcast.x.y``, in ``kernels/x/y``) under the checkout ``root``, or None."""
+    """The source of module ``name`` (``pcast.<x>.<y>``, in ``kernels/<x>/<y>``) under the checkout ``root``, or None."""
     head, *rest = name.split(".")
     if head != PACKAGE:
         return None

@@ -27,13 +27,17 @@ import math
 import time
 from collections.abc import Mapping
 
+from safetensors import safe_open
+from scipy.stats import rankdata
 import torch
 
-from pcast.models import heads as H
+from pcast.api_multi import attention_calls
+from pcast.models import heads as H, realmodel as rm
 from pcast.contract import COMBOS, combo_label, float32
-from pcast.pipeline.files import atomic_write_safetensors, atomic_write_text
+from pcast.host.files import atomic_write_safetensors, atomic_write_text
 from pcast.pipeline.logs import progress
 from pcast.pipeline.tables import csv_text
+from pcast.reference import reference_attention
 
 __all__ = ["HEAD_COLUMNS", "OUTPUT_COLUMNS", "PAIR_COLUMNS", "run_capture", "run_layer", "run_outputs",
            "combo_kwargs", "run_names", "load_captured", "layer_names", "SHUFFLED", "OUTPUT_INPUTS"]
@@ -65,7 +69,6 @@ def run_names(cfg: Mapping, policies: Mapping) -> list[tuple[str, str, dict]]:
 
 def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
     """Passages -> token ids -> Q, K, V per layer and exact embeddings, written atomically."""
-    from pcast.models import realmodel as rm
     if cfg.get("tensors"):
         return _user_tensors(cfg, tensors_out=tensors_out, meta_out=meta_out)
     t0 = time.perf_counter()
@@ -94,8 +97,6 @@ def run_capture(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
 
 def _user_tensors(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
     """A user's own captured tensors (``layer{L}/q|k|v``, [B, H, N, d] or [H, N, d]) checked and copied."""
-    from safetensors import safe_open
-
     path, key = cfg["tensors"], "config key 'experiments.realmodel.tensors'"
     try:
         with safe_open(path, "pt") as fh:
@@ -131,8 +132,6 @@ def _user_tensors(cfg: Mapping, *, tensors_out: str, meta_out: str) -> dict:
 
 def load_captured(path: str, names=None) -> tuple[dict, dict]:
     """The captured tensors (all, or those of ``names`` the file has) and their metadata (JSON values decoded)."""
-    from safetensors import safe_open
-
     with safe_open(path, "pt") as fh:
         meta = {k: json.loads(v) for k, v in (fh.metadata() or {}).items()}
         keys = set(fh.keys())
@@ -173,9 +172,6 @@ def _head_info(q, k, perm, sm: float) -> dict:
 def run_layer(tensors: Mapping, meta: Mapping, layer: int, cfg: Mapping, policies: Mapping, *,
               backend: str) -> list[dict]:
     """Every head of one layer under every run; rows of :data:`HEAD_COLUMNS`."""
-    from pcast.api_multi import attention_calls
-    from pcast.reference import reference_attention
-
     q, k, v = (tensors[f"layer{layer}/{t}"] for t in "qkv")
     sm, ksink = float(meta["sm_scale"]), int(cfg["ksink"])
     P, nh, n, _ = q.shape
@@ -227,9 +223,6 @@ def write_layer(rows, out_csv: str) -> None:
 
 def run_outputs(tensors: Mapping, meta: Mapping, cfg: Mapping, policies: Mapping, *, backend: str):
     """The whole model per run; (output rows, pair rows)."""
-    from scipy.stats import rankdata
-
-    from pcast.models import realmodel as rm
     if "input_ids" not in tensors:  # a user's tensors: no model to run
         progress("realmodel outputs: the tensors are a user's own (experiments.realmodel.tensors); no model to run")
         return [], []

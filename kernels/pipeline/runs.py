@@ -24,11 +24,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from pcast import attention_calls
 from pcast.contract import CONFIG_COLUMNS, DIAGNOSTICS, TIDY_COLUMNS, TIMING_COLUMNS, combo_label
-from pcast.pipeline.files import atomic_write_text
+from pcast.host.files import atomic_write_text
+from pcast.models.sinks import value_stack
 from pcast.pipeline.inputs import base_tensors, load_inputs
 from pcast.pipeline.logs import progress
 from pcast.pipeline.tables import csv_text
+from pcast.reference import reference_stack
 
 __all__ = ["run_sweep_shard", "delta_chunks", "value_stack", "backend_note",
            "finish_shard"]
@@ -37,7 +42,7 @@ log = logging.getLogger("pcast.pipeline")
 
 
 @dataclass
-class _Tally:
+class Tally:
     """What a shard job has produced and measured so far."""
 
     rows: list[dict] = field(default_factory=list)
@@ -48,14 +53,12 @@ class _Tally:
 
 
 def _device(backend: str):
-    import torch
-
     if backend in ("auto", "triton") and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
 
 
-def _write_shard(spec: Mapping, tally: _Tally, columns, out_csv, timing_csv, wall: float) -> dict:
+def write_shard(spec: Mapping, tally: Tally, columns, out_csv, timing_csv, wall: float) -> dict:
     """Write the shard's rows and its one-row timing table; return the timing row."""
     atomic_write_text(out_csv, csv_text(columns, tally.rows))
     timing = {"experiment": spec["experiment"], "shard": spec["shard"],
@@ -66,7 +69,7 @@ def _write_shard(spec: Mapping, tally: _Tally, columns, out_csv, timing_csv, wal
     return timing
 
 
-def _of(shard: int, n_shards: int | None) -> str:
+def shard_of(shard: int, n_shards: int | None) -> str:
     return f"{shard + 1}/{n_shards}" if n_shards else f"{shard + 1}"
 
 
@@ -101,33 +104,12 @@ def delta_chunks(deltas, n_values: int, max_items: int) -> list[list]:
     return [deltas[i:i + per] for i in range(0, len(deltas), per)]
 
 
-def value_stack(base, ksink: int, deltas, svs_list, device):
-    """q and k of ``deltas`` (sink keys at each Δ) stacked along batch, and one stacked v per
-    sink_v_scale of ``svs_list``: :func:`pcast.models.sinks.apply_sink` changes k with Δ and v with
-    sink_v_scale only, so every sink_v_scale shares q and k (:func:`pcast.attention_values`)."""
-    import torch
-
-    from pcast.models.sinks import apply_sink
-
-    parts = {(svs, dl): apply_sink(*base, ksink=ksink, delta=dl, sink_v_scale=svs) for svs in svs_list
-             for dl in deltas}
-    first = svs_list[0]
-    q, k = (torch.cat([parts[(first, dl)][j] for dl in deltas]).to(device) for j in (0, 1))
-    values = [torch.cat([parts[(svs, dl)][2] for dl in deltas]).to(device) for svs in svs_list]
-    return q, k, values
-
-
-def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, meta: Mapping, *, causal: bool,
+def _sweep_stack(tally: Tally, spec: Mapping, q, k, values, svs_list, deltas, meta: Mapping, *, causal: bool,
                  ksink: int, block_m: int, block_n: int) -> None:
     """The reference once per value tensor, then every (order, scale) on the same stacked tensors in one
     :func:`pcast.attention_calls` (the emulator takes the scores once for every order and the non-sink
     scores once for the stack, p = exp(s - m) once per order); rows into ``tally``, order by order,
     scale by scale, value tensor by value tensor."""
-    import torch
-
-    from pcast import attention_calls
-    from pcast.reference import reference_stack
-
     t0 = time.perf_counter()
     refs = reference_stack(q, k, values, causal=causal)
     ref_sqs = [ref.square().reshape(len(deltas), -1).mean(1) for ref in refs]
@@ -149,7 +131,7 @@ def _sweep_stack(tally: _Tally, spec: Mapping, q, k, values, svs_list, deltas, m
     del per_combo
 
 
-def _sweep_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
+def _sweep_seed(tally: Tally, spec: Mapping, tensors: Mapping, seed: int, device) -> None:
     """Every shape, sigma, causal flag, ksink and stack of Δ (all sink_v_scale sharing it) of one seed."""
     svs_list = list(spec["sink_v_scale"])
     chunks = delta_chunks(spec["delta"], len(svs_list), spec["max_batch_items"])
@@ -165,16 +147,14 @@ def _sweep_seed(tally: _Tally, spec: Mapping, tensors: Mapping, seed: int, devic
         del q, k, values
 
 
-def _run_seeds(spec: Mapping, inputs_path, threads: int, per_seed) -> tuple[_Tally, float]:
+def run_seeds(spec: Mapping, inputs_path, threads: int, per_seed) -> tuple[Tally, float]:
     """Load a shard's inputs and call ``per_seed(tally, spec, tensors, seed, device)`` for each of its
     seeds on ``threads`` torch threads, logging each seed's time; returns the tally and the start time."""
-    import torch
-
     torch.set_num_threads(max(1, int(threads)))
     t_start = time.perf_counter()
     tensors = load_inputs(inputs_path, spec)
     device = _device(spec["backend"])
-    tally = _Tally()
+    tally = Tally()
     for si, seed in enumerate(spec["seeds"]):
         t_seed = time.perf_counter()
         per_seed(tally, spec, tensors, seed, device)
@@ -183,21 +163,21 @@ def _run_seeds(spec: Mapping, inputs_path, threads: int, per_seed) -> tuple[_Tal
     return tally, t_start
 
 
-def finish_shard(spec: Mapping, tally: _Tally, t_start: float, columns, sort_key, out_csv, timing_csv,
+def finish_shard(spec: Mapping, tally: Tally, t_start: float, columns, sort_key, out_csv, timing_csv,
                  n_shards: int | None, what: str) -> dict:
     """Sort and write a sweep-like shard's rows and timing, print its progress line (``what`` it
     produced), and return the timing row."""
     tally.rows.sort(key=sort_key)
     wall = time.perf_counter() - t_start
-    timing = _write_shard(spec, tally, columns, out_csv, timing_csv, wall)
-    progress(f"[pcast] {spec['experiment']} shard {_of(spec['shard'], n_shards)}: seeds "
+    timing = write_shard(spec, tally, columns, out_csv, timing_csv, wall)
+    progress(f"[pcast] {spec['experiment']} shard {shard_of(spec['shard'], n_shards)}: seeds "
              f"{spec['seeds'][0]}-{spec['seeds'][-1]}, {what} in {wall:.1f} s "
              f"(reference {tally.reference_s:.1f} s, kernel {tally.kernel_s:.1f} s), "
              f"backend {timing['backend']}{backend_note(tally, spec)}")
     return timing
 
 
-def backend_note(tally: _Tally, spec: Mapping) -> str:
+def backend_note(tally: Tally, spec: Mapping) -> str:
     """What a shard's progress line adds when it did not run the compiled kernel."""
     if "emulator" in tally.backends and spec["backend"] == "auto":
         return " -- ran on the EMULATOR (backend=auto found no CUDA GPU with FP8 support)"
@@ -223,6 +203,6 @@ def run_sweep_shard(spec: Mapping, inputs_path: str | os.PathLike, out_csv: str 
     (order, scale, Δ, value tensor) and ``kernel_s`` the attention calls. ``spec`` is the shard's
     :func:`pcast.pipeline.config.shard_spec`; returns the timing row.
     """
-    tally, t_start = _run_seeds(spec, inputs_path, threads, _sweep_seed)
+    tally, t_start = run_seeds(spec, inputs_path, threads, _sweep_seed)
     return finish_shard(spec, tally, t_start, TIDY_COLUMNS, _tidy_sort_key, out_csv, timing_csv, n_shards,
                         f"{tally.runs} runs")

@@ -3,7 +3,7 @@
 Column lists come from :mod:`pcast.contract` (``TIDY_COLUMNS``, ``CONFORMANCE_COLUMNS``,
 ``POLICY_TIDY_COLUMNS``, ``FP4_TIDY_COLUMNS``, ``DECODE_TIDY_COLUMNS``, ``TIMING_COLUMNS``). Values are formatted once, by the shard that computed them
 (:func:`format_value`: floats ``%.10g``); merging copies them as text, so a tidy table is
-byte-deterministic. Writes are atomic (:mod:`pcast.pipeline.files`).
+byte-deterministic. Writes are atomic (:mod:`pcast.host.files`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pcast.contract import (
     FP4_EXPERIMENT, FP4_TIDY_COLUMNS, DECODE_CONFIG_COLUMNS, DECODE_EXPERIMENT, DECODE_TIDY_COLUMNS, POLICY_CONFIG_COLUMNS, POLICY_EXPERIMENT, POLICY_TIDY_COLUMNS, TIDY_COLUMNS,
     TIMING_COLUMNS,
 )
-from pcast.pipeline.files import atomic_write_text
+from pcast.host.files import atomic_write_text
 
 __all__ = [
     "format_value", "csv_text", "parse_value", "read_csv", "tidy_layout", "merge_tidy", "merge_timing",

@@ -27,8 +27,8 @@ def validate_config(cfg: dict, stage: str, schema: str = CONFIG_SCHEMA, schema_d
     Raises:
         ConfigError: ``Invalid configuration (<stage>): config key '...' ...; allowed: ...``.
     """
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
+    from snakemake.exceptions import WorkflowError  # lazy: snakemake is not part of the slim install
+    from snakemake.utils import validate  # lazy: snakemake is not part of the slim install
 
     try:
         validate(cfg, str(Path(schema_dir) / schema))

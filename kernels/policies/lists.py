@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pcast.policies import POLICIES
+
 __all__ = ["preset_list", "DOC_FILES", "BEGIN", "END", "render", "stale"]
 
 DOC_FILES = ("docs/interfaces.md", "docs/instrument.md", "docs/audit.md")
@@ -18,8 +20,6 @@ _PAPER = re.compile(r"^(forward|reverse)-s(1|256)$")
 
 def preset_list(policies=None) -> str:
     """``fa3``, ``fa4``, ... in three groups: single-pass deployed kernels, decode presets, the paper's four."""
-    from pcast.policies import POLICIES
-
     pols = POLICIES if policies is None else policies
     names = list(pols)
     decode = [n for n in names if pols[n].num_splits > 1]

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import torch
 
-from pcast.probes.expect import (ALLOW, PolicyCheck, ProbeError, ProbeFailure, SinkSupport, check_policy, exact,
-                                 expected, policy_text, row_mismatches, run_box)
-from pcast.probes.fingerprint import (NEAR, PARAM_GRID, TOLERANCE_NOTE, Fingerprint, Param, explain, fingerprint,
-                                      observe)
+from pcast.api_inputs import as_policy
+from pcast.probes.diagnose import diagnose as diagnose_policy
+from pcast.probes.expect import (ALLOW, ATOL, PolicyCheck, ProbeError, ProbeFailure, RTOL, SinkSupport, check_policy,
+                                 exact, expected, policy_text, row_mismatches, run_box)
+from pcast.probes.fingerprint import (Fingerprint, NEAR, PARAM_GRID, Param, TOLERANCE_NOTE, Scorer, probe_layout, explain,
+                                      fingerprint, observe)
 from pcast.probes.inputs import PROBES, Probe, Shape, default_probes, make_probe, small_probes
 
 __all__ = ["Probe", "Shape", "PROBES", "make_probe", "default_probes", "small_probes", "expected", "exact", "run_box",
@@ -61,16 +63,13 @@ def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0, 
     of the contract reproduces these rows (best distance ...)". Raises ProbeError when fn raises or returns the
     wrong shape, dtype or device.
     """
-    from pcast.api_inputs import as_policy
-    from pcast.probes.fingerprint import _layout, _Scorer
-
     pol = as_policy(policy)
-    shape = _layout(d, dtype, batch, heads, kv_heads, causal)
+    shape = probe_layout(d, dtype, batch, heads, kv_heads, causal)
     probes = tuple((small_probes() if small else default_probes()) if probes is None else probes)
     if not sinks:
         probes = tuple(p for p in probes if p.sink_logit is None)
     observed = [run_box(fn, p, device, shape) for p in probes]
-    sc = _Scorer(observed, probes, shape)
+    sc = Scorer(observed, probes, shape)
     chk = sc.check(pol, allow)
     if chk.passed:
         return
@@ -79,17 +78,13 @@ def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0, 
              f"{int(allow * chk.rows)} rows, allow={allow:g})"]
     lines += [f"  {f}" for f in chk.failures]
     if diagnose:
-        from pcast.probes.diagnose import diagnose as _diagnose
-
-        text = _diagnose(pol, sc, allow).text()
+        text = diagnose_policy(pol, sc, allow).text()
         if text:
             lines.append(text)
     raise AssertionError("\n".join(lines))
 
 
 def _tol_text() -> str:
-    from pcast.probes.expect import ATOL, RTOL
-
     return f"{ATOL:g} + {RTOL:g}·|expected|"
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from pcast.formats import get_format
+from pcast.formats.quantize import quantize
 from pcast.policies import POLICIES, Policy
 from pcast.probes.expect import exact, expected
 from pcast.probes.inputs import Probe, mass
@@ -93,8 +95,6 @@ AITER_MLA = Case(
 def _rms_near_2_pow_minus_8() -> float:
     """RMS relative E4M3 rounding error of P spread evenly over the subnormal step around 2^-8
     ([1.5, 2.5)·2^-9: every such P rounds to 2^-8)."""
-    from pcast.formats.quantize import quantize
-
     p = (1.5 + torch.arange(4096, dtype=torch.float64) / 4096) * 2.0 ** -9
     q = quantize(p.to(torch.float32), "e4m3fn").double()
     return float(((q - p) / p).pow(2).mean().sqrt())
@@ -122,8 +122,6 @@ FLYDSL = Case(
 
 # ----------------------------------------------------------------------------- FlashInfer SM120 prefill
 def _e4m3(x: float) -> float:
-    from pcast.formats.quantize import quantize
-
     return float(quantize(torch.tensor([x], dtype=torch.float32), "e4m3fn")[0])
 
 
@@ -136,8 +134,6 @@ def _largest_zero() -> float:
 
 
 def _smallest_normal() -> float:
-    from pcast.formats import get_format
-
     return math.log2(get_format("e4m3fn").min_normal)
 
 

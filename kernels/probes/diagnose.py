@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from pcast.policies import Policy
 from pcast.probes.expect import OUTSIDE
+from pcast.probes.fingerprint import PARAM_GRID, moved_policy, explain
 
 __all__ = ["Diagnosis", "diagnose", "OUTSIDE", "single_changes", "SINGLE_OPTIONS"]
 
@@ -67,23 +68,19 @@ def single_changes(policy: Policy):
     """``(option, value, policy with that one option changed)`` for every value of
     :data:`pcast.probes.fingerprint.PARAM_GRID` of each option of :data:`SINGLE_OPTIONS` other than the policy's
     own, skipping option sets the contract refuses."""
-    from pcast.probes.fingerprint import PARAM_GRID, _moved
-
     for name in SINGLE_OPTIONS:
         for value in PARAM_GRID[name]:
             if value == getattr(policy, name):
                 continue
             try:
-                yield name, value, _moved(policy, name, value)
+                yield name, value, moved_policy(policy, name, value)
             except ValueError:
                 continue
 
 
 def diagnose(declared: Policy, scorer, allow: float) -> Diagnosis:
-    """The :class:`Diagnosis` of a black box (its ``scorer``, :class:`pcast.probes.fingerprint._Scorer`) that
+    """The :class:`Diagnosis` of a black box (its ``scorer``, :class:`pcast.probes.fingerprint.Scorer`) that
     fails ``declared`` at ``allow``."""
-    from pcast.probes.fingerprint import explain
-
     end = scorer.search(declared, allow)
     chk = scorer.check(end, allow)
     if not chk.passed:

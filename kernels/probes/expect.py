@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pcast.api import attention
 from pcast.api_inputs import as_policy
 from pcast.policies import Policy
 from pcast.probes.inputs import DEFAULT_SHAPE, Shape
@@ -57,15 +58,13 @@ def policy_text(policy) -> str:
 def expected(probe, policy, backend: str = "emulator", *, shape: Shape | None = None):
     """The :class:`pcast.AttentionResult` ``policy`` must give on ``probe`` laid out as ``shape``
     (emulator by default)."""
-    from pcast.api import attention
-
     shape = DEFAULT_SHAPE if shape is None else shape
     q, k, v, sink = probe.tensors(shape)
     causal = {"causal": True, "causal_align": "bottom_right"} if shape.causal else {}
     return attention(q, k, v, policy=as_policy(policy), sink_logit=sink, backend=backend, **causal)
 
 
-def _digest(probe, shape: Shape) -> str:
+def probe_digest(probe, shape: Shape) -> str:
     h = hashlib.sha1(probe.logits.numpy().tobytes())
     h.update(repr((probe.name, probe.shape, probe.sink_logit, shape)).encode())
     return h.hexdigest()
@@ -81,7 +80,7 @@ def expected_out(probe, policy: Policy, shape: Shape | None = None, digest: str 
     """The emulator's output for ``policy`` on ``probe`` as [B·H·Nq, d] (cached), computed on one torch thread:
     its matmuls are small, and a thread pool that spins on a busy machine makes them many times slower."""
     shape = DEFAULT_SHAPE if shape is None else shape
-    key = (digest or _digest(probe, shape), _key(policy))
+    key = (digest or probe_digest(probe, shape), _key(policy))
     if key not in _CACHE:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()
@@ -97,8 +96,6 @@ def expected_out(probe, policy: Policy, shape: Shape | None = None, digest: str 
 
 def exact(probe, shape: Shape | None = None) -> torch.Tensor:
     """The float64 reference output on ``probe`` (no rounding anywhere), [Nq, d] (of batch 0, head 0)."""
-    from pcast.api import attention
-
     shape = DEFAULT_SHAPE if shape is None else shape
     q, k, v, sink = probe.tensors(shape)
     causal = {"causal": True, "causal_align": "bottom_right"} if shape.causal else {}
@@ -238,7 +235,7 @@ def check_policy(observed, probes, policy, *, allow: float = 0.0, shape: Shape |
     ``|out − expected| ≤ ATOL + RTOL·|expected|`` (plus one ulp of a bf16 or fp16 output)."""
     pol = as_policy(policy)
     shape = DEFAULT_SHAPE if shape is None else shape
-    digests = digests or [_digest(p, shape) for p in probes]
+    digests = digests or [probe_digest(p, shape) for p in probes]
     outside, rows, failures, missed = 0, 0, [], []
     for obs, probe, dg in zip(observed, probes, digests):
         want = expected_out(probe, pol, shape, dg)

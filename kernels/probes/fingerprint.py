@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pcast.policies import POLICIES, Policy
-from pcast.probes.expect import (ALLOW, ATOL, OUTSIDE, RTOL, PolicyCheck, SinkSupport, _digest, as_policy, check_policy,
+from pcast.probes.expect import (ALLOW, ATOL, OUTSIDE, RTOL, PolicyCheck, SinkSupport, probe_digest, as_policy, check_policy,
                                  expected_out, row_mismatches, run_box, sink_support)
 from pcast.probes.inputs import Shape, default_probes, small_probes
 
@@ -180,19 +180,19 @@ def candidate_set(candidates) -> dict[str, Policy]:
     return out
 
 
-def _moved(cur: Policy, name: str, value) -> Policy:
+def moved_policy(cur: Policy, name: str, value) -> Policy:
     """``cur`` with option ``name`` at ``value``; moving to partition-normalised P also takes the values
     the contract requires with it (:data:`_PARTITION_ONLY`)."""
     extra = _PARTITION_ONLY if (name, value) == ("p_normalize", "partition") else {}
     return cur.replace(**{name: value, **extra})
 
 
-class _Scorer:
+class Scorer:
     """Scores option sets against one black box's outputs (cached expected outputs per probe)."""
 
     def __init__(self, observed, probes, shape: Shape):
         self.observed, self.probes, self.shape = observed, probes, shape
-        self.digests = [_digest(p, shape) for p in probes]
+        self.digests = [probe_digest(p, shape) for p in probes]
         self._missed: dict = {}  # probe index -> how often it failed an option set (tried first by passes)
 
     def score(self, policy: Policy) -> tuple[float, float]:
@@ -235,9 +235,9 @@ class _Scorer:
         for _ in range(4):
             moved = False
             for name, grid in PARAM_GRID.items():
-                scores = {v: self.score(_moved(cur, name, v)) for v in grid}
+                scores = {v: self.score(moved_policy(cur, name, v)) for v in grid}
                 if scores[getattr(cur, name)] > min(scores.values()):
-                    cur = _moved(cur, name, min(scores, key=scores.get))
+                    cur = moved_policy(cur, name, min(scores, key=scores.get))
                     moved = True
                     if allow is not None and scores[getattr(cur, name)][0] <= allow:
                         return cur
@@ -247,7 +247,7 @@ class _Scorer:
 
     def matching(self, at: Policy, name: str, allow: float) -> tuple:
         """The values of option ``name``'s grid that pass the criterion with the other options at ``at``."""
-        return tuple(v for v in PARAM_GRID[name] if self.passes(_moved(at, name, v), allow))
+        return tuple(v for v in PARAM_GRID[name] if self.passes(moved_policy(at, name, v), allow))
 
     def identify(self, starts, allow: float) -> tuple[dict[str, Param], Policy]:
         """The best end point of a coordinate search from each of ``starts`` in turn (stopping at the first
@@ -265,7 +265,7 @@ class _Scorer:
         return params, cur
 
 
-def explain(start: Policy, end: Policy, scorer: "_Scorer | None" = None) -> dict:
+def explain(start: Policy, end: Policy, scorer: "Scorer | None" = None) -> dict:
     """option -> (end's value, start's value) for every option of :data:`PARAM_GRID` the two differ in. With
     ``scorer``, only the options whose start value, put back into ``end``, leaves more probe rows outside
     tolerance: an option the probes cannot tell apart at ``end`` (exp2 offset or multiply at S = 1) is not
@@ -274,10 +274,10 @@ def explain(start: Policy, end: Policy, scorer: "_Scorer | None" = None) -> dict
     if scorer is None or not diff:
         return diff
     outside = scorer.score(end)[0]
-    return {n: vw for n, vw in diff.items() if scorer.score(_moved(end, n, vw[1]))[0] > outside}
+    return {n: vw for n, vw in diff.items() if scorer.score(moved_policy(end, n, vw[1]))[0] > outside}
 
 
-def _layout(d, dtype, batch, heads, kv_heads, causal) -> Shape:
+def probe_layout(d, dtype, batch, heads, kv_heads, causal) -> Shape:
     return Shape(d=d, dtype=dtype, batch=batch, heads=heads, kv_heads=kv_heads, causal=causal)
 
 
@@ -322,10 +322,10 @@ def fingerprint(fn, *, candidates=None, probes=None, device="cpu", params: bool 
     if isinstance(allow, bool) or not isinstance(allow, (int, float)) or not 0 <= allow < 1:
         raise ValueError(f"allow={allow!r} is not allowed; allowed: a fraction in [0, 1)")
     cands = candidate_set(candidates)
-    shape = _layout(d, dtype, batch, heads, kv_heads, causal)
+    shape = probe_layout(d, dtype, batch, heads, kv_heads, causal)
     probes = tuple((small_probes() if small else default_probes()) if probes is None else probes)
     kept, observed, sinks = observe(fn, probes, device, shape)
-    sc = _Scorer(observed, kept, shape)
+    sc = Scorer(observed, kept, shape)
     dist, worst, checks = {}, {}, {}
     for name, pol in cands.items():
         dist[name], worst[name] = distance(observed, kept, sc.digests, pol, shape)

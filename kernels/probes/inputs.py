@@ -22,6 +22,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pcast.api_inputs import parse_dtype
+
+from pcast.contract import ATTENTION_HEAD_DIMS
+
 __all__ = ["Probe", "Shape", "PROBES", "make_probe", "probe_names", "default_probes", "small_probes", "UNIFORM_SIZES",
            "BOUNDARY_LENGTHS", "DECODE_TILE"]
 
@@ -49,9 +53,6 @@ class Shape:
     causal: bool = False
 
     def __post_init__(self):
-        from pcast.api_inputs import parse_dtype
-        from pcast.contract import ATTENTION_HEAD_DIMS
-
         object.__setattr__(self, "dtype", parse_dtype(self.dtype))
         if self.d is not None and (isinstance(self.d, bool) or self.d not in ATTENTION_HEAD_DIMS):
             raise ValueError(f"d={self.d!r} is not allowed; allowed: None or a multiple of 16 from 16 to 256")

@@ -103,13 +103,13 @@ def reference_lse(q, k, *, causal=False, sm_scale=None, sink_logit=None, causal_
     return _by_heads(q, k, sink_logit, None, lse)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def bits_of(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32) if t.dtype == torch.float32 else t.contiguous().view(torch.int64)
 
 
 def _leading(a: torch.Tensor, b: torch.Tensor) -> int | None:
     """The number of leading rows (keys) in which [N, d] tensors ``a`` and ``b`` differ (0: equal)."""
-    rows = (_bits(a) != _bits(b)).any(-1).nonzero()
+    rows = (bits_of(a) != bits_of(b)).any(-1).nonzero()
     return 0 if rows.numel() == 0 else int(rows[-1]) + 1
 
 
@@ -131,7 +131,7 @@ def _match(g: int, anchors, qf, kf, vf) -> tuple[int, int] | None:
     """The first anchor whose queries equal item g's and whose keys and values equal g's from some key
     ``c`` < Nk on, with that ``c`` (at least 1), else None."""
     for a in anchors:
-        if torch.equal(_bits(qf[g]), _bits(qf[a])):
+        if torch.equal(bits_of(qf[g]), bits_of(qf[a])):
             c = max([_leading(kf[g], kf[a])] + [_leading(v[g], v[a]) for v in vf])
             if c < kf.shape[1]:
                 return a, max(c, 1)

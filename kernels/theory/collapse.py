@@ -31,16 +31,16 @@ __all__ = ["delta_k", "log_threshold", "critical_delta", "underflow_fraction", "
 METHODS = ("leading", "exact")
 
 # |z| beyond this carries less than phi(40) ~ 1e-348 (0 in float64) of any integrand below.
-_ZLIM = 40.0
+ZLIM = 40.0
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 # Inside quad the integrands are called hundreds of times per integral, and the scalar
 # scipy.stats.norm methods cost ~30 us a call, so the integrands use the same functions
 # norm uses underneath: log Phi = scipy.special.log_ndtr, and log phi(z) = -z^2/2 - ln sqrt(2 pi).
-_log_Phi = special.log_ndtr
+log_Phi = special.log_ndtr
 
 
-def _log_phi(z: float) -> float:
+def log_phi(z: float) -> float:
     return -0.5 * z * z - _LOG_SQRT_2PI
 
 
@@ -48,19 +48,19 @@ def _log_phi(z: float) -> float:
 # argument checks
 
 
-def _int_arg(value, name: str, minimum: int) -> int:
+def int_arg(value, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name}={value!r} is not allowed; allowed: an integer >= {minimum}")
     return int(value)
 
 
-def _pos_real(value, name: str) -> float:
+def pos_real(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name}={value!r} is not allowed; allowed: a finite real number > 0")
     return float(value)
 
 
-def _real_array(value, name: str, *, positive: bool = False) -> np.ndarray:
+def real_array(value, name: str, *, positive: bool = False) -> np.ndarray:
     """A finite scalar or array-like (non-empty and > 0 when ``positive``), as a float64 array."""
     allowed = "finite real number(s)" + (" > 0" if positive else "")
     try:
@@ -74,7 +74,7 @@ def _real_array(value, name: str, *, positive: bool = False) -> np.ndarray:
     return arr
 
 
-def _fmt(fmt) -> FP8Format:
+def fmt_arg(fmt) -> FP8Format:
     return get_format(fmt, argname="fmt")
 
 
@@ -88,11 +88,11 @@ def _delta_k_cached(k: int) -> float:
 
     def integrand(x: float) -> float:
         # x * k * phi(x) * Phi(x)^(k-1), evaluated in log space so large k cannot underflow early
-        return x * math.exp(logk + _log_phi(x) + (k - 1) * _log_Phi(x))
+        return x * math.exp(logk + log_phi(x) + (k - 1) * log_Phi(x))
 
     peak = float(norm.ppf(1.0 - 1.0 / (k + 1.0)))  # near the mode of the max's density
     points = sorted({0.0, peak - 1.0, peak, peak + 1.0})
-    val, _ = integrate.quad(integrand, -_ZLIM, _ZLIM, points=points, limit=400, epsabs=1e-14, epsrel=1e-12)
+    val, _ = integrate.quad(integrand, -ZLIM, ZLIM, points=points, limit=400, epsabs=1e-14, epsrel=1e-12)
     return float(val)
 
 
@@ -104,7 +104,7 @@ def delta_k(k: int) -> float:
     Raises:
         ValueError: unless k is an integer >= 1.
     """
-    return _delta_k_cached(_int_arg(k, "k", 1))
+    return _delta_k_cached(int_arg(k, "k", 1))
 
 
 def log_threshold(fmt: str | FP8Format = "e4m3fn") -> float:
@@ -112,7 +112,7 @@ def log_threshold(fmt: str | FP8Format = "e4m3fn") -> float:
 
     e4m3fn: 10 ln 2 = 6.931; e5m2: 17 ln 2; e4m3fnuz: 11 ln 2; e5m2fnuz: 18 ln 2.
     """
-    return _fmt(fmt).log_threshold
+    return fmt_arg(fmt).log_threshold
 
 
 @scale_keyword
@@ -122,7 +122,7 @@ def critical_delta(scale: float, k: int = 4, fmt: str | FP8Format = "e4m3fn") ->
 
     e4m3fn, k = 4: S = 1 gives 5.902, S = 256 gives 11.447.
     """
-    S = _pos_real(scale, "scale")
+    S = pos_real(scale, "scale")
     return log_threshold(fmt) + math.log(S) - delta_k(k)
 
 
@@ -131,7 +131,7 @@ def critical_delta(scale: float, k: int = 4, fmt: str | FP8Format = "e4m3fn") ->
 
 
 @functools.lru_cache(maxsize=65536)
-def _p_under(u: float, D: float, k: int, r: int) -> float:
+def p_under(u: float, D: float, k: int, r: int) -> float:
     """P(Z0 <= max(D + max_{i<k} Z_i, max_{j<r} Z'_j) - u) for iid N(0,1) Z0, Z_i, Z'_j.
 
     This is the probability that one non-sink key (score sigma*Z0) underflows when the running
@@ -150,25 +150,25 @@ def _p_under(u: float, D: float, k: int, r: int) -> float:
     def log_fw(z: float) -> float:
         out = 0.0
         if k:
-            out += k * _log_Phi(z + u - D)
+            out += k * log_Phi(z + u - D)
         if r:
-            out += r * _log_Phi(z + u)
+            out += r * log_Phi(z + u)
         return out
 
     def integrand(z: float) -> float:
-        return math.exp(_log_phi(z)) * -math.expm1(log_fw(z))
+        return math.exp(log_phi(z)) * -math.expm1(log_fw(z))
 
     # Where 1 - F_W drops from 1 to 0: F_W(z + u) = 1/2. Put quadrature break points around it.
     g = lambda z: log_fw(z) + math.log(2.0)  # noqa: E731 (increasing in z)
-    if g(-_ZLIM) >= 0:
-        zt = -_ZLIM
-    elif g(_ZLIM) <= 0:
-        zt = _ZLIM
+    if g(-ZLIM) >= 0:
+        zt = -ZLIM
+    elif g(ZLIM) <= 0:
+        zt = ZLIM
     else:
-        zt = optimize.brentq(g, -_ZLIM, _ZLIM, xtol=1e-10)
-    points = sorted({min(max(zt + off, -_ZLIM + 1e-9), _ZLIM - 1e-9) for off in (-6.0, -2.0, -0.5, 0.0, 0.5, 2.0)}
+        zt = optimize.brentq(g, -ZLIM, ZLIM, xtol=1e-10)
+    points = sorted({min(max(zt + off, -ZLIM + 1e-9), ZLIM - 1e-9) for off in (-6.0, -2.0, -0.5, 0.0, 0.5, 2.0)}
                     | {0.0})
-    val, _ = integrate.quad(integrand, -_ZLIM, _ZLIM, points=points, limit=400, epsabs=0.0, epsrel=1e-10)
+    val, _ = integrate.quad(integrand, -ZLIM, ZLIM, points=points, limit=400, epsabs=0.0, epsrel=1e-10)
     return min(max(float(val), 0.0), 1.0)
 
 
@@ -252,16 +252,16 @@ def _underflow_args(delta, S, k, fmt, sigma, order, n, block_n, method):
         raise ValueError(f"method={method!r} is not allowed; allowed: {', '.join(METHODS)}")
     if order not in ORDERS:
         raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
-    f = _fmt(fmt)
-    S = _pos_real(S, "scale")
-    sigma = _pos_real(sigma, "sigma")
-    n = _int_arg(n, "n", 2)
-    block_n = _int_arg(block_n, "block_n", 1)
-    k = _int_arg(k, "k", 1 if method == "leading" else 0)
+    f = fmt_arg(fmt)
+    S = pos_real(S, "scale")
+    sigma = pos_real(sigma, "sigma")
+    n = int_arg(n, "n", 2)
+    block_n = int_arg(block_n, "block_n", 1)
+    k = int_arg(k, "k", 1 if method == "leading" else 0)
     if k > block_n or k >= n:
         raise ValueError(f"k={k} is not allowed; allowed: k <= block_n ({block_n}) and k < n ({n}) "
                          "(the sinks must all sit in block 0 and at least one key must be a non-sink)")
-    d_arr = _real_array(delta, "delta")
+    d_arr = real_array(delta, "delta")
     return f, S, sigma, n, block_n, k, d_arr
 
 
@@ -270,7 +270,7 @@ def _exact_fraction(d_arr, u: float, sigma: float, n: int, block_n: int, k: int,
 
     A key that is itself the running max has p = 1 and never underflows for ``S > u_f``, so
     each key's probability is ``int phi(z) (1 - F_W(sigma z + c)) dz`` with
-    ``F_W(w) = Phi((w - delta)/sigma)^k_sinks Phi(w/sigma)^r`` (:func:`_p_under`); the fraction
+    ``F_W(w) = Phi((w - delta)/sigma)^k_sinks Phi(w/sigma)^r`` (:func:`p_under`); the fraction
     is the key-count-weighted mean over blocks (:func:`_blocks`).
     """
     blocks = _blocks(n, block_n, k, order)
@@ -278,7 +278,7 @@ def _exact_fraction(d_arr, u: float, sigma: float, n: int, block_n: int, k: int,
     for idx, dv in np.ndenumerate(d_arr):
         D = float(dv) / sigma
         # blocks that see no sink do not depend on delta: cache with D = 0
-        tot = sum(cnt * _p_under(u, D if ks else 0.0, ks, r) for cnt, ks, r in blocks)
+        tot = sum(cnt * p_under(u, D if ks else 0.0, ks, r) for cnt, ks, r in blocks)
         res[idx] = tot / (n - k)
     return res
 
@@ -315,8 +315,8 @@ def dp(scale, fmt: str | FP8Format = "e4m3fn"):
     Accepts a scalar (returns a float) or an array-like (returns an ndarray).
     """
     S = scale  # the S of the formulas
-    f = _fmt(fmt)
-    arr = _real_array(S, "scale", positive=True)
+    f = fmt_arg(fmt)
+    arr = real_array(S, "scale", positive=True)
     out = np.vectorize(lambda s: _dp1(float(s), f), otypes=[np.float64])(arr)
     return float(out) if out.ndim == 0 else out
 
@@ -338,8 +338,8 @@ def coverage(scale, fmt: str | FP8Format = "e4m3fn"):
     Accepts a scalar (returns a float) or an array-like (returns an ndarray).
     """
     S = scale  # the S of the formulas
-    f = _fmt(fmt)
-    arr = _real_array(S, "scale", positive=True)
+    f = fmt_arg(fmt)
+    arr = real_array(S, "scale", positive=True)
     out = np.maximum(np.log2(np.minimum(arr, f.max_finite) / f.min_normal), 0.0)
     return float(out) if out.ndim == 0 else out
 
@@ -352,7 +352,7 @@ def bit_exact(scale: float) -> bool:
     normal number (``2^-126 <= S <= 2^127``): multiplying by 2^e only changes the exponent, while
     any other S = m 2^e with odd m > 1 needs more than 24 significant bits for P = 1 - 2^-24.
     """
-    S = _pos_real(scale, "scale")
+    S = pos_real(scale, "scale")
     mant, e = math.frexp(S)
     return mant == 0.5 and -126 <= e - 1 <= 127
 
@@ -364,6 +364,6 @@ def optimal_scale(fmt: str | FP8Format = "e4m3fn") -> float:
     e4m3fn: 256 (max 448); e5m2: 32768 (max 57344); e4m3fnuz: 128 (max 240);
     e5m2fnuz: 32768 (max 57344).
     """
-    f = _fmt(fmt)
+    f = fmt_arg(fmt)
     _, e = math.frexp(f.max_finite)
     return 2.0 ** (e - 1)

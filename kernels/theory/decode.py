@@ -7,7 +7,7 @@ of docs/interfaces.md, "Decode-time attention") each split has its own running m
 the sinks only when block 0 is in its split and is visited at or before the key's block: in forward order,
 every key of split 0; in reverse order, only block 0's own keys (block 0 is visited last in its split).
 :func:`split_underflow_fraction` gives the expected non-sink underflow fraction (leading order, or exact by
-quadrature, per block: :func:`pcast.theory.collapse._p_under` with the keys the block's max has met), and
+quadrature, per block: :func:`pcast.theory.collapse.p_under` with the keys the block's max has met), and
 :func:`split_critical_delta` the Δ at which it reaches one half: ``c - σ·δ_k + σ·Φ⁻¹(1 / (2A))`` with A the
 share of non-sink keys that meet the sinks, or infinity when A < 1/2 (the fraction never crosses).
 
@@ -37,7 +37,7 @@ import numpy as np
 from scipy.stats import norm
 
 from pcast.formats import FP8Format, get_p_format
-from pcast.theory.collapse import _p_under, delta_k
+from pcast.theory.collapse import p_under, delta_k
 
 __all__ = ["split_blocks_theory", "split_underflow_fraction", "split_critical_delta", "meet_share",
            "init_underflow_fraction", "partition_underflow_fraction", "partition_rms_error", "normal_range_scale",
@@ -80,7 +80,7 @@ def split_underflow_fraction(delta, S: float, *, num_splits: int, layout: str = 
 
     ``"leading"``: ``A·Φ((Δ + σ·δ_k - c)/σ)`` with ``c = log_threshold + ln S`` and A = :func:`meet_share`
     (keys that do not meet the sinks are taken to give 0). ``"exact"``: per block, the probability that a
-    non-sink key lies ``c`` below the max of the keys its split has met (:func:`pcast.theory.collapse._p_under`),
+    non-sink key lies ``c`` below the max of the keys its split has met (:func:`pcast.theory.collapse.p_under`),
     averaged over keys. ``delta``: a number or an array (the result has its shape)."""
     f = get_p_format(fmt)
     c = f.log_threshold + math.log(S)
@@ -94,7 +94,7 @@ def split_underflow_fraction(delta, S: float, *, num_splits: int, layout: str = 
         terms = _block_terms(n, block_n, k, num_splits, layout, order)
         res = np.empty_like(d)
         for idx, dv in np.ndenumerate(d):
-            res[idx] = sum(cnt * _p_under(c / sigma, float(dv) / sigma if ks else 0.0, ks, r)
+            res[idx] = sum(cnt * p_under(c / sigma, float(dv) / sigma if ks else 0.0, ks, r)
                            for cnt, ks, r in terms) / (n - k)
     return float(res) if res.ndim == 0 else res
 

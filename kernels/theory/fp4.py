@@ -49,7 +49,7 @@ from scipy.stats import norm
 
 from pcast.contract import ORDERS
 from pcast.formats import FORMATS
-from pcast.theory.collapse import _int_arg, _pos_real, _real_array, bit_exact, delta_k
+from pcast.theory.collapse import int_arg, pos_real, real_array, bit_exact, delta_k
 
 __all__ = ["flush_threshold", "group_flush_fraction", "critical_delta_flush", "element_underflow_fraction",
            "first_level_criteria", "optimal_first_level_scale", "per_row_flush_threshold", "FP4_FORMATS",
@@ -86,7 +86,7 @@ def flush_threshold(S1: float) -> float:
     float32 amax; the only slack is the float32 rounding of ``exp(s - m)`` and of ``p·S1`` (S1 a power
     of two: exact), a few ulps, i.e. ~1e-7 nats in t. ``c_g <= 0`` (``S1 <= 6·2^-10``): every group flushes.
     """
-    S1 = _pos_real(S1, "S1")
+    S1 = pos_real(S1, "S1")
     return -math.log(_E4M3.underflow_threshold) - math.log(_E2M1_MAX) + math.log(S1)
 
 
@@ -213,11 +213,11 @@ def _elem_prob(D: float, sigma: float, S1: float, fmt: str, w_s: int, w_ns: int,
 def _shape_args(S1, k, sigma, n, block_n, group, order, k_min: int = 0):
     if order not in ORDERS:
         raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
-    S1, sigma = _pos_real(S1, "S1"), _pos_real(sigma, "sigma")
-    n, block_n, group = _int_arg(n, "n", 2), _int_arg(block_n, "block_n", 1), _int_arg(group, "group", 1)
+    S1, sigma = pos_real(S1, "S1"), pos_real(sigma, "sigma")
+    n, block_n, group = int_arg(n, "n", 2), int_arg(block_n, "block_n", 1), int_arg(group, "group", 1)
     if block_n % group:
         raise ValueError(f"group={group} is not allowed with block_n={block_n}; allowed: a divisor of block_n")
-    k = _int_arg(k, "k", k_min)
+    k = int_arg(k, "k", k_min)
     if k >= n:
         raise ValueError(f"k={k} is not allowed; allowed: k < n ({n}) (at least one non-sink key)")
     return S1, k, sigma, n, block_n, group
@@ -242,7 +242,7 @@ def group_flush_fraction(delta, S1: float, k: int = 4, sigma: float = 1.0, n: in
     Raises ValueError naming the argument and what is allowed.
     """
     S1, k, sigma, n, block_n, group = _shape_args(S1, k, sigma, n, block_n, group, order)
-    d_arr = _real_array(delta, "delta")
+    d_arr = real_array(delta, "delta")
     c, types = flush_threshold(S1), _group_types(n, block_n, group, k, order)
     res = np.empty_like(d_arr)
     for idx, dv in np.ndenumerate(d_arr):
@@ -276,7 +276,7 @@ def element_underflow_fraction(delta, S1: float, k: int = 4, sigma: float = 1.0,
         raise ValueError(f"fmt={fmt!r} is not allowed; allowed: {', '.join(FP4_FORMATS)}")
     group = FP4_FORMATS[fmt] if group is None else group
     S1, k, sigma, n, block_n, group = _shape_args(S1, k, sigma, n, block_n, group, order)
-    d_arr = _real_array(delta, "delta")
+    d_arr = real_array(delta, "delta")
     types = _group_types(n, block_n, group, k, order)
     res = np.empty_like(d_arr)
     for idx, dv in np.ndenumerate(d_arr):
@@ -361,7 +361,7 @@ def first_level_criteria(S1: float) -> dict:
 
     Returns a dict with keys ``S1, bit_exact, saturates, step_top, fine_depth, coverage, coverage_octaves``.
     """
-    S1 = _pos_real(S1, "S1")
+    S1 = pos_real(S1, "S1")
     q0 = _e4m3_round(S1 / _E2M1_MAX)
     saturates = S1 / _E2M1_MAX > _E4M3.max_finite  # then also the clip error of the top elements counts
     step = max(_E2M1_TOP_STEP * q0 / S1, 1.0 - _E2M1_MAX * q0 / S1 if saturates else 0.0)

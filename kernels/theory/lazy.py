@@ -53,7 +53,7 @@ from functools import lru_cache
 
 from pcast.contract import LOG2E, ORDERS, SCALE_MODES, SINK_KINDS, float32, log2_scale, scale_keyword
 from pcast.formats import FP8Format
-from pcast.theory.collapse import _fmt, _int_arg, _pos_real, _real_array
+from pcast.theory.collapse import fmt_arg, int_arg, pos_real, real_array
 
 __all__ = ["saturation_fraction", "offset_overshoot", "overshoot_rate", "exp2_offset_scale"]
 
@@ -61,7 +61,7 @@ _STEP = 2e-3  # grid step of the running max's density, sigma units
 _PAD = 12.0  # grid margin, sigma units: Phi(-12) = 2e-33 per key
 
 
-def _tau(tau) -> float:
+def tau_arg(tau) -> float:
     """τ, checked: a finite real >= 0 (log2 units)."""
     if isinstance(tau, bool) or not isinstance(tau, (int, float, np.integer, np.floating)) \
             or not math.isfinite(tau) or tau < 0:
@@ -131,7 +131,7 @@ def offset_overshoot(m, scale: float, fmt: str | FP8Format = "e4m3fn") -> np.nda
     m32 = np.asarray(m, dtype=np.float64).astype(np.float32)
     a = m32 * np.float32(LOG2E)
     x = np.exp2(a - (a - np.float32(log2_scale(S))))
-    return x > np.float32(_fmt(fmt).max_finite)
+    return x > np.float32(fmt_arg(fmt).max_finite)
 
 
 _RATE_STEP, _RATE_SPAN, _RATE_WIDTH = 0.05, 128.0, 4096  # rate grid (score units), its half-span, floats averaged
@@ -150,7 +150,7 @@ def overshoot_rate(m, scale: float, fmt: str | FP8Format = "e4m3fn") -> np.ndarr
     values, tabulated every 0.05 on ``|m| <= 128`` and interpolated (0 outside: far beyond any score here).
     All zeros when ``log2 S`` is an integer (S a power of two: x at the max is S exactly)."""
     S = scale  # the S of the formulas
-    f = _fmt(fmt)
+    f = fmt_arg(fmt)
     if float(log2_scale(S)).is_integer():
         return np.zeros(np.shape(m))
     grid, rate = _rate_table(float(S), f.name)
@@ -242,14 +242,14 @@ def saturation_fraction(tau: float, scale: float, fmt: str | FP8Format = "e4m3fn
         ValueError: naming the argument and what is allowed.
     """
     S = scale  # the S of the formulas
-    tau, f, S, sigma = _tau(tau), _fmt(fmt), _pos_real(S, "scale"), _pos_real(sigma, "sigma")
-    n, block_n = _int_arg(n, "n", 1), _int_arg(block_n, "block_n", 1)
+    tau, f, S, sigma = tau_arg(tau), fmt_arg(fmt), pos_real(S, "scale"), pos_real(sigma, "sigma")
+    n, block_n = int_arg(n, "n", 1), int_arg(block_n, "block_n", 1)
     for name, val, allowed in (("order", order, ORDERS), ("scale_mode", scale_mode, SCALE_MODES),
                                ("sink_kind", sink_kind, SINK_KINDS)):
         if val not in allowed:
             raise ValueError(f"{name}={val!r} is not allowed; allowed: {', '.join(allowed)}")
-    d_arr = None if delta is None else _real_array(delta, "delta")
-    k = _int_arg(ksink, "ksink", 1) if sink_kind == "keys" and d_arr is not None else 0
+    d_arr = None if delta is None else real_array(delta, "delta")
+    k = int_arg(ksink, "ksink", 1) if sink_kind == "keys" and d_arr is not None else 0
     if k > min(block_n, n):
         raise ValueError(f"ksink={ksink!r} is not allowed; allowed: an integer, 1 <= ksink <= min(block_n, n) "
                          f"= {min(block_n, n)}")
@@ -284,6 +284,6 @@ def exp2_offset_scale(scale) -> float:
         ValueError: unless every S is a finite real > 0.
     """
     S = scale  # the S of the formulas
-    arr = _real_array(S, "scale", positive=True)
+    arr = real_array(S, "scale", positive=True)
     out = np.vectorize(lambda s: 2.0 ** log2_scale(float(s)), otypes=[np.float64])(arr)
     return float(out) if out.ndim == 0 else out

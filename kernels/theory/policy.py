@@ -29,8 +29,9 @@ from scipy.stats import norm
 
 from pcast.contract import ORDERS, scale_keyword
 from pcast.formats import FP8Format
-from pcast.theory.lazy import _tau, exp2_offset_scale, saturation_fraction
-from pcast.theory.collapse import _ZLIM, METHODS, _fmt, _int_arg, _log_phi, _log_Phi, _pos_real, _real_array
+from pcast.theory.lazy import tau_arg, exp2_offset_scale, saturation_fraction
+from pcast.theory.collapse import (METHODS, ZLIM, fmt_arg, int_arg, log_Phi, log_phi, pos_real, real_array,
+                                   critical_delta)
 from pcast.theory.vcast import v_cast_floor, v_rounding_mse
 
 __all__ = ["underflow_fraction_init", "saturation_fraction", "best_lazy_scale", "max_safe_tau", "critical_delta_policy",
@@ -55,18 +56,18 @@ def _p_under_init(u: float, D: float, r: int) -> float:
     """
     a = D - u
     head = float(norm.cdf(a))
-    if r == 0 or a >= _ZLIM:
+    if r == 0 or a >= ZLIM:
         return head
 
     def integrand(z: float) -> float:
-        return math.exp(_log_phi(z)) * -math.expm1(r * _log_Phi(z + u))
+        return math.exp(log_phi(z)) * -math.expm1(r * log_Phi(z + u))
 
-    lo = max(a, -_ZLIM)
+    lo = max(a, -ZLIM)
     # 1 - Phi(z + u)^r falls from 1 to 0 around r log Phi(z + u) = -ln 2: break points there.
-    g = lambda z: r * _log_Phi(z + u) + math.log(2.0)  # noqa: E731 (increasing in z)
-    zt = lo if g(lo) >= 0 else optimize.brentq(g, lo, _ZLIM, xtol=1e-10)
-    points = sorted({p for p in (zt - 2.0, zt - 0.5, zt, zt + 0.5, zt + 2.0, 0.0) if lo < p < _ZLIM})
-    tail, _ = integrate.quad(integrand, lo, _ZLIM, points=points or None, limit=400, epsabs=0.0, epsrel=1e-10)
+    g = lambda z: r * log_Phi(z + u) + math.log(2.0)  # noqa: E731 (increasing in z)
+    zt = lo if g(lo) >= 0 else optimize.brentq(g, lo, ZLIM, xtol=1e-10)
+    points = sorted({p for p in (zt - 2.0, zt - 0.5, zt, zt + 0.5, zt + 2.0, 0.0) if lo < p < ZLIM})
+    tail, _ = integrate.quad(integrand, lo, ZLIM, points=points or None, limit=400, epsabs=0.0, epsrel=1e-10)
     return min(max(head + float(tail), 0.0), 1.0)
 
 
@@ -120,9 +121,9 @@ def underflow_fraction_init(delta, scale: float, fmt: str | FP8Format = "e4m3fn"
         raise ValueError(f"method={method!r} is not allowed; allowed: {', '.join(METHODS)}")
     if order not in ORDERS:
         raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
-    f, S, sigma = _fmt(fmt), _pos_real(S, "scale"), _pos_real(sigma, "sigma")
-    n, block_n = _int_arg(n, "n", 1), _int_arg(block_n, "block_n", 1)
-    d_arr = _real_array(delta, "delta")
+    f, S, sigma = fmt_arg(fmt), pos_real(S, "scale"), pos_real(sigma, "sigma")
+    n, block_n = int_arg(n, "n", 1), int_arg(block_n, "block_n", 1)
+    d_arr = real_array(delta, "delta")
     c = f.log_threshold + math.log(S)
     if c <= 0:
         res = np.ones_like(d_arr)
@@ -156,8 +157,8 @@ def best_lazy_scale(tau: float, fmt: str | FP8Format = "e4m3fn") -> float:
     Raises:
         ValueError: unless τ is a finite real >= 0 and fmt a known format.
     """
-    tau = _tau(tau)
-    f = _fmt(fmt)
+    tau = tau_arg(tau)
+    f = fmt_arg(fmt)
     # floor(log2(max_finite) - τ), with the boundary itself (within 1e-12, float rounding) counted as safe
     e = math.floor(math.log2(f.max_finite) - tau + 1e-12)
     return math.ldexp(1.0, e)
@@ -175,8 +176,8 @@ def max_safe_tau(scale: float, fmt: str | FP8Format = "e4m3fn") -> float:
     Raises:
         ValueError: unless S is a finite real > 0 and fmt a known format.
     """
-    S = _pos_real(scale, "scale")
-    return math.log2(_fmt(fmt).max_finite / S)
+    S = pos_real(scale, "scale")
+    return math.log2(fmt_arg(fmt).max_finite / S)
 
 
 def critical_delta_policy(scale: float, k: int = 4, fmt: str | FP8Format = "e4m3fn", *, order: str = "forward",
@@ -197,14 +198,12 @@ def critical_delta_policy(scale: float, k: int = 4, fmt: str | FP8Format = "e4m3
     Raises:
         ValueError: naming a bad argument (scale, k, fmt, order, scale_mode or rescale_threshold).
     """
-    from pcast.theory.collapse import critical_delta
-
     if order not in ORDERS:
         raise ValueError(f"order={order!r} is not allowed; allowed: {', '.join(ORDERS)}")
     if scale_mode not in ("multiply", "exp2_offset"):
         raise ValueError(f"scale_mode={scale_mode!r} is not allowed; allowed: multiply, exp2_offset")
-    _tau(rescale_threshold)
+    tau_arg(rescale_threshold)
     if order == "reverse":
         return None
-    S = exp2_offset_scale(scale) if scale_mode == "exp2_offset" else _pos_real(scale, "scale")
+    S = exp2_offset_scale(scale) if scale_mode == "exp2_offset" else pos_real(scale, "scale")
     return critical_delta(S, k=k, fmt=fmt)

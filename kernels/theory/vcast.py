@@ -33,7 +33,7 @@ from scipy.stats import norm
 
 from pcast.contract import OPERAND_SCALES
 from pcast.formats import FP8Format, get_format
-from pcast.theory.collapse import _int_arg, _real_array
+from pcast.theory.collapse import int_arg, real_array
 
 __all__ = ["v_rounding_mse", "v_cast_floor"]
 
@@ -79,7 +79,7 @@ def v_rounding_mse(v_fmt: str | FP8Format = "e4m3fn", *, n: int = 1024, d: int =
         ValueError: naming the argument and what is allowed.
     """
     f = get_format(v_fmt, argname="v_fmt")
-    n, d = _int_arg(n, "n", 1), _int_arg(d, "d", 1)
+    n, d = int_arg(n, "n", 1), int_arg(d, "d", 1)
     grid = _positive_grid(f)
     if not (isinstance(v_scale, str) and v_scale in OPERAND_SCALES):
         if isinstance(v_scale, bool) or not isinstance(v_scale, numbers.Real) or not math.isfinite(v_scale) \
@@ -117,7 +117,7 @@ def v_cast_floor(weights_sq_sum=1.0, v_fmt: str | FP8Format = "e4m3fn", *, n: in
     Raises:
         ValueError: naming the argument and what is allowed (weights_sq_sum: finite reals > 0).
     """
-    w2 = _real_array(weights_sq_sum, "weights_sq_sum", positive=True)
+    w2 = real_array(weights_sq_sum, "weights_sq_sum", positive=True)
     if not isinstance(relative, bool):
         raise ValueError(f"relative={relative!r} is not allowed; allowed: True or False")
     e2 = v_rounding_mse(v_fmt, n=n, d=d, v_scale=v_scale)

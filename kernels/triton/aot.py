@@ -48,8 +48,8 @@ def compile_launch(target: str, fn, args: tuple, kwargs: dict):
     ``args`` may hold CPU tensors: only their dtype and their pointers' 16-byte alignment count, as on the GPU.
     Returns Triton's ``CompiledKernel`` (``asm`` with "ttir", "ttgir", "llir", "ptx", "cubin", "sass"; ``metadata``).
     """
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
+    from triton.compiler import ASTSource, make_backend  # lazy: triton is not part of the slim install
+    from triton.runtime.jit import create_function_from_signature  # lazy: triton is not part of the slim install
 
     gpu = GPUTarget("cuda", _capability(target), 32)
     backend = make_backend(gpu)

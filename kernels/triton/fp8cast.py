@@ -95,7 +95,7 @@ def fp8_cast_fixed():
     thread entering waits for the first to leave. Usable around any interpreted Triton kernel (with
     ``TRITON_INTERPRET=1`` or :func:`pcast.triton.interpret.interpreting`).
     """
-    from triton.runtime import interpreter as ti
+    from triton.runtime import interpreter as ti  # lazy: triton is not part of the slim install
 
     if getattr(ti._convert_float, "_pcast_fixed", False):
         yield
@@ -110,8 +110,8 @@ def fp8_cast_fixed():
 
 
 def _fixed(original):
-    import triton.language as tl
-    from triton.runtime import interpreter as ti
+    import triton.language as tl  # lazy: triton is not part of the slim install
+    from triton.runtime import interpreter as ti  # lazy: triton is not part of the slim install
 
     sources = {tl.float32.name: np.float32, tl.float16.name: np.float16, tl.bfloat16.name: None}
 

@@ -16,7 +16,7 @@ __all__ = ["interpreted", "interpreting"]
 
 def interpreted(fn):
     """``fn`` (a ``@triton.jit`` function's Python function) as Triton's interpreter runs it."""
-    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.interpreter import InterpretedFunction  # lazy: triton is not part of the slim install
 
     return InterpretedFunction(fn)
 
@@ -33,8 +33,8 @@ def interpreting():
     created as compiled ``JITFunction`` objects when triton was imported. So, for the
     duration, calling a ``JITFunction`` runs its interpreted twin.
     """
-    import triton
-    from triton.runtime.jit import JITFunction
+    import triton  # lazy: triton is not part of the slim install
+    from triton.runtime.jit import JITFunction  # lazy: triton is not part of the slim install
 
     with _INTERPRET_LOCK:
         original_call = JITFunction.__call__
@@ -59,7 +59,7 @@ def _language_attributes() -> list:
     among them, and never puts them back. Left so, a later compilation in the same process sees the
     interpreter's functions and fails ("'value' object has no attribute 'dtype'").
     """
-    import triton.language as tl
+    import triton.language as tl  # lazy: triton is not part of the slim install
 
     owners = (tl, tl.core, tl.math, tl.standard, tl.core.tensor, tl.core.tensor_descriptor_base)
     return [(obj, dict(vars(obj))) for obj in owners]

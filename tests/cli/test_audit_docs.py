@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pcast.audit.flags import flag, policy_fields, yours
-from pcast.cli.audit import _parser
+from pcast.audit.flags import flag, policy_fields
+from pcast.cli.audit import _parser, settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "audit.md"
 
@@ -37,7 +37,7 @@ def test_every_policy_flag_is_documented_as_the_parser_states_it():
 def test_block_n_takes_what_the_docs_say(block_n, ok):
     args = _parser().parse_args(["x.safetensors", "--block-n", block_n])
     if ok:
-        assert yours(args).block_n == int(block_n)
+        assert settings(args).policy.block_n == int(block_n)
     else:
         with pytest.raises(ValueError, match="--block-n=.*allowed: a positive multiple of 16"):
-            yours(args)
+            settings(args)

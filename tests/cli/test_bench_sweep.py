@@ -10,7 +10,7 @@ import torch
 
 from pcast.cli import bench
 from pcast.cli.bench import SWEEP_CALLS, floor_rows, main
-from pcast.emulator.core import _CHUNK_ELEMS
+from pcast.emulator.core import CHUNK_ELEMS
 
 TINY = ["--sweep", "--n", "64", "--d", "16", "--deltas", "2", "--reps", "1"]
 ROW_KEYS = {"threads", "engine_runs_per_s", "floor_runs_per_s", "fraction_of_floor", "with_reference_runs_per_s",
@@ -56,13 +56,13 @@ def test_sweep_json_counts_four_runs_per_delta_and_reports_positive_numbers(tmp_
 def test_sweep_runs_are_counted_from_what_attention_calls_returned(monkeypatch):
     s = bench._Sweep(64, 16, 3)
     assert s.engine() == len(SWEEP_CALLS) * 3 == s.runs
-    import pcast
+    from pcast.cli import bench_sweep
 
     def short(q, k, values, calls, **kw):  # an engine that drops a call must not pass as a full sweep
         return real(q, k, values, calls[:-1], **kw)
 
-    real = pcast.attention_calls
-    monkeypatch.setattr(pcast, "attention_calls", short)
+    real = bench_sweep.attention_calls
+    monkeypatch.setattr(bench_sweep, "attention_calls", short)
     with pytest.raises(RuntimeError, match="ran 9 runs, expected 12"):
         bench._measure_at(s, None, 1)
 
@@ -82,8 +82,8 @@ def test_sweep_scaling_runs_a_grid_four_times_larger(tmp_path, capsys):
 
 
 def test_floor_uses_the_emulators_chunk_of_rows(monkeypatch):
-    assert floor_rows(1024) == _CHUNK_ELEMS // 1024
-    assert floor_rows(100) == _CHUNK_ELEMS // 128  # keys padded to a whole block of 64, as the emulator pads
+    assert floor_rows(1024) == CHUNK_ELEMS // 1024
+    assert floor_rows(100) == CHUNK_ELEMS // 128  # keys padded to a whole block of 64, as the emulator pads
     s = bench._Sweep(64, 16, 2)
     calls = []
     real = torch.matmul

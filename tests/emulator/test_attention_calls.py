@@ -124,7 +124,7 @@ def test_delta_grid_every_order_and_scale_matches_run_by_run(causal, block_n, p_
 def test_delta_grid_several_chunks_of_rows(monkeypatch, causal, p_path):
     """The same with several chunks of rows per item (a smaller chunk budget: 64 rows of 256 padded
     keys, the last chunk 8 rows): a twin takes its anchor's scores chunk by chunk."""
-    monkeypatch.setattr(emulator, "_CHUNK_ELEMS", 64 * 256)
+    monkeypatch.setattr(emulator, "CHUNK_ELEMS", 64 * 256)
     q, k, values = stack(seed=2)
     calls = [{"order": "forward", "scale": 1.0}, {"order": "reverse", "scale": 256.0},
              {"order": "reverse", "scale": 448.0, "block_n": 128}]  # block_n 128: the same padded length (256)

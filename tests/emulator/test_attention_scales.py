@@ -258,7 +258,7 @@ def test_sweep_stack_rows_are_those_of_one_call_per_scale():
     spec = {"order": ["forward", "reverse"], "scale": [1, 100, 448, 512], "fmt": "e4m3fn", "rowsum": "unrounded",
             "backend": "emulator"}
     meta = {"experiment": "scales", "seed": 12}
-    tally = runs._Tally()
+    tally = runs.Tally()
     runs._sweep_stack(tally, spec, q, k, values, svs_list, deltas, meta, causal=False, ksink=4, block_m=16,
                       block_n=16)
     refs = [torch.cat([reference_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1]) for i in range(len(deltas))])

@@ -281,7 +281,7 @@ def test_the_gpu_check_runs_the_emulator_with_the_gpus_tensor_core_then_needs_a_
         seen.append(kw.get("pv_arith", "fp32"))
         return real(*a, **kw)
 
-    monkeypatch.setattr(api, "attention", spy)
+    monkeypatch.setattr(gpu_check, "attention", spy)  # the name gpu_check calls
     with pytest.raises(RuntimeError, match="--compile-only"):
         gpu_check.check_deploy(n=128, d=64, heads=1, reps=1, capability=(9, 0))
     assert seen == ["fp32", "wgmma-sm90"]

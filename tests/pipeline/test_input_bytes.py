@@ -1,6 +1,6 @@
 """The stored inputs are the same bytes on every run: the safetensors writer keeps no fixed order of
 its header (its metadata's keys flip between processes), so every writer goes through
-pcast.pipeline.files.atomic_write_safetensors, which sorts the header."""
+pcast.host.files.atomic_write_safetensors, which sorts the header."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pcast.pipeline import files
+from pcast.host import files
 
 REPO = Path(__file__).resolve().parents[2]
 CACHED = REPO / "workflow" / "resources" / "realmodel-smoke.safetensors"

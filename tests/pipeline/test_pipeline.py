@@ -30,7 +30,8 @@ import pytest
 import yaml
 
 from pcast import contract
-from pcast.pipeline import config, files, inputs, runs, tables
+from pcast.host import files
+from pcast.pipeline import config, inputs, runs, tables
 
 from repo_copy import copy_repo
 

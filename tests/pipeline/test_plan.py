@@ -104,7 +104,7 @@ def test_calibration_is_made_once_per_machine_and_reused(tmp_path, monkeypatch):
 
     def fake():
         calls.append(1)
-        return {**calibration._machine_key(), "c_q": 1e-8, "c_p": 1e-8, "c_s": 1e-8, "c_v": 1e-8, "c_refa": 2e-8, "c_ref": 2e-8}
+        return {**calibration.machine_key(), **dict.fromkeys(calibration.PIPELINE_KEYS, 1e-8)}
 
     monkeypatch.setattr(calibration, "calibrate", fake)
     first = plan.load_calibration(path)
@@ -115,6 +115,12 @@ def test_calibration_is_made_once_per_machine_and_reused(tmp_path, monkeypatch):
     assert plan.load_calibration(path) == first and len(calls) == 2  # made elsewhere: measured again
     path.write_text("{not json")
     assert plan.load_calibration(path) == first and len(calls) == 3
+    # the audit's calibration (the emulator's parts only) serves the audit, and the pipeline measures it again
+    from pcast.host import calibration as host
+
+    path.write_text(json.dumps({k: first[k] for k in [*calibration.machine_key(), *host.EMULATOR_KEYS]}))
+    assert host.load_calibration(path)["c_q"] == first["c_q"] and len(calls) == 3
+    assert plan.load_calibration(path) == first and len(calls) == 4
 
 
 def test_cpu_estimate_follows_the_calibration_and_the_grid():

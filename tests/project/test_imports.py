@@ -34,9 +34,13 @@ ALLOWED["probes"] = {"api", "policies", "models", "conformance", "reference", "t
 ALLOWED["cases"] = set(ALLOWED["probes"]) | {"probes"}  # pcast.cases: the public name of pcast.probes.cases
 ALLOWED["analysis"] = {"models", "policies", "theory", "contract", "formats"}
 ALLOWED["deployed"] = {"triton", "policies", "contract", "formats"}  # deployed kernels as black boxes
-ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes", "cases", "deployed"}
-ALLOWED["audit"] = set(ALLOWED["pipeline"]) | {"pipeline"}
-ALLOWED["cli"] = set(ALLOWED["audit"]) | {"audit"}
+# what the pipeline and the instrument both keep on this machine: atomic writes, the emulator's calibration
+ALLOWED["host"] = set(ALLOWED["models"]) | {"models"}
+ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes", "cases", "deployed",
+                                                     "host"}
+# the audit is the instrument: it never imports the pipeline
+ALLOWED["audit"] = set(ALLOWED["pipeline"]) - {"pipeline"}
+ALLOWED["cli"] = set(ALLOWED["audit"]) | {"audit", "pipeline"}
 ROOT_MODULES = {"pcast", "pcast.api", "pcast.api_multi", "pcast.api_decode", "pcast.api_inputs", "pcast.aot", "pcast.result"}
 
 
@@ -130,6 +134,20 @@ def test_no_import_cycles(graph):
 
 def test_no_upward_imports(graph):
     assert _upward(graph) == []
+
+
+def test_the_audit_never_imports_the_pipeline(graph):
+    """The instrument stands without the pipeline: no module of pcast.audit imports one of pcast.pipeline,
+    directly or through another trade."""
+    assert "pipeline" not in ALLOWED["audit"]
+    reach, todo = set(), [m for m in graph if trade(m) == "audit"]
+    while todo:
+        m = todo.pop()
+        for dep in graph.get(m, ()):
+            if dep not in reach:
+                reach.add(dep)
+                todo.append(dep)
+    assert sorted(m for m in reach if trade(m) == "pipeline") == []
 
 
 def test_the_trades_form_a_partial_order():

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cal():
-    return {**calibration._machine_key(), "c_q": 1e-8, "c_p": 2e-8, "c_s": 1e-8, "c_v": 1e-8, "c_refa": 3e-8, "c_ref": 2e-8,
+    return {**calibration.machine_key(), "c_q": 1e-8, "c_p": 2e-8, "c_s": 1e-8, "c_v": 1e-8, "c_refa": 3e-8, "c_ref": 2e-8,
             "o_call": 1e-4, "o_p": 2e-4, "o_s": 2e-4, "o_v": 5e-5, "o_refa": 1e-4, "o_ref": 2e-4, "o_proc": 0.03}
 
 

@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from pcast.pipeline.files import atomic_write_text
+from pcast.host.files import atomic_write_text
 from pcast.pipeline.logs import rule_log
 from pcast.pipeline.realmodel_runs import (
     OUTPUT_COLUMNS, OUTPUT_INPUTS, PAIR_COLUMNS, load_captured, run_outputs,

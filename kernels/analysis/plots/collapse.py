@@ -10,6 +10,7 @@ from pcast import theory
 from pcast.analysis.plots.style import (
     COMBO_STYLE, TEXT_WIDTH, combos_present, figure_data, panel_label, s_color, series, use_style,
 )
+from pcast.analysis.verdicts.underflow import leading_order_tolerance
 
 __all__ = ["fig_collapse"]
 
@@ -86,7 +87,6 @@ def fig_collapse(collapse: pd.DataFrame, *, linthresh: float = 1e-7, allowance: 
     combos = combos_present(collapse)
     k = int(collapse["ksink"].iloc[0]) if len(collapse) else 4
     fmt = str(collapse["fmt"].iloc[0]) if len(collapse) else "e4m3fn"
-    from pcast.analysis.verdicts.underflow import leading_order_tolerance
 
     tol = float(allowance) * leading_order_tolerance(k)
     for combo in combos:

@@ -10,6 +10,8 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.lines import Line2D
 
 from pcast.analysis.plots.style import BAND_COLOR, COMBO_STYLE, TEXT_WIDTH, figure_data, panel_label, series, use_style
+from pcast.analysis.verdicts import baseline_fraction
+from pcast.analysis.verdicts.mse import moderate_windows
 
 __all__ = ["fig_improvement"]
 
@@ -121,9 +123,6 @@ def fig_improvement(paired: pd.DataFrame, scales: pd.DataFrame, collapse: pd.Dat
     use_style()
     windows = []
     if collapse is not None and len(moderate):
-        from pcast.analysis.verdicts import baseline_fraction
-        from pcast.analysis.verdicts.mse import moderate_windows
-
         grid = sorted(paired["delta"].unique())
         frac = baseline_fraction(collapse, baseline)
         windows = [(f"[{lo:g}, {hi:g}]", ds) for (lo, hi), (_, ds) in

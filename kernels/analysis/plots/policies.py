@@ -18,6 +18,7 @@ from matplotlib.lines import Line2D
 
 from pcast.contract import combo_label
 from pcast.analysis.plots.style import COMBO_STYLE, TEXT_WIDTH, decade_ylim, figure_data, panel_label, series, use_style
+from pcast.policies import POLICIES
 
 __all__ = ["fig_policies", "policy_style", "POLICY_STYLE"]
 
@@ -125,7 +126,6 @@ def fig_policies(policies: pd.DataFrame, *, variant: str = "p_only", floor_varia
     s, floor = shape[shape["variant"] == variant], shape[shape["variant"] == floor_variant]
     settings = _settings(s)
     names = sorted(s["policy"].unique())
-    from pcast.policies import POLICIES
 
     users = [p for p in names if p not in POLICIES]
     fig, axes = plt.subplots(len(settings), 3, figsize=(TEXT_WIDTH, 1.85 * len(settings) + 0.75), squeeze=False)

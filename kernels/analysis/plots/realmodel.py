@@ -34,8 +34,8 @@ def _grid(summary: pd.DataFrame, run: str, value: str) -> pd.DataFrame:
 
 def fig_realmodel_heads(summary: pd.DataFrame):
     """F8 from ``results/stats/realmodel_heads.csv``."""
-    import seaborn as sns
-    from matplotlib.colors import LogNorm
+    import seaborn as sns  # lazy: seaborn is not part of the slim install
+    from matplotlib.colors import LogNorm  # lazy: matplotlib is not part of the slim install
 
     use_style()
     ratio = _grid(summary, BASELINE, "ratio")

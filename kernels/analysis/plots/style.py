@@ -91,7 +91,7 @@ DATA_COLUMNS = ["panel", "series", "x", "y", "y_lo", "y_hi"]
 
 def use_style() -> None:
     """Apply the shared style (seaborn ticks theme plus :data:`RC`)."""
-    import seaborn as sns
+    import seaborn as sns  # lazy: seaborn is not part of the slim install
 
     sns.set_theme(context="paper", style="ticks", rc=RC)
     matplotlib.rcParams.update(RC)
@@ -193,7 +193,7 @@ def log2_axis(ax, lo: float = 1, hi: float = 512) -> None:
 
 def decade_ylim(ax, values) -> None:
     """Log axis limits on whole decades around ``values``, major labels only (no minor labels)."""
-    from matplotlib.ticker import LogLocator, NullFormatter
+    from matplotlib.ticker import LogLocator, NullFormatter  # lazy: matplotlib is not part of the slim install
 
     v = pd.Series(values, dtype=float)
     v = v[np.isfinite(v) & (v > 0)]

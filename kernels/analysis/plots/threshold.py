@@ -9,6 +9,7 @@ from matplotlib.lines import Line2D
 
 from pcast.analysis.plots.style import KSINK_MARKERS, TEXT_WIDTH, figure_data, panel_label, s_color, series, use_style
 from pcast.analysis.tolerance import crossing_tolerances
+from pcast.analysis.verdicts.threshold import onset_span
 
 __all__ = ["fig_threshold"]
 
@@ -129,8 +130,6 @@ def fig_threshold(thresholds: pd.DataFrame, knees: pd.DataFrame, *, level: float
     if knees is not None and len(knees):
         span = None
         if onset_fraction is not None:
-            from pcast.analysis.verdicts.threshold import onset_span
-
             span = onset_span(float(onset_fraction), float(knees["sigma"].iloc[0]) if "sigma" in knees else 1.0)
         rows += _panel_knee(axes[2], knees, span)
     axes[2].set_xlabel("predicted Δc (ksink = 4)")

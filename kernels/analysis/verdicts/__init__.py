@@ -54,6 +54,7 @@ from pcast.analysis.verdicts.mse import claim_c5, sink_value_norms
 from pcast.analysis.verdicts.paper import claim_paper
 from pcast.analysis.verdicts.realmodel import REALMODEL, claim_realmodel
 from pcast.analysis.verdicts.scale import claim_c3
+from pcast.analysis.verdicts.templates import fill, gaps
 from pcast.analysis.verdicts.tensorcore import TENSORCORE, claim_tensorcore
 from pcast.analysis.verdicts.threshold import claim_c4
 from pcast.analysis.verdicts.underflow import claim_c1, claim_c2
@@ -247,8 +248,6 @@ def render_markdown(result: Mapping, *, preset: str | None = None, expected: Map
 def expected_section(result: Mapping, expected: Mapping, preset: str | None) -> list[str]:
     """Markdown lines: per claim the preset's expected verdict, this run's, and why it is expected (each ``why`` a
     template filled from this run's numbers, :mod:`.templates`)."""
-    from pcast.analysis.verdicts.templates import fill, gaps
-
     differ = [k for k, e in expected.items() if k in result and result[k]["verdict"] != e["verdict"]]
     lines = [f"## Expected verdicts of the `{preset}` preset", "",
              ("This run gives every expected verdict." if not differ else

@@ -42,7 +42,7 @@ a bootstrap CI into the half-width a prediction must lie within.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from pcast.analysis import registry
@@ -61,10 +61,13 @@ VERDICTS = ("PASS", "PARTIAL", "FAIL", "INCONCLUSIVE")
 
 @dataclass(frozen=True)
 class Subcase:
-    """One setting of a claim and its verdict: ``domain`` says in numbers where it holds."""
+    """One setting of a claim and its verdict: ``domain`` says in numbers where it holds. ``name`` and ``domain``
+    are for the reader; code that groups or labels sub-cases reads ``params``, the setting's values (for example
+    ``{"sink_v_scale": 0.03}``), never the text."""
     name: str
     verdict: str
     domain: str = ""
+    params: Mapping = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
         assert self.verdict in VERDICTS, self.verdict

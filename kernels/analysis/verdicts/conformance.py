@@ -19,6 +19,7 @@ import pandas as pd
 from pcast.analysis.conformance_table import coverage, prepared
 from pcast.analysis.text import short
 from pcast.analysis.verdicts.common import Subcase, combine, result, subcase_verdict
+from pcast.theory import critical_delta
 
 __all__ = ["conformance_check", "AT_DELTA_C"]
 
@@ -32,8 +33,6 @@ def _place(delta: float, dc: float) -> str:
 
 def _delta_line(deltas, ksink: int) -> str:
     """Each Δ against Δc for S = 1 and S = 256 (E4M3, ``ksink`` sink keys)."""
-    from pcast.theory import critical_delta
-
     dc1, dc256 = critical_delta(1.0, k=ksink), critical_delta(256.0, k=ksink)
     parts = [f"{short(d, 3)} ({_place(float(d), dc1)} / {_place(float(d), dc256)})" for d in deltas]
     return (f"Δ against Δc of E4M3 with ksink = {ksink} (S = 1: {dc1:.2f}; S = 256: {dc256:.2f}; 'at' within "

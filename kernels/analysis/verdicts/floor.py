@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 
 from pcast import theory
+from pcast.analysis.paired import config_columns, holm, log_ratios, pair_by_seed, tost_log
 from pcast.analysis.text import format_runs, intervals, short
 from pcast.analysis.verdicts.common import (ARTIFACTS_CHOICE, Choice, Subcase, across_readings, choice, combine,
                                             result, subcase_verdict)
-from pcast.analysis.verdicts.mse import _open_parameters
+from pcast.analysis.verdicts.mse import open_parameters
 
 __all__ = ["claim_c6", "c6_domain_limit", "tost_pvalues"]
 
@@ -32,8 +33,6 @@ def tost_pvalues(tidy: pd.DataFrame, pairs, margin: float, alpha: float) -> pd.D
     """TOST p-values (pcast.analysis.paired.tost_log on per-seed log MSE) of ``pairs`` at another ``margin``,
     one row per configuration group and pair, from the tidy collapse table: the same test the statistics
     step runs, at a margin it did not use (no bootstrap, no new sweep)."""
-    from pcast.analysis.paired import config_columns, log_ratios, pair_by_seed, tost_log
-
     keys = config_columns(tidy)
     rows = []
     present = set(tidy["combo"].unique())
@@ -51,8 +50,6 @@ def tost_pvalues(tidy: pd.DataFrame, pairs, margin: float, alpha: float) -> pd.D
 
 def _holm_in(p: pd.Series) -> pd.Series:
     """Holm-adjusted p-values over the rows given (a family tested at one level)."""
-    from pcast.analysis.paired import holm
-
     return pd.Series(holm(p.to_numpy(float)), index=p.index)
 
 
@@ -79,9 +76,10 @@ def _trivial(rows: pd.DataFrame, pair, alpha: float, holm: bool) -> pd.DataFrame
     return t.assign(trivial=p < alpha)[keys + ["trivial"]]
 
 
-def _equivalence_cell(g: pd.DataFrame, grid, col: str, alpha: float, tag: str, min_nontrivial: int) -> Subcase:
-    """One pair and sink_v_scale: where TOST shows the same floor, trivial Δ not counted as support; fewer than
-    ``min_nontrivial`` non-trivial Δ is INCONCLUSIVE (too little to judge equivalence on)."""
+def _equivalence_cell(g: pd.DataFrame, grid, col: str, alpha: float, tag: str, min_nontrivial: int,
+                      params: Mapping) -> Subcase:
+    """One pair and sink_v_scale (``params``): where TOST shows the same floor, trivial Δ not counted as support;
+    fewer than ``min_nontrivial`` non-trivial Δ is INCONCLUSIVE (too little to judge equivalence on)."""
     g = g.sort_values("delta")
     holds = (g[col] < alpha).to_numpy()
     trivial = g["trivial"].fillna(False).to_numpy(bool) if "trivial" in g else np.zeros(len(g), bool)
@@ -94,8 +92,8 @@ def _equivalence_cell(g: pd.DataFrame, grid, col: str, alpha: float, tag: str, m
            f"{short(worst['gmean_ratio'], 3)} at Δ={short(worst['delta'], 3)}")
     if n_non < min_nontrivial:
         return Subcase(tag, "INCONCLUSIVE", dom + f"; {n_non} non-trivial Δ, fewer than the {min_nontrivial} an "
-                                                  "equivalence verdict needs (claims.C6.min_nontrivial)")
-    return Subcase(tag, subcase_verdict(holds, trivial), dom)
+                                                  "equivalence verdict needs (claims.C6.min_nontrivial)", params)
+    return Subcase(tag, subcase_verdict(holds, trivial), dom, params)
 
 
 def _c6_cells(rows: pd.DataFrame, trivial_rows: pd.DataFrame, cfg: Mapping, holm: bool,
@@ -116,22 +114,23 @@ def _c6_cells(rows: pd.DataFrame, trivial_rows: pd.DataFrame, cfg: Mapping, holm
         p = p.merge(trivial, on=keys, how="left")
         for svs, g in (p.groupby("sink_v_scale", sort=True) if "sink_v_scale" in p else [(None, p)]):
             tag = f"{a} vs {b}" + (f", sink_v_scale={svs:g}" if svs is not None else "")
-            cells.append(_equivalence_cell(g, grid, col, alpha, tag, min_nontrivial))
+            params = {"pair": f"{a} vs {b}", **({"sink_v_scale": float(svs)} if svs is not None else {})}
+            cells.append(_equivalence_cell(g, grid, col, alpha, tag, min_nontrivial, params))
     return cells
 
 
 def _by_norm(cells: list[Subcase]) -> list[Subcase]:
     """One reading per sink_v_scale (the norm the paper leaves open): the strict rule over its pairs."""
-    norms = sorted({c.name.split("sink_v_scale=")[1] for c in cells if "sink_v_scale=" in c.name}, key=float)
+    norms = sorted({c.params["sink_v_scale"] for c in cells if "sink_v_scale" in c.params})
     if cells and not norms:
         return [Subcase("the claim as stated", combine(cells),
                         f"{sum(c.verdict == 'PASS' for c in cells)} of {len(cells)} pairs equivalent at every Δ")]
     out = []
     for v in norms:
-        these = [c for c in cells if c.name.endswith(f"sink_v_scale={v}")]
-        out.append(Subcase(f"sink_v_scale={v}", combine(these),
+        these = [c for c in cells if c.params.get("sink_v_scale") == v]
+        out.append(Subcase(f"sink_v_scale={v:g}", combine(these),
                            f"{sum(c.verdict == 'PASS' for c in these)} of {len(these)} pairs equivalent at every Δ: "
-                           + "; ".join(f"{c.name.rsplit(', ', 1)[0]} {c.verdict}" for c in these)))
+                           + "; ".join(f"{c.params['pair']} {c.verdict}" for c in these), {"sink_v_scale": v}))
     return out
 
 
@@ -211,7 +210,7 @@ def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None, 
     cells = judge(inside)
     outside = judge(beyond) if len(beyond) else []
     details = [f"{sum(c.verdict == 'PASS' for c in cells)} of {len(cells)} cells (pair x sink_v_scale) equivalent at "
-               f"every Δ of the domain", _open_parameters(paired)]
+               f"every Δ of the domain", open_parameters(paired)]
     details += [f"{a} vs {b}: not measured" for a, b in pairs
                 if paired[(paired["a"] == a) & (paired["b"] == b)].empty]
     nums = {"domain_limit": limit, "cells": len(cells), "passing": sum(c.verdict == "PASS" for c in cells),

@@ -43,13 +43,15 @@ def moderate_windows(windows, baseline_fraction: pd.Series | None, grid) -> list
     return out
 
 
-def _c5_cell(g: pd.DataFrame, ds: list[float], band, far: float, name: str, grid, rule: str = "peak") -> Subcase:
+def _c5_cell(g: pd.DataFrame, ds: list[float], band, far: float, name: str, grid, rule: str = "peak",
+             fix: str = "") -> Subcase:
     """One (reading, sink_v_scale, fix): the peak of the median paired ratio over the reading's Δ (``rule``
-    "peak"), or any Δ of the reading whose CI meets the band ("passes through"), against the band."""
+    "peak"), or any Δ of the reading whose CI meets the band ("passes through"), against the band. Its params:
+    the ``fix`` and ``peak``, the peak in words (or why there is none)."""
     lo, hi = band
     w = g[g["delta"].isin(ds)].sort_values("delta")
     if w.empty:
-        return Subcase(name, "INCONCLUSIVE", "no Δ in this reading")
+        return Subcase(name, "INCONCLUSIVE", "no Δ in this reading", {"fix": fix, "peak": "no Δ in this reading"})
     i = int(np.nanargmax(w["median_ratio"].to_numpy(float)))
     peak, at = float(w["median_ratio"].iloc[i]), float(w["delta"].iloc[i])
     ci_lo, ci_hi = float(w["ci_low"].iloc[i]), float(w["ci_high"].iloc[i])
@@ -57,8 +59,9 @@ def _c5_cell(g: pd.DataFrame, ds: list[float], band, far: float, name: str, grid
     inband = w.loc[(w["ci_high"] >= lo) & (w["ci_low"] <= hi), "delta"]
     if rule == "passes through" and len(inband):
         v = "PASS"
-    return Subcase(name, v, f"peak {short(peak, 3)}× [{short(ci_lo, 3)}, {short(ci_hi, 3)}] at Δ={short(at, 3)} → "
-                            f"{regime}; in [{lo:g}, {hi:g}] at {format_runs(intervals(inband, grid))}")
+    words = f"peak {short(peak, 3)}× [{short(ci_lo, 3)}, {short(ci_hi, 3)}] at Δ={short(at, 3)}"
+    return Subcase(name, v, f"{words} → {regime}; in [{lo:g}, {hi:g}] at {format_runs(intervals(inband, grid))}",
+                   {"fix": fix, "peak": words})
 
 
 def _c5_judge(p: pd.DataFrame, windows, baseline_fraction, band, far: float, rule: str = "peak",
@@ -72,12 +75,11 @@ def _c5_judge(p: pd.DataFrame, windows, baseline_fraction, band, far: float, rul
     for wname, ds in moderate_windows(windows, baseline_fraction, grid):
         for svs, gs in (p.groupby(svs_col, sort=True) if svs_col else [(None, p)]):
             tag = f"{wname}, sink_v_scale={svs:g}" if svs is not None else wname
-            these = [_c5_cell(g, ds, band, far, f"{tag}, {fix}", grid, rule) for fix, g in gs.groupby("b", sort=True)]
+            these = [_c5_cell(g, ds, band, far, f"{tag}, {fix}", grid, rule, fix) for fix, g in gs.groupby("b", sort=True)]
             cells += these
             readings.append(Subcase(tag, combine(these),
                                     f"{sum(c.verdict == 'PASS' for c in these)} of {len(these)} fixes in band: "
-                                    + "; ".join(f"{c.name.rsplit(', ', 1)[1]} {c.domain.split(' → ')[0]}"
-                                                for c in these)))
+                                    + "; ".join(f"{c.params['fix']} {c.params['peak']}" for c in these)))
     return readings, cells
 
 
@@ -122,7 +124,7 @@ def claim_c5(paired: pd.DataFrame, cfg: Mapping, baseline_fraction: pd.Series | 
             nums[f"peak_max[sink_v_scale={v:g}]"] = float(g.max())
     robust = _c5_robustness(p, cfg, windows, baseline_fraction, band, far, sink_norms)
     details = [f"{nums['in_band']} of {len(cells)} cells (reading x fix) in band; the readings' verdicts and each "
-               "cell are listed above", _open_parameters(p)]
+               "cell are listed above", open_parameters(p)]
     return result("C5", across_readings(readings), crit, nums, details, scoped=cells, tolerances=tols,
                   readings=readings, robustness=robust, kinds=kinds)
 
@@ -189,7 +191,7 @@ def _c5_robustness(p: pd.DataFrame, cfg: Mapping, windows, baseline_fraction, ba
     return robust
 
 
-def _open_parameters(p: pd.DataFrame) -> str:
+def open_parameters(p: pd.DataFrame) -> str:
     """Which values of the parameter the paper leaves open (the sinks' value norm) the data tests, and why."""
     norms = sorted(p["sink_v_scale"].unique()) if "sink_v_scale" in p.columns else []
     return ("open in the paper, the sinks' value norm: tested at sink_v_scale " + ", ".join(f"{v:g}" for v in norms)

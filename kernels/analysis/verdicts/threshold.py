@@ -9,10 +9,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from pcast.analysis.summaries import knee_summary
 from pcast.analysis.text import short
 from pcast.analysis.tolerance import closed_form_offset, crossing_tolerances
 from pcast.analysis.verdicts.common import (ARTIFACTS_CHOICE, Choice, Subcase, across_readings, choice, combine,
                                             family_z, result)
+from pcast.analysis.verdicts.mse import norm_source
 
 __all__ = ["claim_c4", "crossing_tolerances", "onset_span", "reference_noise"]
 
@@ -22,10 +24,10 @@ def onset_span(onset_fraction: float, sigma: float = 1.0) -> float:
     return float(-sps.norm.ppf(onset_fraction) * sigma)
 
 
-def _crossings(t: pd.DataFrame, level: float) -> tuple[list[Subcase], list[str]]:
+def _crossings(t: pd.DataFrame, level: float) -> list[Subcase]:
     """One sub-case per (ksink, S): the predicted Δc inside the measured crossing's widened CI."""
     tol = crossing_tolerances(t, level)
-    subs, details = [], []
+    subs = []
     for (_, r), w in zip(t.iterrows(), tol):
         name = f"underflow crossing, ksink={int(r['ksink'])}, S={r['scale']:g}"
         if not np.isfinite(r["dc_meas"]):
@@ -35,7 +37,7 @@ def _crossings(t: pd.DataFrame, level: float) -> tuple[list[Subcase], list[str]]
         dom = (f"predicted {short(r['dc_pred'])}, measured {short(r['dc_meas'])} [{short(r['dc_lo'])}, "
                f"{short(r['dc_hi'])}], diff {short(r['diff'])}, tolerance ±{short(w, 3)}")
         subs.append(Subcase(name, "PASS" if ok else "FAIL", dom))
-    return subs, details
+    return subs
 
 
 def reference_noise(collapse: pd.DataFrame | None, reference: str) -> dict:
@@ -78,7 +80,7 @@ def _knees(knees: pd.DataFrame, onset: float, grid_max: float, noise: Mapping,
                 v = "FAIL"
                 words += "; no knee on the grid although Δc lies on it" + (
                     f" (peak ratio above the seed-to-seed spread {short(spread, 3)}×)" if np.isfinite(spread) else "")
-        subs.append(Subcase(name, v, words))
+        subs.append(Subcase(name, v, words, {"sink_v_scale": float(k["sink_v_scale"])} if "sink_v_scale" in k else {}))
     return subs
 
 
@@ -90,8 +92,8 @@ def _c4_readings(crossings: list[Subcase], knee_subs: list[Subcase]) -> list[Sub
         out.append(Subcase("precision loss = half the non-sink P underflows (the crossing)", combine(crossings),
                            f"{sum(c.verdict == 'PASS' for c in crossings)} of {len(crossings)} (ksink, S) within "
                            "tolerance"))
-    norms = sorted({s.name.split("sink_v_scale=")[1] for s in knee_subs if "sink_v_scale=" in s.name}, key=float)
-    groups = [(f", sink_v_scale={v}", [s for s in knee_subs if s.name.endswith(f"sink_v_scale={v}")]) for v in norms]
+    norms = sorted({s.params["sink_v_scale"] for s in knee_subs if "sink_v_scale" in s.params})
+    groups = [(f", sink_v_scale={v:g}", [s for s in knee_subs if s.params.get("sink_v_scale") == v]) for v in norms]
     if knee_subs and not norms:
         groups = [("", knee_subs)]
     for tag, these in groups:
@@ -119,13 +121,9 @@ def _c4_robustness(judge, knees: pd.DataFrame, onset: float, cfg: Mapping, paire
                    stats_cfg: Mapping | None, sink_norms: pd.DataFrame | None) -> list[Choice]:
     """C4's choices: the knee factor (knees recomputed from ``paired``), the onset fraction, the no-knee rule, the
     sinks' value norms tested; ``judge(knees, onset, rule)`` gives the readings."""
-    from pcast.analysis.verdicts.mse import norm_source
-
     alt = cfg.get("alternatives") or {}
     robust = []
     if paired is not None and stats_cfg is not None:
-        from pcast.analysis.summaries import knee_summary
-
         robust.append(choice("the MSE knee's factor", "statistics.knee_factor", float(stats_cfg["knee_factor"]),
                              f"{ARTIFACTS_CHOICE}: the P cast's error at least the reference's whole error (a "
                              "factor 2); the paper names no factor",
@@ -176,7 +174,7 @@ def claim_c4(thresholds: pd.DataFrame, knees: pd.DataFrame | None, cfg: Mapping,
     if thresholds.empty:
         return result("C4", "INCONCLUSIVE", crit, {}, ["no threshold data"], tolerances=tols, readings=[],
                       kinds=kinds)
-    crossings, _ = _crossings(thresholds.sort_values(["scale", "ksink"]), level)
+    crossings = _crossings(thresholds.sort_values(["scale", "ksink"]), level)
     reference = knees["reference"].iloc[0] if knees is not None and len(knees) else None
     noise = reference_noise(collapse, reference) if reference else {}
 

@@ -1,4 +1,4 @@
-"""Atomic writes: every file the pipeline writes appears complete under its final name, or not at all.
+"""Atomic writes: every file the pipeline and the audit write appears complete under its final name, or not at all.
 
 Each writer writes to a temporary file in the destination directory and :func:`os.replace`\\ s it
 over the target, so an interrupted job never leaves a partial file under its final name.
@@ -68,7 +68,7 @@ def canonical_safetensors(data: bytes) -> bytes:
 def atomic_write_safetensors(path: str | os.PathLike, tensors, metadata: dict[str, str] | None = None) -> None:
     """``tensors`` (name -> torch tensor) and ``metadata`` (str -> str) as a safetensors file whose bytes
     depend only on them (:func:`canonical_safetensors`), written through :func:`atomic_path`."""
-    from safetensors.torch import save
+    from safetensors.torch import save  # lazy: torch-free at import
 
     data = canonical_safetensors(save(tensors, metadata=metadata))
     with atomic_path(path) as tmp:
