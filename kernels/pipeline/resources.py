@@ -52,6 +52,7 @@ UNMODELLED = {
     "realmodel_": (3000, 60),
     "stats_": (2000, 30),
     "tensorcore": (2000, 30),  # the tensorcore experiment: one job, n = 512 by default (plan: its CPU time)
+    "table_deployed": (2000, 30),  # T10 runs the deployed kernels interpreted: about a minute of CPU by default
 }
 #: Rules (names or prefixes) that run where Snakemake schedules (``localrule: True``), never on SLURM.
 LOCAL_RULES = ("tidy_table", "fig_", "table_", "claims")
@@ -129,7 +130,9 @@ def resource_table(config: Mapping, cal: Mapping | None) -> list[dict]:
 
 
 def is_local(rule: str) -> bool:
-    """Whether the rule is one of :data:`LOCAL_RULES`."""
+    """Whether the rule is one of :data:`LOCAL_RULES` (a rule with fixed resources in :data:`UNMODELLED` never is)."""
+    if rule in UNMODELLED:
+        return False
     return any(rule == p or (p.endswith("_") and rule.startswith(p)) for p in LOCAL_RULES)
 
 

@@ -235,7 +235,7 @@ def test_the_registry_names_every_figure_and_table():
                        "fig_conformance", "fig_policies", "fig_realmodel_heads", "fig_realmodel_theory",
                        "fig_realmodel_outputs", "fig_fp4", "fig_decode", "fig_tensorcore")
     assert TABLES == ("table_paired_tests", "table_scales", "table_thresholds", "table_conformance", "table_policies",
-                      "table_realmodel", "table_fp4", "table_decode", "table_cases")
+                      "table_realmodel", "table_fp4", "table_decode", "table_cases", "table_deployed")
 
 
 def test_every_registered_output_has_a_rule_a_script_and_a_caption():

@@ -164,6 +164,8 @@ rule table_deployed:
         f"{ANALYSIS_BENCH}/table_deployed.tsv"
     conda:
         "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("table_deployed"),
     params:
         code=library_code("table_deployed"),
         spec=config["experiments"]["deployed"],
