@@ -2,7 +2,7 @@
 
 The command line is :mod:`pcast.cli.audit` (``pcast-audit``); this package is the work behind it.
 Modules: :mod:`pcast.audit.settings` (the audit's settings, one frozen value built once from the flags or
-:func:`pcast.audit_kernel`'s keywords, every check before any work), :mod:`pcast.audit.kernel` (your kernel itself beside its policy's prediction),
+:func:`pcast.audit.kernel.audit_kernel`'s keywords, every check before any work), :mod:`pcast.audit.kernel` (your kernel itself beside its policy's prediction),
 :mod:`pcast.audit.flags` (your policy from its flags, ``--fail-on``, the log2-offset warning),
 :mod:`pcast.audit.files` (files, layers, layout, policies, checks, estimate), :mod:`pcast.audit.heads`
 (runs, rows, ksink detection, worst head), :mod:`pcast.audit.measure` (per-head measures),

@@ -155,7 +155,7 @@ def predict_kernel(settings: AuditSettings, layers, runs) -> tuple:
 
 def run_kernel(settings: AuditSettings, layers, prediction):
     """With ``--kernel``: the callable on every layer (heads batched, in the file's dtype) beside its policy's
-    prediction (``prediction``: :func:`predict_kernel`'s; :func:`pcast.audit.kernel.measure_kernel`), with the
+    prediction (``prediction``: :func:`predict_kernel`'s; ``pcast.audit.kernel.measure_kernel``), with the
     differing option searched on the first layer whose heads disagree."""
     if prediction is None:
         return None

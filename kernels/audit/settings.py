@@ -1,5 +1,5 @@
 """The audit's settings: one frozen, typed value built once, by :func:`audit_settings`, from the command line's
-flags (:mod:`pcast.cli.audit`) or from :func:`pcast.audit_kernel`'s keywords.
+flags (:mod:`pcast.cli.audit`) or from :func:`pcast.audit.kernel.audit_kernel`'s keywords.
 
 Every check runs here, before any work, and each error names the flag (or, from Python, the keyword) and what is
 allowed. The modules of :mod:`pcast.audit` read what they need from the :class:`AuditSettings` they are given.
@@ -26,7 +26,7 @@ __all__ = ["AuditSettings", "audit_settings", "load_kernel", "AUDIT_BACKENDS"]
 #: The backends ``--backend`` accepts (the float64 reference is every row's baseline, not a row).
 AUDIT_BACKENDS = ("auto", "triton", "emulator")
 
-#: How :func:`pcast.audit_kernel` names the settings it takes, where its keyword differs from the field.
+#: How :func:`pcast.audit.kernel.audit_kernel` names the settings it takes, where its keyword differs from the field.
 _API_NAMES = {"kernel_allow": "allow", "kernel_policy": "policy"}
 
 
@@ -216,7 +216,7 @@ _DEFAULTS = {"inputs": None, "layers": (), "layout": None, "causal": False, "cau
 
 def audit_settings(*, api: bool = False, **keywords) -> AuditSettings:
     """The :class:`AuditSettings` of one audit, every value checked before any work; ValueError naming the flag
-    (``api``: the keyword of :func:`pcast.audit_kernel`) and what is allowed.
+    (``api``: the keyword of :func:`pcast.audit.kernel.audit_kernel`) and what is allowed.
 
     Keywords (the command line's flags, and their defaults): ``inputs``, ``layers``, ``layout``, ``causal``,
     ``causal_align``, ``ksink`` (``"1"``: an int or ``auto``), ``sm_scale``, ``sink_logit``, ``backend``,

@@ -140,7 +140,7 @@ def add_policy_flags(ap) -> None:
 
 def settings(args: argparse.Namespace) -> AuditSettings:
     """The parsed flags as the audit's settings, by :func:`pcast.audit.settings.audit_settings` (the function
-    :func:`pcast.audit_kernel` builds its own with); ValueError naming a flag."""
+    :func:`pcast.audit.kernel.audit_kernel` builds its own with); ValueError naming a flag."""
     return audit_settings(
         inputs=args.inputs, layers=args.layer, layout=args.layout, causal=args.causal, causal_align=args.causal_align,
         ksink=args.ksink, sm_scale=args.sm_scale, sink_logit=args.sink_logit, backend=args.backend,

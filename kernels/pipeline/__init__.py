@@ -51,7 +51,7 @@ module                      concern
 :mod:`.tables`              fixed text form (``format_value``, ``%.10g``), CSV text and reading,
                             shard tables merged into sorted tidy tables (``merge_tidy``,
                             ``merge_timing``), the benchmark summary (``summarize_benchmarks``).
-:mod:`.files`               atomic writes (``atomic_path``, ``atomic_write_text``): an interrupted
+:mod:`pcast.host.files`     atomic writes (``atomic_path``, ``atomic_write_text``): an interrupted
                             job never leaves a partial file under its final name.
 :mod:`.logs`                a rule's log and traceback (``rule_log``, ``setup_logging``,
                             ``logged_errors``, ``progress``).

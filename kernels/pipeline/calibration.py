@@ -25,7 +25,7 @@ PIPELINE_KEYS = EMULATOR_KEYS + ("o_call", "o_p", "o_s", "o_v", "o_refa", "o_ref
 def calibrate(*, n: int = 1024, d: int = 64, repeats: int = 3) -> dict:
     """This machine's calibration, whole: the emulator's parts (:func:`pcast.host.calibration.emulator_costs` at
     ``n``, ``d``), the fixed costs of one call on tiny stacks (:func:`_fixed_costs`), the decode experiment's parts
-    (:func:`_decode_costs`) and a shard's first calls (:func:`_first_calls`), with :func:`machine_key`. About
+    (:func:`_decode_costs`) and a shard's first calls (:func:`_first_calls`), with :func:`pcast.host.calibration.machine_key`. About
     five seconds, plus importing torch."""
     import torch  # lazy: the run plan imports this module without torch (pcast.pipeline.plan)
 

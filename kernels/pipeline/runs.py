@@ -36,7 +36,7 @@ from pcast.pipeline.tables import csv_text
 from pcast.reference import reference_stack
 
 __all__ = ["run_sweep_shard", "delta_chunks", "value_stack", "backend_note",
-           "finish_shard"]
+           "finish_shard", "Tally"]
 
 log = logging.getLogger("pcast.pipeline")
 

@@ -7,7 +7,7 @@ black-box kernel implements (docs/probes.md).
   and observable; :func:`default_probes` and, for slow black boxes, :func:`small_probes`.
 - :mod:`pcast.probes.expect`: a policy's expected output and diagnostics on a probe (the emulator), the
   exact output (the reference), and a black box run on a probe with its output checked.
-- :class:`Shape`: a probe laid out as a kernel takes it (head dimension, input dtype, B, H, grouped-query heads,
+- :class:`pcast.probes.inputs.Shape`: a probe laid out as a kernel takes it (head dimension, input dtype, B, H, grouped-query heads,
   a causal mask).
 - :func:`fingerprint`: the preset (or the group no probe tells apart) a callable matches, or a near match with
   the rows it misses and the options that explain them; whether it takes learned sinks; its distance to each

@@ -29,7 +29,7 @@ from pcast.probes.expect import (ALLOW, ATOL, OUTSIDE, RTOL, PolicyCheck, SinkSu
 from pcast.probes.inputs import Shape, default_probes, small_probes
 
 __all__ = ["fingerprint", "Fingerprint", "Param", "PARAM_GRID", "distance", "TOLERANCE_NOTE", "candidate_set",
-           "NEAR", "explain", "observe"]
+           "NEAR", "explain", "observe", "Scorer"]
 
 # The values each option is tried at (block_m is absent: query rows are independent, so it never shows).
 PARAM_GRID = {

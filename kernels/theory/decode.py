@@ -7,7 +7,7 @@ of docs/interfaces.md, "Decode-time attention") each split has its own running m
 the sinks only when block 0 is in its split and is visited at or before the key's block: in forward order,
 every key of split 0; in reverse order, only block 0's own keys (block 0 is visited last in its split).
 :func:`split_underflow_fraction` gives the expected non-sink underflow fraction (leading order, or exact by
-quadrature, per block: :func:`pcast.theory.collapse.p_under` with the keys the block's max has met), and
+quadrature, per block: ``pcast.theory.collapse.p_under`` with the keys the block's max has met), and
 :func:`split_critical_delta` the Δ at which it reaches one half: ``c - σ·δ_k + σ·Φ⁻¹(1 / (2A))`` with A the
 share of non-sink keys that meet the sinks, or infinity when A < 1/2 (the fraction never crosses).
 
@@ -80,7 +80,7 @@ def split_underflow_fraction(delta, S: float, *, num_splits: int, layout: str = 
 
     ``"leading"``: ``A·Φ((Δ + σ·δ_k - c)/σ)`` with ``c = log_threshold + ln S`` and A = :func:`meet_share`
     (keys that do not meet the sinks are taken to give 0). ``"exact"``: per block, the probability that a
-    non-sink key lies ``c`` below the max of the keys its split has met (:func:`pcast.theory.collapse.p_under`),
+    non-sink key lies ``c`` below the max of the keys its split has met (``pcast.theory.collapse.p_under``),
     averaged over keys. ``delta``: a number or an array (the result has its shape)."""
     f = get_p_format(fmt)
     c = f.log_threshold + math.log(S)

@@ -3,7 +3,7 @@
 * :mod:`.kernel`: the attention program (``_attn_fwd`` with its KV loop ``_attn_fwd_inner``), the
   bit-exact software FP8 rounding and the launchers;
 * :mod:`.interpret`: Triton's interpreter for CPU tensors, leaving ``triton.language`` as it found it;
-* :mod:`.fp8cast`: :func:`fp8_cast_fixed`, a correct FP8 downcast (nearest-even, satfinite) for any kernel the interpreter runs;
+* :mod:`.fp8cast`: :func:`pcast.triton.fp8cast.fp8_cast_fixed`, a correct FP8 downcast (nearest-even, satfinite) for any kernel the interpreter runs;
 * :mod:`.rounding`: ``fp8_round``, the bit-exact software FP8 rounding every program shares;
 * :mod:`.policy`: the P-policy options inside the KV loop (exp2 offset, lazy rescale, sinks);
 * :mod:`.fp4`: microscaled FP4 P inside each block;

@@ -274,7 +274,7 @@ def test_smoke_every_figure_and_table(smoke_run):
     verdict = json.loads((fig_dir / "claims.json").read_text())
     assert verdict["preset"] == "smoke"
     assert set(verdict["claims"]) == {"C1", "C2", "C3", "C4", "C5", "C6", "paper", "audit", "realmodel", "fp4", "decode",
-                                      "tensorcore", "cases", "conformance"}
+                                      "tensorcore", "cases", "deployed", "conformance"}
     assert all(c["verdict"] in ("PASS", "PARTIAL", "FAIL", "INCONCLUSIVE") for c in verdict["claims"].values())
     assert "## C1:" in (fig_dir / "claims.md").read_text()
     assert "C1: " in (logs / "claims.log").read_text()

@@ -172,7 +172,7 @@ def claim_c6(paired: pd.DataFrame, cfg: Mapping, dc_onset: float | None = None, 
              stats_cfg: Mapping | None = None) -> dict:
     """Same precision floor: TOST equivalence of each fix with the combined fix, per Δ, over the claim's domain.
 
-    The domain: Δ below forward S's predicted Δc (:func:`c6_domain_limit`, from pcast.theory), where both fixes
+    The domain: Δ below forward S's predicted Δc (``c6_domain_limit``, from pcast.theory), where both fixes
     apply; the rows at and beyond it are judged the same way, shown as ``beyond_domain`` and never in the verdict.
     For each listed pair (settings) and sink_v_scale (readings), the Δ where TOST (on log MSE, the margin of the
     ``statistics`` section) rejects non-equivalence at ``alpha`` (Holm-adjusted p over the T1 family's rows in the
