@@ -154,7 +154,9 @@ def show_plan(cfg, cal):
     rows = plan.plan_rows(cfg, cal) + [plan.tensorcore_row(cfg)]
     if "deployed" in cfg["experiments"]:
         tokens = int(cfg["experiments"]["realmodel"]["tokens"])
-        rows.append(plan.deployed_row(cfg, keys=tokens, fetched=deployed_fetched() != "none"))
+        rows.append(
+            plan.deployed_row(cfg, keys=tokens, fetched=deployed_fetched() != "none")
+        )
     print(plan.format_plan(rows, cfg["preset"], mem, cal), file=sys.stderr)
 
 
