@@ -29,7 +29,7 @@ from pcast.probes import fingerprint, row_mismatches, small_probes
 __all__ = ["T10_COLUMNS", "t10_rows"]
 
 T10_COLUMNS = ("kernel", "release", "file", "function", "preset", "fingerprint", "probe_rows_outside", "probe_rows",
-               "heads", "real_rows_outside", "real_rows", "rel_mse_measured", "rel_mse_predicted", "seconds",
+               "heads", "real_rows_outside", "real_rows", "rel_mse_measured", "rel_mse_predicted",
                "status", "reason")
 
 
@@ -73,7 +73,8 @@ def _row(name: str, tensors: dict, layer: int, heads: int, rows: int) -> dict:
 
 
 def t10_rows(tensors: dict, *, layer: int = 0, heads: int = 2, rows: int = 32, kernels=None) -> list[dict]:
-    """T10's rows (:data:`T10_COLUMNS`); INCONCLUSIVE rows naming the fetch command without the wheels."""
+    """T10's rows (:data:`T10_COLUMNS`, and ``seconds`` for the log only: a timing never enters the table's bytes);
+    INCONCLUSIVE rows naming the fetch command without the wheels."""
     gone = set(missing())
     out = []
     for name in kernels or ADAPTERS:

@@ -28,4 +28,4 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
     Path(out.md).write_text(tables.to_markdown(display, caption=CAPTION), encoding="utf-8")
     Path(out.tex).write_text(tables.to_booktabs(display, caption=CAPTION, label="tab:deployed",
                                                 align="lllllrrrrll"), encoding="utf-8")
-    log.info("T10: %s", {r["kernel"]: (r["status"], r["seconds"]) for r in rows})
+    log.info("T10: %s", {r["kernel"]: (r["status"], r.get("seconds")) for r in rows})
