@@ -31,11 +31,13 @@ from pcast.probes.inputs import Shape, default_probes, small_probes
 __all__ = ["fingerprint", "Fingerprint", "Param", "PARAM_GRID", "distance", "TOLERANCE_NOTE", "candidate_set",
            "NEAR", "explain", "observe"]
 
-# The values each option is tried at (block_m is absent: query rows are independent, so it never shows).
+# The values each option is tried at (block_m shows only under the tile modes, where the rows of a tile share
+# a scale; the tile probe fills a tile of each of its values up to its rows).
 PARAM_GRID = {
     "order": ("forward", "reverse"),
     "scale": (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 448.0),
-    "scale_mode": ("multiply", "exp2_offset"),
+    "scale_mode": ("multiply", "exp2_offset", "per_row", "tile_max", "tile_max_padded"),
+    "block_m": (16, 32, 64, 128),
     "rescale_threshold": (0.0, 2.0, 4.0, 8.0),
     "sink_mode": ("final", "init"),
     "fmt": ("e4m3fn", "e5m2", "bf16", "fp16"),
@@ -47,6 +49,9 @@ PARAM_GRID = {
 }
 # Partition-normalised P takes its exact max and sum first: the contract allows it only with these values.
 _PARTITION_ONLY = {"scale_mode": "multiply", "rescale_threshold": 0.0, "rowsum": "unrounded"}
+# A dynamic scale (docs/interfaces.md, "Dynamic P scales") is allowed only with these values and an FP8 P.
+_DYNAMIC_MODES = ("per_row", "tile_max", "tile_max_padded")
+_DYNAMIC_ONLY = {"scale": 1.0, "rescale_threshold": 0.0, "num_splits": 1, "p_normalize": "online", "sink_mode": "final"}
 
 TOLERANCE_NOTE = (f"tolerance: |out - expected| <= {ATOL:g} + {RTOL:g}·|expected| per element (float32 summation "
                   f"order and exp by ex2.approx, 2 ulp); a candidate is named only when no row lies outside it, "
@@ -184,6 +189,8 @@ def _moved(cur: Policy, name: str, value) -> Policy:
     """``cur`` with option ``name`` at ``value``; moving to partition-normalised P also takes the values
     the contract requires with it (:data:`_PARTITION_ONLY`)."""
     extra = _PARTITION_ONLY if (name, value) == ("p_normalize", "partition") else {}
+    if name == "scale_mode" and value in _DYNAMIC_MODES:
+        extra = {**_DYNAMIC_ONLY, "fmt": cur.fmt if cur.fmt in ("e4m3fn", "e5m2") else "e4m3fn"}
     return cur.replace(**{name: value, **extra})
 
 
