@@ -157,16 +157,13 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
     sink_init = sink_logit is not None and sink_mode == "init"
     pv = None if pv_arith == "fp32" else once(("pv", vk, pad, pv_arith, fmt.name), lambda: _tc.pv_operands(
         v, H, Nk, pad, v_fmt, v_scale, pv_arith, fmt))
-    ex = None
-    if _ex.eligible(fmt, scale_mode, p_normalize):
-        ex = once(("bounds", qk, sm_scale, pad, block_n), lambda: _ex.bounds(
-            qs, kf.transpose(-1, -2), block_n, 1.0 if sm_pow2 else sm_scale))
+    ex = once(("bounds", qk, sm_scale, pad, block_n), lambda: _ex.bounds(qs, kf.transpose(-1, -2), block_n, 1.0 if sm_pow2
+              else sm_scale)) if _ex.eligible(fmt, scale_mode, p_normalize) else None
     dyn = scale_mode in DYNAMIC_SCALE_MODES
     return _Call(qs=qs, kT=kf.transpose(-1, -2), vf=vf, visible=visible, ex=ex,
                  **dynamic_layout(scale_mode, fmt, Nq, Nk, block_n, block_m, causal, causal_offset, q.device),
                  nblk=nblk, block_n=block_n, ks=min(ksink, Nk), sm_scale=sm_scale, sm_pow2=sm_pow2,
-                 reverse=reverse, fmt=fmt, mx=isinstance(fmt, MXFormat), per_row=dyn,
-                 rowsum_rounded=rowsum_rounded,
+                 reverse=reverse, fmt=fmt, mx=isinstance(fmt, MXFormat), per_row=dyn, rowsum_rounded=rowsum_rounded,
                  # Eager multiply: p <= 1 (each block's max is folded into m before its p is taken),
                  # so p*S <= S. A stale max (tau > 0) or exp2's rounded offset can exceed S.
                  scales=tuple(_Scale(scale=s, check_saturation=fmt is not None and not isinstance(fmt, MXFormat) and (

@@ -37,7 +37,7 @@ ALLOWED["deployed"] = {"triton", "policies", "contract", "formats"}  # deployed 
 ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "analysis", "probes", "cases", "deployed"}
 ALLOWED["audit"] = set(ALLOWED["pipeline"]) | {"pipeline"}
 ALLOWED["cli"] = set(ALLOWED["audit"]) | {"audit"}
-ROOT_MODULES = {"pcast", "pcast.api", "pcast.api_multi", "pcast.api_decode", "pcast.api_inputs", "pcast.aot", "pcast.result"}
+ROOT_MODULES = {"pcast", "pcast.api", "pcast.api_multi", "pcast.api_decode", "pcast.api_dynamic", "pcast.api_inputs", "pcast.aot", "pcast.result"}
 
 
 def _modules() -> dict[str, Path]:
