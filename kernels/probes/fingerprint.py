@@ -242,6 +242,7 @@ class _Scorer:
         for _ in range(4):
             moved = False
             for name, grid in PARAM_GRID.items():
+                grid = tuple(dict.fromkeys((getattr(cur, name), *grid)))  # a preset's own tile may lie off the grid
                 scores = {v: self.score(_moved(cur, name, v)) for v in grid}
                 if scores[getattr(cur, name)] > min(scores.values()):
                     cur = _moved(cur, name, min(scores, key=scores.get))
