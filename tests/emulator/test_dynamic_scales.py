@@ -89,3 +89,16 @@ def test_refused_before_any_work(kw, word):
     q, k, v = _inputs(nq=16, nk=64)
     with pytest.raises(ValueError, match=word.replace("(", r"\(").replace(".", r"\.")):
         pcast.attention(q, k, v, **({"backend": "emulator"} | kw))
+
+
+def test_audit_flag_takes_the_dynamic_modes_at_s_1():
+    import argparse
+
+    from pcast.audit.flags import add_policy_flags, yours
+
+    ap = argparse.ArgumentParser()
+    add_policy_flags(ap)
+    for mode, want in (("tile_max", "tile_max"), ("row_block_max", "per_row")):
+        p = yours(ap.parse_args(["--scale-mode", mode, "--block-m", "64"]))
+        assert (p.scale_mode, p.scale, p.block_m) == (want, 1.0, 64)
+    assert yours(ap.parse_args([])).scale == 256.0  # a static scale keeps the recommended default
