@@ -219,16 +219,19 @@ def learned_sink(n: int = 256, sigma: float = 6.0, depths=(0.0, 1.0, 2.0, 3.0)) 
                  _rows(rows), sink_logit=sigma)
 
 
-def tile_fill(n: int = 256, rows: int = 64, shallow: float = 5.0, deep: float = 14.0) -> Probe:
+def tile_fill(n: int = 256, rows: int = 64, shallow: float = 3.0, deep: float = 8.5) -> Probe:
     """``rows`` query rows (a whole tile of up to ``rows`` rows, so no padding sets a tile's max): key 0 at 0,
     the other keys at −x_r, x_r from ``shallow`` to ``deep`` along the rows, then interleaved so that every tile
     of 16 rows or more holds a shallow row. After the first KV block a dynamic scale lifts the tail to the
-    format's top (per row, or per tile to its shallowest row) where a static S leaves it many grid steps lower."""
+    format's top (per row, or per tile to its shallowest row) where a static S leaves it many grid steps lower
+    (S = 1: in E4M3's subnormals and below). The depths stop at 8.5, where S = 128 still casts the tail to
+    normal values, so static scales from 128 up (a power of two apart) cast it alike and the probe does not
+    outweigh the others in telling static scales apart."""
     depth = torch.linspace(shallow, deep, rows)
     depth = depth.view(-1, rows // 4).T.reshape(-1) if rows % 4 == 0 else depth  # a shallow row in every 16
     logits = torch.cat([torch.zeros(rows, 1), (-depth)[:, None].expand(rows, n - 1)], 1)
     return Probe(f"tile-fill-{rows}x{n}", "a full tile of rows whose max is the first key and whose tail lies "
-                 "5 to 14 below it: a static S leaves the deep tails near or below the format's underflow, a "
+                 "3 to 8.5 below it: a static S leaves the deep tails near or below the format's underflow, a "
                  "dynamic scale lifts each later block (per row, or per tile of block_m rows to the tile's "
                  "shallowest row)", "out[...,2] (the tail's share); out[...,0] - 1", logits.contiguous())
 
