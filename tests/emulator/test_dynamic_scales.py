@@ -78,6 +78,8 @@ def test_padded_rows_pin_the_tile_max_at_one():
 
 @pytest.mark.parametrize("kw, word", [
     (dict(scale_mode="tile_max", backend="triton"), "backend"),
+    (dict(scale_mode="per_row", fmt="e4m3fn", backend="triton"), "scale_mode='per_row' with fmt='e4m3fn'"),
+    (dict(scale_mode="per_row", fmt="mxfp4"), "fmt='mxfp4'"),
     (dict(scale_mode="per_row", scale=2.0), "scale=2.0"),
     (dict(scale_mode="tile_max", rescale_threshold=4.0), "rescale_threshold"),
     (dict(scale_mode="tile_max", fmt="bf16"), "fmt='bf16'"),
