@@ -104,3 +104,12 @@ def test_audit_flag_takes_the_dynamic_modes_at_s_1():
         p = yours(ap.parse_args(["--scale-mode", mode, "--block-m", "64"]))
         assert (p.scale_mode, p.scale, p.block_m) == (want, 1.0, 64)
     assert yours(ap.parse_args([])).scale == 256.0  # a static scale keeps the recommended default
+
+
+def test_attention_calls_run_a_tile_mode_as_attention_does():
+    q, k, v = _inputs(nq=200, nk=3072)  # 85 rows a chunk of the shared calls: not whole tiles of 64
+    calls = [dict(scale_mode="tile_max", block_m=64), dict(scale=256.0)]
+    got = pcast.attention_calls(q, k, [v], calls)
+    for res, kw in zip(got, calls):
+        one = pcast.attention(q, k, v, backend="emulator", **kw)
+        assert torch.equal(res[0].out, one.out) and torch.equal(res[0].underflow, one.underflow)
