@@ -198,16 +198,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
        "multiply": ``p = exp(s - m_new)``, ``alpha = exp(m - m_new)``; "exp2_offset":
        ``x = exp2(s·L - (m_new·L - log2 S))``, ``alpha = exp2(m·L - m_new·L)``. With ``sink_logit`` σ and
        ``sink_mode="init"`` (vLLM) m starts at σ and l at the sink's value.
-    3. cast: ``p_q = quantize(x, fmt)`` with x = p·S ("multiply"): RNE on the FP8 grid, saturating at ±max;
-       dynamic scales ("per_row" alias "row_block_max", "tile_max", "tile_max_padded"; emulator for FP8):
-       S = target / max p over the block's row or its block_m-row tile, divided back at steps 4-5.
+    3. cast: ``p_q = quantize(x, fmt)`` with x = p·S ("multiply"): RNE on the FP8 grid, saturating at ±max.
     4. row sum: ``l = l·alpha + rowsum(u)``, u the UNROUNDED p or x (as FlashAttention-3, FlashInfer);
        ``rowsum="rounded"``: u = p_q / S ("multiply") or p_q ("exp2_offset").
     5. accumulate: ``acc = acc·alpha + p_q·V'`` in fp32 (V' = v cast to ``v_fmt`` as in step 1).
     6. normalise: ``sink_mode="final"`` adds ``exp(σ - m)`` (its exp2_offset form) to l; then
        ``out = acc / (l·S)`` ("multiply") or ``acc / l`` ("exp2_offset").
 
-    Details: docs/interfaces.md ("P policies"); step names: :data:`pcast.contract.STEPS`.
+    Details: docs/interfaces.md ("P policies"; S per row or tile: "Dynamic P scales"); steps: :data:`pcast.contract.STEPS`.
 
     Args:
         q: [B, H, Nq, d]; k, v: [B, H_kv, Nk, d], H_kv dividing H (query head h reads key/value head h // (H / H_kv));
