@@ -26,7 +26,7 @@ import torch
 from pcast.policies import POLICIES, Policy
 from pcast.probes.expect import (ALLOW, ATOL, OUTSIDE, RTOL, PolicyCheck, SinkSupport, _digest, as_policy, check_policy,
                                  expected_out, row_mismatches, run_box, sink_support)
-from pcast.probes.inputs import Shape, default_probes, small_probes
+from pcast.probes.inputs import Shape, default_probes, fitting, small_probes
 
 __all__ = ["fingerprint", "Fingerprint", "Param", "PARAM_GRID", "distance", "TOLERANCE_NOTE", "candidate_set",
            "NEAR", "explain", "observe"]
@@ -331,7 +331,7 @@ def fingerprint(fn, *, candidates=None, probes=None, device="cpu", params: bool 
         raise ValueError(f"allow={allow!r} is not allowed; allowed: a fraction in [0, 1)")
     cands = candidate_set(candidates)
     shape = _layout(d, dtype, batch, heads, kv_heads, causal)
-    probes = tuple((small_probes() if small else default_probes()) if probes is None else probes)
+    probes = fitting(small_probes() if small else default_probes(), shape) if probes is None else tuple(probes)
     kept, observed, sinks = observe(fn, probes, device, shape)
     sc = _Scorer(observed, kept, shape)
     dist, worst, checks = {}, {}, {}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 __all__ = ["Probe", "Shape", "PROBES", "make_probe", "probe_names", "default_probes", "small_probes", "UNIFORM_SIZES",
-           "BOUNDARY_LENGTHS", "DECODE_TILE", "tile_fill"]
+           "BOUNDARY_LENGTHS", "DECODE_TILE", "tile_fill", "fitting"]
 
 UNIFORM_SIZES = (128, 1024, 8192, 131072)  # N of the uniform probes
 BOUNDARY_LENGTHS = (31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)  # Nk at and across tile edges
@@ -298,6 +298,13 @@ PROBES = {
     "lagging-max": lagging_max, "boundary": boundary, "tile-fill": tile_fill, "learned-sink": learned_sink, "decode-sink": decode_sink,
     "decode-random": decode_random, "decode-tiles": decode_tiles, "decode-mix": decode_mix,
 }
+
+
+def fitting(probes, shape: Shape) -> tuple:
+    """The probes a layout holds: at a given head dimension d, those of at most d rows (one query row per
+    dimension), so a kernel at d < 64 runs without the 64-row tile probe (and a tile-max kernel with 64-row
+    tiles is then not told from a static scale)."""
+    return tuple(p for p in probes if shape.d is None or p.shape[0] <= max(shape.d, 4))
 
 
 def probe_names() -> tuple[str, ...]:

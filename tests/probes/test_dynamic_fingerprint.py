@@ -95,3 +95,12 @@ def test_padded_tile_kernel_is_not_a_static_scale_on_the_small_set():
     assert_policy(fn, {"name": "tile", "scale_mode": "tile_max_padded", "block_m": 64}, small=True, d=64, sinks=False)
     fp = fingerprint(fn, small=True, d=64, candidates=[{"name": "s448", "scale": 448.0}], params=False)
     assert fp.policy is None, str(fp)
+
+
+def test_a_layout_below_64_dimensions_leaves_the_tile_probe_out():
+    from pcast.probes.inputs import Shape, fitting
+
+    assert all(p.shape[0] <= 32 for p in fitting(small_probes(), Shape(d=32)))
+    assert len(fitting(small_probes(), Shape(d=64))) == len(small_probes())
+    fp = fingerprint(dynamic_kernel("row"), small=True, d=32, params=False)  # runs: no probe exceeds d
+    assert fp.policy is None
