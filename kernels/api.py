@@ -8,6 +8,7 @@ import torch
 
 from pcast.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
                        causal_offset, is_allowed, is_block_size)
+from pcast.api_dynamic import canonical_scale_mode, check_dynamic
 from pcast.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
 from pcast.api_inputs import as_policy, check_dtype, stamp_dtype as _stamp, triton_blocks, widen, widen_call
 from pcast.emulator.core import emulate_attention, emulate_attention_scales
@@ -70,11 +71,10 @@ def _is_format(f) -> bool:
 
 def _check_mx(fmt, scale, scale_mode, block_n) -> None:
     """A microscaled P format's constraints (docs/interfaces.md, "P in FP4 with microscaling")."""
-    if scale_mode == "per_row" and not (is_mx(fmt) and get_mx_format(fmt).name == "nvfp4"):
-        raise ValueError(f"scale_mode='per_row' is not allowed with fmt={fmt!r}; allowed: fmt='nvfp4'")
-    if scale_mode == "per_row" and scale != 1:
-        raise ValueError(f"scale={scale!r} is not allowed with scale_mode='per_row' (S_r is per row); allowed: 1.0")
     if is_mx(fmt):
+        if scale_mode in ("tile_max", "tile_max_padded"):
+            raise ValueError(f"scale_mode={scale_mode!r} is not allowed with fmt={get_mx_format(fmt).name!r}; "
+                             "allowed: 'multiply', 'per_row'")
         if scale_mode == "exp2_offset":
             raise ValueError(f"scale_mode='exp2_offset' is not allowed with fmt={get_mx_format(fmt).name!r}; "
                              "allowed: 'multiply', 'per_row'")
@@ -208,7 +208,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     6. normalise: ``sink_mode="final"`` adds ``exp(σ - m)`` (its exp2_offset form) to l; then
        ``out = acc / (l·S)`` ("multiply") or ``acc / l`` ("exp2_offset").
 
-    Details: docs/interfaces.md ("P policies"); step names: :data:`pcast.contract.STEPS`.
+    Details: docs/interfaces.md ("P policies"; S per row or tile: "Dynamic P scales"); steps: :data:`pcast.contract.STEPS`.
 
     Args:
         q: [B, H, Nq, d]; k, v: [B, H_kv, Nk, d], H_kv dividing H (query head h reads key/value head h // (H / H_kv));
@@ -266,6 +266,7 @@ def prepare_call(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
     """Check ``args`` (attention's arguments) and resolve the policy: the backend keywords, the backend
     that will run and the Triton kernel's block_m. Raises ValueError naming a bad argument."""
     o = _resolve({n: args[n] for n in _D}, args["policy"])
+    o["scale_mode"] = canonical_scale_mode(o["scale_mode"])
     causal, ksink, sm_scale, backend, sink_logit = (args[n] for n in ("causal", "ksink", "sm_scale", "backend",
                                                                       "sink_logit"))
     dec = {n: o.pop(n) for n, _ in DECODE_DEFAULTS}
@@ -274,6 +275,7 @@ def prepare_call(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
     offset = check_decode(q, k, {**o, **dec}, causal=causal, causal_align=args["causal_align"], backend=backend)
     _check_values(values)
     ran, block_m = triton_blocks(o["block_m"], o["block_n"], backend, resolve_backend(backend, q.device))
+    check_dynamic({**o, "sink_logit": sink_logit}, dec, ran=ran, pv_arith=args.get("pv_arith", "fp32"))
     if ran.startswith("triton") and offset and (is_mx(o["fmt"]) or o["scale_mode"] == "per_row"):
         raise ValueError(f"backend={backend!r} with causal_align='bottom_right' takes an FP8, bf16, fp16 or no P "
                          "cast; allowed: backend='emulator' for microscaled P")
@@ -347,7 +349,8 @@ def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:
                 ksink=ksink, block_n=o["block_n"], sm_scale=sm_scale, rowsum_rounded=o["rowsum"] == "rounded",
                 scale_mode=o["scale_mode"], rescale_threshold=float(o["rescale_threshold"]), sink_logit=sink_logit,
                 sink_mode=o["sink_mode"], qk_fmt=fmt_or_none(o["qk_fmt"]), qk_scale=operand_scale(o["qk_scale"]),
-                v_fmt=fmt_or_none(o["v_fmt"]), v_scale=operand_scale(o["v_scale"]))
+                v_fmt=fmt_or_none(o["v_fmt"]), v_scale=operand_scale(o["v_scale"]),
+                **({"block_m": o["block_m"]} if o["scale_mode"] in ("tile_max", "tile_max_padded") else {}))
 
 
 def _run_triton(q, k, v, *, compiled: bool, **kw):

@@ -102,7 +102,9 @@ def attention_calls(q: torch.Tensor, k: torch.Tensor, values, calls, **common) -
             raise ValueError(f"calls[{i}]: {e}") from None
     results: list = [None] * len(calls)
     # several splits or partition P: one emulator run per call (pcast.emulator.splits shares nothing)
-    emu = [i for i, (kw, ran, _) in enumerate(prepared) if ran == "emulator" and not is_split_call(kw)]
+    # (tile_max calls too: their chunks of rows must hold whole tiles, which the shared chunks do not keep)
+    emu = [i for i, (kw, ran, _) in enumerate(prepared) if ran == "emulator" and not is_split_call(kw)
+           and "block_m" not in kw]
     if emu:
         for i, (outs, diag) in zip(emu, emulate_calls(q, k, tuple(values), [prepared[i][0] for i in emu])):
             results[i] = emulator_results(outs, diag, "emulator")

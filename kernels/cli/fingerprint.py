@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--d", type=int, default=None, help="the kernel's head dimension (a multiple of 16 up to 256; "
                    "default: 16, 64 or 256, the smallest power of four that holds a probe's rows)")
     p.add_argument("--dtype", default="float32", help="the kernel's input dtype: float32 (default), bf16, fp16")
-    p.add_argument("--small", action="store_true", help="the small probe set (seven calls, at most 512 keys)")
+    p.add_argument("--small", action="store_true", help="the small probe set (eight calls, at most 512 keys)")
     p.add_argument("--batch", type=int, default=1, help="B of the probe tensors (default 1)")
     p.add_argument("--heads", type=int, default=1, help="H, query heads (default 1)")
     p.add_argument("--kv-heads", type=int, default=None, help="H_kv, key/value heads dividing H (default H)")

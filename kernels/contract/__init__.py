@@ -13,7 +13,7 @@ import struct
 import warnings
 
 __all__ = [
-    "SCALE_MODES", "SINK_MODES", "MX_FORMAT_NAMES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
+    "SCALE_MODES", "DYNAMIC_SCALE_MODES", "SCALE_MODE_ALIASES", "SINK_MODES", "MX_FORMAT_NAMES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
     "DIAGNOSTICS", "ORDERS", "BACKENDS", "BACKENDS_RAN", "ROWSUMS", "PAPER_SCALES", "COMBOS",
     "COMBO_LABELS", "combo_label", "HEAD_DIMS", "ATTENTION_HEAD_DIMS", "BLOCK_SIZES", "BLOCK_MULTIPLE", "is_block_size",
     "INPUT_DTYPES", "is_allowed",
@@ -47,9 +47,12 @@ def step_marker(n: int) -> str:
 # ----------------------------------------------------------------------------- policy options
 # The options of pcast.attention beyond the paper's order and S (docs/interfaces.md, "P policies").
 
-# x = exp(s - m)·S, or x = exp2(s·LOG2E - (m·LOG2E - log2 S)), or x = p·S_r with a per-row S_r per block
-# (nvfp4 only; SageAttention3's first-level scale, docs/interfaces.md "P in FP4 with microscaling")
-SCALE_MODES = ("multiply", "exp2_offset", "per_row")
+# x = exp(s - m)·S, or x = exp2(s·LOG2E - (m·LOG2E - log2 S)), or a dynamic scale (docs/interfaces.md,
+# "Dynamic P scales"): x = p·S_r with S_r = target / max p per row and KV block, or per (block_m x block_n)
+# tile with the rows past Nq taking no part or pinning the max at 1
+SCALE_MODES = ("multiply", "exp2_offset", "per_row", "tile_max", "tile_max_padded")
+DYNAMIC_SCALE_MODES = ("per_row", "tile_max", "tile_max_padded")
+SCALE_MODE_ALIASES = {"row_block_max": "per_row"}  # another name of a mode, normalised before any work
 SINK_MODES = ("init", "final")  # a learned sink logit seeds (m, l), or joins l after the last block
 # P formats with microscaling (pcast.formats.microscaling.MX_FORMATS, by name): P's fmt may be one of
 # these besides an FP8 format; Q, K and V casts are FP8 only

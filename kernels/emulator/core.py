@@ -34,10 +34,10 @@ from dataclasses import dataclass
 
 import torch
 
-from pcast.contract import DIAGNOSTICS, LOG2E, log2_scale
+from pcast.contract import DIAGNOSTICS, DYNAMIC_SCALE_MODES, LOG2E, log2_scale
 from pcast.formats import FP8Format
 from pcast.emulator.mx import cast_mx as _cast_mx, first_level as _first_level, group_positives as _group_positives
-from pcast.emulator.mx import per_row_scale as _per_row_scale
+from pcast.emulator.dynamic import chunk_rows, dynamic_layout, dynamic_scale as _dynamic_scale
 from pcast.formats.microscaling import MXFormat
 from pcast.formats.rounding import quantize_fast
 from pcast.emulator.parts import (block_weights, max_in_force, operand_cast, previous_max, running_max,
@@ -83,7 +83,7 @@ class _Call:
     scales: tuple  # (_Scale, ...): one per scale S; steps 3-6 run once for each (one only for exp2)
     fmt: FP8Format | MXFormat | None
     mx: bool  # fmt is microscaled (pcast.formats.microscaling): groups inside each block, a scale per group
-    per_row: bool  # scale_mode="per_row": x = p·S_r, S_r = PER_ROW_TARGET / (the block's row max of p)
+    per_row: bool  # a dynamic scale (pcast.emulator.dynamic): x = p·S_r, S_r = target / (the block's row or tile max)
     rowsum_rounded: bool
     exp2: bool  # scale_mode="exp2_offset"
     log2_s: float  # log2_scale(S), the exp2 offset (exp2_offset: step 2 depends on S, so one S a call)
@@ -94,6 +94,10 @@ class _Call:
     splits: tuple = (1, "contiguous", "online")  # num_splits, split_layout, p_normalize (pcast.emulator.splits)
     pv: _tc.PVOperands | None = None  # step 5 on an FP8 tensor core (pv_arith), else None: float32
     ex: _ex.Bounds | None = None  # the norms behind exact decisions (pcast.emulator.exact), None: not covered
+    tile: int = 0  # tile_max modes: block_m, the rows sharing one S per KV block; 0: none
+    pad_hit: torch.Tensor | None = None  # tile_max_padded: [nblk] blocks where the padded rows pin the max at 1
+    nq: int = 0  # query rows
+    target: float = 0.0  # a dynamic scale's target (pcast.api_dynamic.dynamic_target)
 
 
 def _operand(t, heads: int, n: int, pad: int, fmt, how):
@@ -115,7 +119,7 @@ def _visible(nq: int, nk: int, np_: int, causal: bool, device, offset: int = 0) 
 def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
             rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale, memo: dict | None = None,
             causal_offset: int = 0, num_splits: int = 1, split_layout: str = "contiguous",
-            p_normalize: str = "online", pv_arith: str = "fp32") -> _Call:
+            p_normalize: str = "online", pv_arith: str = "fp32", block_m: int = 64) -> _Call:
     """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask.
 
     ``scales``: the scales S (a tuple; several only with ``scale_mode="multiply"``, where steps 1-2 do
@@ -156,18 +160,17 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
     sink_init = sink_logit is not None and sink_mode == "init"
     pv = None if pv_arith == "fp32" else once(("pv", vk, pad, pv_arith, fmt.name), lambda: _tc.pv_operands(
         v, H, Nk, pad, v_fmt, v_scale, pv_arith, fmt))
-    ex = None
-    if _ex.eligible(fmt, scale_mode, p_normalize):
-        ex = once(("bounds", qk, sm_scale, pad, block_n), lambda: _ex.bounds(
-            qs, kf.transpose(-1, -2), block_n, 1.0 if sm_pow2 else sm_scale))
+    ex = once(("bounds", qk, sm_scale, pad, block_n), lambda: _ex.bounds(qs, kf.transpose(-1, -2), block_n, 1.0 if sm_pow2
+              else sm_scale)) if _ex.eligible(fmt, scale_mode, p_normalize) else None
+    dyn = scale_mode in DYNAMIC_SCALE_MODES
     return _Call(qs=qs, kT=kf.transpose(-1, -2), vf=vf, visible=visible, ex=ex,
+                 **dynamic_layout(scale_mode, fmt, Nq, Nk, block_n, block_m, causal, causal_offset, q.device),
                  nblk=nblk, block_n=block_n, ks=min(ksink, Nk), sm_scale=sm_scale, sm_pow2=sm_pow2,
-                 reverse=reverse, fmt=fmt, mx=isinstance(fmt, MXFormat), per_row=scale_mode == "per_row",
-                 rowsum_rounded=rowsum_rounded,
+                 reverse=reverse, fmt=fmt, mx=isinstance(fmt, MXFormat), per_row=dyn, rowsum_rounded=rowsum_rounded,
                  # Eager multiply: p <= 1 (each block's max is folded into m before its p is taken),
                  # so p*S <= S. A stale max (tau > 0) or exp2's rounded offset can exceed S.
                  scales=tuple(_Scale(scale=s, check_saturation=fmt is not None and not isinstance(fmt, MXFormat) and (
-                     s > fmt.max_finite or exp2 or rescale_threshold > 0)) for s in scales),
+                     s > fmt.max_finite or exp2 or rescale_threshold > 0 or dyn)) for s in scales),
                  exp2=exp2, log2_s=log2_scale(scales[0]), tau=rescale_threshold,
                  sink=None if sink_logit is None else sink_logit.reshape(G).to(torch.float32), sink_init=sink_init,
                  cummax=rescale_threshold == 0 and not sink_init, splits=(num_splits, split_layout, p_normalize),
@@ -205,7 +208,7 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
     pos_g = _group_positives(c, sgn) if c.mx else None  # non-sink keys with u > 0 per group (underflow_scale)
     last = len(c.scales) - 1
     spare = torch.empty_like(u) if last else None  # every scale but the last casts a copy of u
-    s_r = _per_row_scale(u, nr, c) if c.per_row else None  # per_row's S_r of each row and block
+    s_r = _dynamic_scale(u, nr, r0, c) if c.per_row else None  # a dynamic S_r of each row and block
     for i, (sc, outs_i, diag) in enumerate(zip(c.scales, outs, diags)):
         # step 3: cast
         # x = p·S, p·S_r (per_row) or step 2's x (exp2_offset, one scale only): in place over u for the last
@@ -357,7 +360,8 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
                                ksink=ksink, block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
                                scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,
                                sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale,
-                               causal_offset=decode.get("causal_offset", 0), pv_arith=decode.get("pv_arith", "fp32"))
+                               causal_offset=decode.get("causal_offset", 0), pv_arith=decode.get("pv_arith", "fp32"),
+                               block_m=decode.get("block_m", 64))
     return outs if several else outs[0], diag
 
 
@@ -387,7 +391,8 @@ def _emulate(q, k, v: tuple, scales: tuple, **kwargs) -> list:
     c = _layout(q, k, v, scales=scales, **kwargs)
     G = B * H
     outs, diags = _buffers(c, G, Nq, d, q.device)
-    rows = max(1, (_FUSED_CHUNK_ELEMS if _fused.covers(c, c.qs) else CHUNK_ELEMS) // (c.nblk * c.block_n))
+    rows = chunk_rows(max(1, (_FUSED_CHUNK_ELEMS if _fused.covers(c, c.qs) else CHUNK_ELEMS) // (c.nblk * c.block_n)),
+                      c.tile)  # whole tiles (tile_max)
     for g in range(G):
         for r0 in range(0, Nq, rows):
             _rows(c, g, r0, min(Nq, r0 + rows), outs, diags)

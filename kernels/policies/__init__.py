@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pcast.contract import (MX_FORMAT_NAMES, ORDERS, OPERAND_SCALES, P_NORMALIZE, ROWSUMS, SCALE_MODES,
+                              SCALE_MODE_ALIASES,
                               SINK_MODES, SPLIT_LAYOUTS, is_allowed, is_block_size)
 from pcast.formats import FORMATS, HALF_FORMATS
 
@@ -57,7 +58,8 @@ _RULES = {
              "a non-empty name of letters, digits and _ . + - (starting with a letter or digit)"),
     "order": (lambda x: isinstance(x, str) and x in ORDERS, ", ".join(ORDERS)),
     "scale": (lambda x: _finite_number(x) and x > 0, "a finite number > 0"),
-    "scale_mode": (lambda x: isinstance(x, str) and x in SCALE_MODES, ", ".join(SCALE_MODES)),
+    "scale_mode": (lambda x: isinstance(x, str) and x in SCALE_MODES,
+                   ", ".join(SCALE_MODES) + " (alias: " + ", ".join(f"{a} = {m}" for a, m in SCALE_MODE_ALIASES.items()) + ")"),
     "rescale_threshold": (lambda x: _finite_number(x) and x >= 0, "a finite number >= 0 (log2 units)"),
     "sink_mode": (lambda x: isinstance(x, str) and x in SINK_MODES, ", ".join(SINK_MODES)),
     "fmt": (_p_fmt, f"None (YAML null), {_FMTS}, {', '.join(MX_FORMAT_NAMES)}, {', '.join(HALF_FORMATS)}"),
@@ -117,6 +119,8 @@ class Policy:
     read: str = ""
 
     def __post_init__(self):
+        object.__setattr__(self, "scale_mode", SCALE_MODE_ALIASES.get(self.scale_mode, self.scale_mode)
+                           if isinstance(self.scale_mode, str) else self.scale_mode)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             allowed = _problem(f.name, value)

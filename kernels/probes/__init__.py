@@ -32,7 +32,7 @@ from pcast.probes.expect import (ALLOW, ATOL, PolicyCheck, ProbeError, ProbeFail
                                  exact, expected, policy_text, row_mismatches, run_box)
 from pcast.probes.fingerprint import (Fingerprint, NEAR, PARAM_GRID, Param, TOLERANCE_NOTE, Scorer, probe_layout, explain,
                                       fingerprint, observe)
-from pcast.probes.inputs import PROBES, Probe, Shape, default_probes, make_probe, small_probes
+from pcast.probes.inputs import PROBES, Probe, Shape, default_probes, fitting, make_probe, small_probes
 
 __all__ = ["Probe", "Shape", "PROBES", "make_probe", "default_probes", "small_probes", "expected", "exact", "run_box",
            "ProbeError", "fingerprint", "Fingerprint", "Param", "PARAM_GRID", "TOLERANCE_NOTE", "ALLOW", "NEAR",
@@ -65,7 +65,7 @@ def assert_policy(fn, policy, *, probes=None, device="cpu", allow: float = 0.0, 
     """
     pol = as_policy(policy)
     shape = probe_layout(d, dtype, batch, heads, kv_heads, causal)
-    probes = tuple((small_probes() if small else default_probes()) if probes is None else probes)
+    probes = fitting(small_probes() if small else default_probes(), shape) if probes is None else tuple(probes)
     if not sinks:
         probes = tuple(p for p in probes if p.sink_logit is None)
     observed = [run_box(fn, p, device, shape) for p in probes]

@@ -72,7 +72,8 @@ def probe_digest(probe, shape: Shape) -> str:
 
 def _key(policy: Policy) -> tuple:
     kw = policy.attention_kwargs()
-    kw.pop("block_m")
+    if kw["scale_mode"] not in ("tile_max", "tile_max_padded"):  # query rows are independent: block_m never shows
+        kw.pop("block_m")
     return tuple(sorted(kw.items()))
 
 

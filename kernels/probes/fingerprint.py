@@ -26,16 +26,18 @@ import torch
 from pcast.policies import POLICIES, Policy
 from pcast.probes.expect import (ALLOW, ATOL, OUTSIDE, RTOL, PolicyCheck, SinkSupport, probe_digest, as_policy, check_policy,
                                  expected_out, row_mismatches, run_box, sink_support)
-from pcast.probes.inputs import Shape, default_probes, small_probes
+from pcast.probes.inputs import Shape, default_probes, fitting, small_probes
 
 __all__ = ["fingerprint", "Fingerprint", "Param", "PARAM_GRID", "distance", "TOLERANCE_NOTE", "candidate_set",
            "NEAR", "explain", "observe", "Scorer"]
 
-# The values each option is tried at (block_m is absent: query rows are independent, so it never shows).
+# The values each option is tried at (block_m shows only under the tile modes, where the rows of a tile share
+# a scale; the tile probe fills a tile of each of its values up to its rows).
 PARAM_GRID = {
     "order": ("forward", "reverse"),
     "scale": (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 448.0),
-    "scale_mode": ("multiply", "exp2_offset"),
+    "scale_mode": ("multiply", "exp2_offset", "per_row", "tile_max", "tile_max_padded"),
+    "block_m": (16, 32, 64, 128),
     "rescale_threshold": (0.0, 2.0, 4.0, 8.0),
     "sink_mode": ("final", "init"),
     "fmt": ("e4m3fn", "e5m2", "bf16", "fp16"),
@@ -47,6 +49,9 @@ PARAM_GRID = {
 }
 # Partition-normalised P takes its exact max and sum first: the contract allows it only with these values.
 _PARTITION_ONLY = {"scale_mode": "multiply", "rescale_threshold": 0.0, "rowsum": "unrounded"}
+# A dynamic scale (docs/interfaces.md, "Dynamic P scales") is allowed only with these values and an FP8 P.
+_DYNAMIC_MODES = ("per_row", "tile_max", "tile_max_padded")
+_DYNAMIC_ONLY = {"scale": 1.0, "rescale_threshold": 0.0, "num_splits": 1, "p_normalize": "online", "sink_mode": "final"}
 
 TOLERANCE_NOTE = (f"tolerance: |out - expected| <= {ATOL:g} + {RTOL:g}·|expected| per element (float32 summation "
                   f"order and exp by ex2.approx, 2 ulp); a candidate is named only when no row lies outside it, "
@@ -184,6 +189,8 @@ def moved_policy(cur: Policy, name: str, value) -> Policy:
     """``cur`` with option ``name`` at ``value``; moving to partition-normalised P also takes the values
     the contract requires with it (:data:`_PARTITION_ONLY`)."""
     extra = _PARTITION_ONLY if (name, value) == ("p_normalize", "partition") else {}
+    if name == "scale_mode" and value in _DYNAMIC_MODES:
+        extra = {**_DYNAMIC_ONLY, "fmt": cur.fmt if cur.fmt in ("e4m3fn", "e5m2") else "e4m3fn"}
     return cur.replace(**{name: value, **extra})
 
 
@@ -235,6 +242,7 @@ class Scorer:
         for _ in range(4):
             moved = False
             for name, grid in PARAM_GRID.items():
+                grid = tuple(dict.fromkeys((getattr(cur, name), *grid)))  # a preset's own tile may lie off the grid
                 scores = {v: self.score(moved_policy(cur, name, v)) for v in grid}
                 if scores[getattr(cur, name)] > min(scores.values()):
                     cur = moved_policy(cur, name, min(scores, key=scores.get))
@@ -323,7 +331,7 @@ def fingerprint(fn, *, candidates=None, probes=None, device="cpu", params: bool 
         raise ValueError(f"allow={allow!r} is not allowed; allowed: a fraction in [0, 1)")
     cands = candidate_set(candidates)
     shape = probe_layout(d, dtype, batch, heads, kv_heads, causal)
-    probes = tuple((small_probes() if small else default_probes()) if probes is None else probes)
+    probes = fitting(small_probes() if small else default_probes(), shape) if probes is None else tuple(probes)
     kept, observed, sinks = observe(fn, probes, device, shape)
     sc = Scorer(observed, kept, shape)
     dist, worst, checks = {}, {}, {}

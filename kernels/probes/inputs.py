@@ -27,7 +27,7 @@ from pcast.api_inputs import parse_dtype
 from pcast.contract import ATTENTION_HEAD_DIMS
 
 __all__ = ["Probe", "Shape", "PROBES", "make_probe", "probe_names", "default_probes", "small_probes", "UNIFORM_SIZES",
-           "BOUNDARY_LENGTHS", "DECODE_TILE"]
+           "BOUNDARY_LENGTHS", "DECODE_TILE", "tile_fill", "fitting"]
 
 UNIFORM_SIZES = (128, 1024, 8192, 131072)  # N of the uniform probes
 BOUNDARY_LENGTHS = (31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257)  # Nk at and across tile edges
@@ -220,6 +220,23 @@ def learned_sink(n: int = 256, sigma: float = 6.0, depths=(0.0, 1.0, 2.0, 3.0)) 
                  _rows(rows), sink_logit=sigma)
 
 
+def tile_fill(n: int = 256, rows: int = 64, shallow: float = 3.0, deep: float = 8.5) -> Probe:
+    """``rows`` query rows (a whole tile of up to ``rows`` rows, so no padding sets a tile's max): key 0 at 0,
+    the other keys at −x_r, x_r from ``shallow`` to ``deep`` along the rows, then interleaved so that every tile
+    of 16 rows or more holds a shallow row. After the first KV block a dynamic scale lifts the tail to the
+    format's top (per row, or per tile to its shallowest row) where a static S leaves it many grid steps lower
+    (S = 1: in E4M3's subnormals and below). The depths stop at 8.5, where S = 128 still casts the tail to
+    normal values, so static scales from 128 up (a power of two apart) cast it alike and the probe does not
+    outweigh the others in telling static scales apart."""
+    depth = torch.linspace(shallow, deep, rows)
+    depth = depth.view(-1, rows // 4).T.reshape(-1) if rows % 4 == 0 else depth  # a shallow row in every 16
+    logits = torch.cat([torch.zeros(rows, 1), (-depth)[:, None].expand(rows, n - 1)], 1)
+    return Probe(f"tile-fill-{rows}x{n}", "a full tile of rows whose max is the first key and whose tail lies "
+                 "3 to 8.5 below it: a static S leaves the deep tails near or below the format's underflow, a "
+                 "dynamic scale lifts each later block (per row, or per tile of block_m rows to the tile's "
+                 "shallowest row)", "out[...,2] (the tail's share); out[...,0] - 1", logits.contiguous())
+
+
 # ----------------------------------------------------------------------------- decode probes
 # Rows of one query each attending to all n keys (no mask): a decode row. n spans several splits of every
 # decode preset, so where a split starts, how its keys are dealt and how its P is normalised all show.
@@ -279,9 +296,16 @@ def decode_mix(n: int = 512) -> Probe:
 
 PROBES = {
     "mass": mass, "one-hot": one_hot, "two-hot": two_hot, "uniform": uniform, "sink-tail": sink_tail,
-    "lagging-max": lagging_max, "boundary": boundary, "learned-sink": learned_sink, "decode-sink": decode_sink,
+    "lagging-max": lagging_max, "boundary": boundary, "tile-fill": tile_fill, "learned-sink": learned_sink, "decode-sink": decode_sink,
     "decode-random": decode_random, "decode-tiles": decode_tiles, "decode-mix": decode_mix,
 }
+
+
+def fitting(probes, shape: Shape) -> tuple:
+    """The probes a layout holds: at a given head dimension d, those of at most d rows (one query row per
+    dimension), so a kernel at d < 64 runs without the 64-row tile probe (and a tile-max kernel with 64-row
+    tiles is then not told from a static scale)."""
+    return tuple(p for p in probes if shape.d is None or p.shape[0] <= max(shape.d, 4))
 
 
 def probe_names() -> tuple[str, ...]:
@@ -306,12 +330,14 @@ def make_probe(name: str, *args, **kwargs) -> Probe:
 def default_probes() -> tuple[Probe, ...]:
     """The probe set :func:`pcast.probes.fingerprint` runs (small sizes; every row distinct)."""
     return (mass(), two_hot(), lagging_max(), sink_tail(), one_hot(), boundary(65), boundary(129),
-            learned_sink(), uniform(1024), decode_sink(), decode_random(), decode_tiles())
+            learned_sink(), uniform(1024), decode_sink(), decode_random(), decode_tiles(), tile_fill())
 
 
 def small_probes() -> tuple[Probe, ...]:
-    """A smaller probe set with the same kinds of rows (at most 512 keys, seven calls, 50 rows) for slow black boxes
-    such as Triton's interpreter; it still tells every preset apart."""
+    """A smaller probe set with the same kinds of rows (at most 512 keys, eight calls, 114 rows) for slow black
+    boxes such as Triton's interpreter; it still tells every preset apart, and its tile probe fills a 64-row
+    tile, so that a kernel whose padded rows pin a tile's max cannot pass for a static scale."""
     return (mass(512, depths=(0.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 12.0)),  # 12: S = 128 and 256 part
             two_hot(128, gaps=(0.5, 1.25, 2.0, 2.5, 3.0, 4.0, 5.0)), lagging_max(256, slopes=(0.3, 0.9, 2.0, 3.0)),
-            sink_tail(256, depths=(3.0, 5.0, 7.0, 11.0)), boundary(129), learned_sink(128), decode_mix())
+            sink_tail(256, depths=(3.0, 5.0, 7.0, 11.0)), boundary(129), learned_sink(128), decode_mix(),
+            tile_fill(128))

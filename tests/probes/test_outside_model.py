@@ -1,7 +1,8 @@
 """Diagnoses that never overclaim: a kernel the contract cannot describe (P scaled per KV block and row by
-448 / that block row's max before the E4M3 cast, divided back after P·V) is "outside the model" for both
-assert_policy and the fingerprint, and no option is named without its confidence; a kernel one option away
-from its declaration gets that option with its confidence."""
+300 / that block row's max before the E4M3 cast, divided back after P·V: a dynamic scale whose target is not
+the format's largest value) is "outside the model" for both assert_policy and the fingerprint, and no option is
+named without its confidence; the same kernel at 448 is the contract's ``scale_mode="per_row"`` and is named so;
+a kernel one option away from its declaration gets that option with its confidence."""
 
 import re
 
@@ -14,9 +15,10 @@ from pcast.probes import assert_policy, fingerprint, small_probes
 OUTSIDE = "outside the model: no option of the contract reproduces these rows (best distance"
 
 
-def dynamic_per_block(q, k, v, sink_logit=None):
-    """Reverse KV-block order (64 keys), float32 online softmax; each block's P times 448 / its row max (per
-    block) cast to E4M3 by torch, the block's P·V divided back by that factor. Written here, not the package's."""
+def dynamic_per_block(q, k, v, sink_logit=None, target=300.0):
+    """Reverse KV-block order (64 keys), float32 online softmax; each block's P times ``target`` / its row max
+    (per block) cast to E4M3 by torch, the block's P·V divided back by that factor. Written here, not the
+    package's."""
     q32, k32, v32 = (t.float() for t in (q, k, v))
     s = (q32 @ k32.transpose(-1, -2)) / q.shape[-1] ** 0.5
     m = torch.full(s.shape[:-1], float("-inf"))
@@ -26,12 +28,20 @@ def dynamic_per_block(q, k, v, sink_logit=None):
         m_new = torch.maximum(m, sb.amax(-1))
         alpha = torch.exp(m - m_new)
         p = torch.exp(sb - m_new[..., None])
-        factor = 448.0 / p.amax(-1).clamp(min=1e-30)
+        factor = target / p.amax(-1).clamp(min=1e-30)
         p8 = (p * factor[..., None]).clamp(max=448.0).to(torch.float8_e4m3fn).float()
         acc = acc * alpha[..., None] + (p8 @ v32[..., j:j + 64, :]) / factor[..., None]
         rowsum = rowsum * alpha + p.sum(-1)
         m = m_new
     return (acc / rowsum[..., None]).to(q.dtype)
+
+
+def test_the_per_block_kernel_at_448_is_per_row_reverse():
+    fp = fingerprint(lambda q, k, v, sink_logit=None: dynamic_per_block(q, k, v, target=448.0), d=64,
+                     dtype=torch.bfloat16, small=True)
+    assert fp.policy is None and not fp.outside, str(fp)
+    assert (fp.params["scale_mode"].value, fp.params["scale_mode"].confidence) == ("per_row", 1.0), str(fp)
+    assert fp.params["order"].value == "reverse", str(fp)
 
 
 def test_the_dynamic_per_block_kernel_is_outside_the_model_for_assert_policy():

@@ -56,7 +56,7 @@ def test_a_kernel_that_ignores_sink_logit_is_reported_as_not_supporting_sinks():
 def test_an_s128_variant_is_never_labelled_fa3_and_is_near_it(found):
     fp = found["fa3-s128"]
     assert fp.policy is None and fp.near == "fa3" and fp.explains == {"scale": (128.0, 256.0)}
-    assert fp.near_text().startswith("fa3? 1 of 50 rows outside (mass-512: 1): scale looks like 128 (fa3: 256, confidence 1)")
+    assert fp.near_text().startswith("fa3? 1 of 114 rows outside (mass-512: 1): scale looks like 128 (fa3: 256, confidence 1)")
     assert "near: fa3?" in str(fp)
     with pytest.raises(AssertionError) as e:  # the shared criterion: assert_policy fails it too
         assert_policy(make_kernel(**KERNELS["fa3-s128"][0]), "fa3", **AT)

@@ -41,7 +41,7 @@ ALLOWED["pipeline"] = set(ALLOWED["conformance"]) | {"conformance", "models", "a
 # the audit is the instrument: it never imports the pipeline
 ALLOWED["audit"] = set(ALLOWED["pipeline"]) - {"pipeline"}
 ALLOWED["cli"] = set(ALLOWED["audit"]) | {"audit", "pipeline"}
-ROOT_MODULES = {"pcast", "pcast.api", "pcast.api_multi", "pcast.api_decode", "pcast.api_inputs", "pcast.aot", "pcast.result"}
+ROOT_MODULES = {"pcast", "pcast.api", "pcast.api_multi", "pcast.api_decode", "pcast.api_dynamic", "pcast.api_inputs", "pcast.aot", "pcast.result"}
 
 
 def _modules() -> dict[str, Path]:

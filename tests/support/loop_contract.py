@@ -86,10 +86,10 @@ def _walk(q, k, v, blocks, st, o):
             u = torch.exp(s - m_use[..., None])  # p
             alpha = torch.ones_like(m) if part is not None else torch.exp(m - m_use)
         # step 3: cast
-        div = scale  # what the block's rounded row sum and (per_row) its p_q·V are divided by
-        if o["per_row"]:  # S_r = float32(2688 / r), r the block's row max of p; 1 where r = 0
-            r = u.amax(-1)
-            div = torch.where(r > 0, torch.tensor(PER_ROW_TARGET) / r, torch.tensor(1.0))
+        div = scale  # what the block's rounded row sum and (a dynamic scale) its p_q·V are divided by
+        if o["per_row"]:  # S_r = float32(target / r), r the block's row (or row tile's) max of p; 1 where r = 0
+            r = _region_max(u.amax(-1), o["tile"])
+            div = torch.where(r > 0, torch.tensor(o["target"], dtype=torch.float32) / r, torch.tensor(1.0))
             x = u * div[..., None]
         elif part is not None:  # partition: x = (p / l_s)·S
             x = u / torch.where(part > 0, part, torch.ones_like(part))[..., None] * scale
@@ -111,6 +111,16 @@ def _walk(q, k, v, blocks, st, o):
     return m, l, acc
 
 
+def _region_max(r, tile):
+    """Each row's max over its tile of ``tile`` rows (rows 0..tile-1, tile..2·tile-1, ...); ``tile`` 0: r."""
+    if not tile:
+        return r
+    out = r.clone()
+    for i in range(0, r.shape[-1], tile):
+        out[..., i:i + tile] = r[..., i:i + tile].amax(-1, keepdim=True)
+    return out
+
+
 def _cols(j, o):
     return torch.arange(j * o["block_n"], min(o["nk"], (j + 1) * o["block_n"]))
 
@@ -118,14 +128,21 @@ def _cols(j, o):
 def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=0, block_n=64,
                    sm_scale=None, rowsum="unrounded", scale_mode="multiply", rescale_threshold=0.0, sink_logit=None,
                    sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor", num_splits=1,
-                   split_layout="contiguous", p_normalize="online", causal_align=None, pv_arith="fp32"):
+                   split_layout="contiguous", p_normalize="online", causal_align=None, pv_arith="fp32", block_m=64):
     """q [B,H,Nq,d], k and v [B,H_kv,Nk,d] float32 (H_kv dividing H) -> (out [B,H,Nq,d] float32, dict of
     int64 [B,H,Nq] diagnostics and float32 ``lse``).
 
     The keywords are those of ``pcast.attention`` (names and strings, not resolved objects);
     ``sink_logit`` is None or float32 [H] or [B, H]. Splits (``num_splits``, ``split_layout``), partition
-    normalisation and the merge follow docs/interfaces.md ("Decode-time attention").
+    normalisation and the merge follow docs/interfaces.md ("Decode-time attention"). Dynamic scales
+    (``scale_mode`` ``"per_row"`` or its alias ``"row_block_max"``, ``"tile_max"``, ``"tile_max_padded"``,
+    docs/interfaces.md "Dynamic P scales"): ``tile_max_padded`` appends rows of q = 0 up to whole tiles of
+    ``block_m`` rows, runs them as rows of their own, and drops them from the result.
     """
+    scale_mode = {"row_block_max": "per_row"}.get(scale_mode, scale_mode)
+    nq0 = q.shape[2]
+    if scale_mode == "tile_max_padded" and nq0 % block_m:
+        q = torch.cat([q, torch.zeros(*q.shape[:2], block_m - nq0 % block_m, q.shape[3])], 2)
     if pv_arith != "fp32":  # the tensor cores' arithmetic is the emulator's (pcast.emulator.tensorcore) alone
         raise ValueError(f"pv_arith={pv_arith!r} is not allowed in the loop oracle; allowed: 'fp32'")
     B, H, Nq, d = q.shape
@@ -143,7 +160,10 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
     sigma = None if sink_logit is None else sink_logit.float().expand(B, H)[..., None].expand(B, H, Nq)
     o = dict(exp2=exp2, log2s=log2s, scale=scale, fmt=fmt, rowsum=rowsum, ksink=ksink, block_n=block_n, nk=Nk,
              sm=1.0 / math.sqrt(d) if sm_scale is None else sm_scale, causal=causal, sigma=sigma,
-             offset=Nk - Nq if causal_align == "bottom_right" else 0, per_row=scale_mode == "per_row",
+             offset=Nk - nq0 if causal_align == "bottom_right" else 0,
+             per_row=scale_mode in ("per_row", "tile_max", "tile_max_padded"),
+             tile=block_m if scale_mode in ("tile_max", "tile_max_padded") else 0,
+             target=(PER_ROW_TARGET if fmt in MX_FORMATS else get_format(fmt).max_finite) if fmt is not None else 0,
              mx=MX_FORMATS.get(fmt) if isinstance(fmt, str) else None, tau=torch.tensor(float32(rescale_threshold)),
              partition=p_normalize == "partition",
              diag={n: torch.zeros(B, H, Nq, dtype=torch.int64) for n in DIAGNOSTICS})
@@ -165,7 +185,8 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
         if final is not None:
             l = l + (torch.exp2(final * LOG2E - (mf * LOG2E - log2s)) if exp2 else torch.exp(final - mf))
         out = acc / l[..., None] if exp2 else acc / (l * scale)[..., None]
-        return out, {**o["diag"], "lse": _lse(mf, l, exp2, log2s)}
+        diag = {**o["diag"], "lse": _lse(mf, l, exp2, log2s)}
+        return out[:, :, :nq0], {n: t[:, :, :nq0] for n, t in diag.items()}  # (tile_max_padded: its q = 0 rows dropped)
     return _merge(states, final, o)
 
 

@@ -155,7 +155,6 @@ def test_model_marks_an_mxfp4_amax_at_a_power_of_two():
     (dict(fmt="mxfp4", block_n=16), "block_n=16"),
     (dict(fmt="nvfp4", block_n=16, scale_mode="exp2_offset"), "scale_mode='exp2_offset'"),
     (dict(fmt="mxfp4", scale_mode="per_row"), "scale_mode='per_row'"),
-    (dict(fmt="e4m3fn", scale_mode="per_row"), "scale_mode='per_row'"),
     (dict(fmt="nvfp4", scale_mode="per_row", scale=2.0), "scale=2.0"),
 ])
 @pytest.mark.parametrize("backend", ["triton", "emulator"])
