@@ -80,7 +80,7 @@ def yours(texts: dict, exp2_offset=None):
             raise ValueError("--exp2-offset is not allowed with --scale or --scale-mode multiply/per_row; allowed: "
                              "--exp2-offset K alone (it sets --scale-mode exp2_offset --scale 2^K)")
         values.update(scale_mode="exp2_offset", scale=2.0 ** k)
-    if args.p_scale is None and values["scale_mode"] in DYNAMIC_SCALE_MODES + tuple(SCALE_MODE_ALIASES):
+    if texts.get("scale") is None and values["scale_mode"] in DYNAMIC_SCALE_MODES + tuple(SCALE_MODE_ALIASES):
         values["scale"] = 1.0  # a dynamic scale takes S = 1 (docs/interfaces.md, "Dynamic P scales")
     for f in policy_fields():  # one field at a time, so the error names its flag
         try:
