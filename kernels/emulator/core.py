@@ -391,8 +391,7 @@ def _emulate(q, k, v: tuple, scales: tuple, **kwargs) -> list:
     c = _layout(q, k, v, scales=scales, **kwargs)
     G = B * H
     outs, diags = _buffers(c, G, Nq, d, q.device)
-    rows = chunk_rows(max(1, (_FUSED_CHUNK_ELEMS if _fused.covers(c, c.qs) else CHUNK_ELEMS) // (c.nblk * c.block_n)),
-                      c.tile)  # whole tiles (tile_max)
+    rows = chunk_rows((_FUSED_CHUNK_ELEMS if _fused.covers(c, c.qs) else CHUNK_ELEMS) // (c.nblk * c.block_n), c.tile)
     for g in range(G):
         for r0 in range(0, Nq, rows):
             _rows(c, g, r0, min(Nq, r0 + rows), outs, diags)

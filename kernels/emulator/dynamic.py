@@ -33,8 +33,9 @@ def dynamic_layout(scale_mode: str, fmt, nq: int, nk: int, block_n: int, block_m
 
 
 def chunk_rows(rows: int, tile: int) -> int:
-    """Rows per chunk: ``rows`` rounded down to whole tiles of ``tile`` rows (at least one tile); 0: no tiles."""
-    return rows if not tile else max(tile, rows // tile * tile)
+    """Rows per chunk: ``rows`` rounded down to whole tiles of ``tile`` rows (at least one tile; ``tile`` 0: no
+    tiles, at least one row)."""
+    return max(1, rows) if not tile else max(tile, rows // tile * tile)
 
 
 def pad_blocks(nq: int, nk: int, nblk: int, block_n: int, tile: int, causal: bool, offset: int, device):

@@ -96,14 +96,21 @@ def test_refused_before_any_work(kw, word):
 def test_audit_flag_takes_the_dynamic_modes_at_s_1():
     import argparse
 
-    from pcast.audit.flags import add_policy_flags, yours
+    from pcast.audit.flags import policy_fields, yours
+    from pcast.cli.audit import add_policy_flags
 
     ap = argparse.ArgumentParser()
     add_policy_flags(ap)
+
+    def parsed(argv):
+        args = ap.parse_args(argv)
+        return yours({f.name: getattr(args, f"p_{f.name}") for f in policy_fields()}, args.exp2_offset)
+
     for mode, want in (("tile_max", "tile_max"), ("row_block_max", "per_row")):
-        p = yours(ap.parse_args(["--scale-mode", mode, "--block-m", "64"]))
+        p = parsed(["--scale-mode", mode, "--block-m", "64"])
         assert (p.scale_mode, p.scale, p.block_m) == (want, 1.0, 64)
-    assert yours(ap.parse_args([])).scale == 256.0  # a static scale keeps the recommended default
+    assert parsed(["--scale-mode", "tile_max", "--scale", "2"]).scale == 2.0  # a given S is kept
+    assert parsed([]).scale == 256.0  # a static scale keeps the recommended default
 
 
 def test_attention_calls_run_a_tile_mode_as_attention_does():
