@@ -13,7 +13,7 @@ from pcast.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
 from pcast.api_inputs import as_policy, check_dtype, stamp_dtype as _stamp, triton_blocks, widen, widen_call
 from pcast.emulator.core import emulate_attention, emulate_attention_scales
 from pcast.emulator.splits import emulate_splits
-from pcast.emulator.tensorcore import check_pv_arith
+from pcast.emulator.tensorcore import check_pv_arith, check_pv_promote
 from pcast.result import AttentionResult
 from pcast.formats import FORMATS, HALF_FORMATS, FP8Format, get_format, get_p_format
 from pcast.formats.microscaling import MX_FORMATS, get_mx_format, is_mx
@@ -189,7 +189,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
               v_fmt: str | FP8Format | None = _D["v_fmt"], v_scale: str | float = _D["v_scale"],
               num_splits: int = _D["num_splits"], split_layout: str = _D["split_layout"],
               p_normalize: str = _D["p_normalize"], causal_align: str | None = None,
-              policy=None, reference: bool = False, pv_arith: str = "fp32") -> AttentionResult:
+              policy=None, reference: bool = False, pv_arith: str = "fp32", pv_promote: int = 0) -> AttentionResult:
     """FlashAttention-style forward attention with softmax P cast to FP8 before P·V, under a P policy.
 
     Per query row the KV blocks of ``block_n`` keys are visited first to last (``order="forward"``) or
@@ -225,9 +225,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
         backend: "auto" (compiled Triton on a CUDA GPU with capability >= 8.9, else "emulator"), "triton"
             (interpreted on CPU), "emulator", or "reference" (float64 of the unquantized inputs).
         policy: None, a name of :data:`pcast.policies.POLICIES`, a ``Policy`` or a dict of Policy fields.
-        reference: True: also compute the float64 reference of the same call and give the result's ``mse``
-            and ``mse_heads`` (one call instead of a second :func:`pcast.reference.reference_attention`).
-        pv_arith: step 5 in "fp32", or on an FP8 tensor core (:data:`pcast.contract.PV_ARITHS`; emulator only).
+        reference: True: also the float64 reference of the same call, and the result's ``mse`` and ``mse_heads``.
+        pv_arith, pv_promote: step 5 in "fp32", or on an FP8 tensor core (:data:`pcast.contract.PV_ARITHS`;
+            emulator only), its accumulator added into float32 every ``pv_promote`` KV blocks (0: never).
 
     Returns :class:`AttentionResult` on the inputs' device. Raises ValueError naming a bad argument.
     """
@@ -285,7 +285,9 @@ def prepare_call(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
           "causal_offset": offset}
     pv = args.get("pv_arith", "fp32")
     check_pv_arith(pv, fmt=o["fmt"], v_fmt=o["v_fmt"], block_n=o["block_n"], backend=ran, split=is_split_call(kw))
-    return (kw if pv == "fp32" else {**kw, "pv_arith": pv}), ran, block_m
+    promote = args.get("pv_promote", 0)
+    check_pv_promote(promote, pv)
+    return (kw if pv == "fp32" else {**kw, "pv_arith": pv, **({"pv_promote": promote} if promote else {})}), ran, block_m
 
 
 def run_call(q, k, values: tuple, args: dict, scales: tuple | None = None):

@@ -119,7 +119,7 @@ def _visible(nq: int, nk: int, np_: int, causal: bool, device, offset: int = 0) 
 def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
             rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale, memo: dict | None = None,
             causal_offset: int = 0, num_splits: int = 1, split_layout: str = "contiguous",
-            p_normalize: str = "online", pv_arith: str = "fp32", block_m: int = 64) -> _Call:
+            p_normalize: str = "online", pv_arith: str = "fp32", block_m: int = 64, pv_promote: int = 0) -> _Call:
     """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask.
 
     ``scales``: the scales S (a tuple; several only with ``scale_mode="multiply"``, where steps 1-2 do
@@ -158,8 +158,8 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
     if exp2 and len(scales) != 1:  # x = exp2(s·L - (m·L - log2 S)): step 2 depends on S
         raise ValueError(f"scale_mode='exp2_offset' takes one scale a call, got {len(scales)}")
     sink_init = sink_logit is not None and sink_mode == "init"
-    pv = None if pv_arith == "fp32" else once(("pv", vk, pad, pv_arith, fmt.name), lambda: _tc.pv_operands(
-        v, H, Nk, pad, v_fmt, v_scale, pv_arith, fmt))
+    pv = None if pv_arith == "fp32" else once(("pv", vk, pad, pv_arith, fmt.name, pv_promote), lambda: _tc.pv_operands(
+        v, H, Nk, pad, v_fmt, v_scale, pv_arith, fmt, pv_promote))
     ex = once(("bounds", qk, sm_scale, pad, block_n), lambda: _ex.bounds(qs, kf.transpose(-1, -2), block_n, 1.0 if sm_pow2
               else sm_scale)) if _ex.eligible(fmt, scale_mode, p_normalize) else None
     dyn = scale_mode in DYNAMIC_SCALE_MODES
@@ -347,8 +347,8 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
     [B, H] or None. Returns ``(out [B,H,Nq,d] float32, diag dict of int64 [B,H,Nq])``. ``v`` may also
     be a tuple of such tensors (value sets sharing q and k): ``out`` is then a tuple, one per value
     tensor, each bit-identical to a call with that tensor alone (:func:`pcast.attention_values`).
-    ``decode``: ``causal_offset`` (docs/interfaces.md, "Decode-time attention"), ``pv_arith`` (step 5 on a
-    tensor core, :mod:`pcast.emulator.tensorcore`); one split with online
+    ``decode``: ``causal_offset`` (docs/interfaces.md, "Decode-time attention"), ``pv_arith`` and ``pv_promote``
+    (step 5 on a tensor core, :mod:`pcast.emulator.tensorcore`); one split with online
     normalisation (several splits or partition normalisation: :func:`pcast.emulator.splits.emulate_splits`).
     The diag dict also holds ``lse``, float32 [B,H,Nq].
     """
@@ -360,8 +360,7 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
                                ksink=ksink, block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
                                scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,
                                sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale,
-                               causal_offset=decode.get("causal_offset", 0), pv_arith=decode.get("pv_arith", "fp32"),
-                               block_m=decode.get("block_m", 64))
+                               **{n: decode[n] for n in ("causal_offset", "pv_arith", "pv_promote", "block_m") if n in decode})
     return outs if several else outs[0], diag
 
 

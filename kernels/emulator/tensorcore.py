@@ -22,7 +22,7 @@ from pcast.formats import FP8Format
 from pcast.reference import expand_kv
 
 __all__ = ["TensorCore", "TENSOR_CORES", "PV_FORMATS", "fdpa", "accumulate", "pv_operands", "PVOperands",
-           "mmasim_op", "MMASIM_MISSING", "check_pv_arith", "pv_arith_for"]
+           "mmasim_op", "MMASIM_MISSING", "check_pv_arith", "check_pv_promote", "pv_arith_for"]
 
 #: What to install when mmasim is missing.
 MMASIM_MISSING = "mmasim not installed; pip install pcast-fp8[tensorcore]"
@@ -84,6 +84,15 @@ def check_pv_arith(pv_arith, *, fmt, v_fmt, block_n, backend: str, split: bool) 
                          "allowed: one split with online normalisation")
 
 
+def check_pv_promote(pv_promote, pv_arith) -> None:
+    """One-line ``ValueError`` naming ``pv_promote`` unless it is an int >= 0, and 0 with ``pv_arith="fp32"``."""
+    if isinstance(pv_promote, bool) or not isinstance(pv_promote, int) or pv_promote < 0:
+        raise ValueError(f"pv_promote={pv_promote!r} is not allowed; allowed: an int >= 0 (0: never promoted)")
+    if pv_promote and pv_arith == "fp32":
+        raise ValueError(f"pv_promote={pv_promote!r} is not allowed with pv_arith='fp32' (float32 P·V has no narrow "
+                         "accumulator); allowed: 0, or a tensor core's pv_arith")
+
+
 def _exponents(x: torch.Tensor, emin: int) -> torch.Tensor:
     """int32 exponent e of each nonzero x = s·2^e with 1 <= |s| < 2, at least ``emin`` (subnormals); zeros
     get :data:`_ZERO_OPERAND`."""
@@ -126,17 +135,19 @@ def fdpa(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, pv_arith: str, a_fmt
 @dataclass(frozen=True)
 class PVOperands:
     """V's MMA operands of one call: per value tensor the FP8 values ``vq`` [G, Np, d] (float32, zero-padded
-    keys) and the scale ``s_v`` [G, 1, 1]; P's and V's format names."""
+    keys) and the scale ``s_v`` [G, 1, 1]; P's and V's format names; ``promote`` the promotion interval
+    (``pv_promote``: 0 never)."""
 
     pv_arith: str
     vq: tuple
     s_v: tuple
     p_fmt: str
     v_fmt: str
+    promote: int = 0
 
 
 def pv_operands(values: tuple, heads: int, n: int, pad: int, v_fmt: FP8Format, how, pv_arith: str,
-                p_fmt: FP8Format) -> PVOperands:
+                p_fmt: FP8Format, promote: int = 0) -> PVOperands:
     """V as the MMA takes it: each value tensor expanded to ``heads``, ``quantize(v / s_v, v_fmt)`` with the
     operand cast's scale (:func:`pcast.emulator.parts.operand_parts`), flattened and padded by ``pad`` keys."""
     vqs, svs = [], []
@@ -145,27 +156,33 @@ def pv_operands(values: tuple, heads: int, n: int, pad: int, v_fmt: FP8Format, h
         vq = vq.reshape(-1, n, vq.shape[-1])
         vqs.append(torch.nn.functional.pad(vq, (0, 0, 0, pad)) if pad else vq)
         svs.append(s_v.reshape(-1, 1, 1))
-    return PVOperands(pv_arith, tuple(vqs), tuple(svs), p_fmt.name, v_fmt.name)
+    return PVOperands(pv_arith, tuple(vqs), tuple(svs), p_fmt.name, v_fmt.name, promote)
 
 
 def accumulate(pq: torch.Tensor, vq: torch.Tensor, alpha: torch.Tensor, pv: PVOperands, block_n: int,
                reverse: bool) -> torch.Tensor:
     """Step 5 of a chunk of rows on the tensor core: ``pq`` [rows, Np] P's FP8 values, ``vq`` [Np, d] V's,
     ``alpha`` [rows, nblk] each block's rescale (block index order). Per block in visiting order,
-    ``acc = acc·alpha`` (float32), then the block's chunks of keys through :func:`fdpa`'s fused sums."""
+    ``c = c·alpha`` (float32), then the block's chunks of keys through :func:`fdpa`'s fused sums into ``c``;
+    with ``pv.promote`` = n > 0 also ``acc = acc·alpha``, and after every n-th block and the last,
+    ``acc = acc + c`` (float32) and ``c = 0``. n = 0: ``c`` is the result."""
     tc = TENSOR_CORES[pv.pv_arith]
     rows, np_ = pq.shape
     nblk = np_ // block_n
     ea = _exponents(pq, PV_FORMATS[pv.p_fmt])[:, None, :]  # [rows, 1, Np]
     ebT = _exponents(vq, PV_FORMATS[pv.v_fmt]).T[None]  # [1, d, Np]
     a64, bT64 = pq.to(torch.float64)[:, None, :], vq.T.to(torch.float64)[None]
-    acc = torch.zeros(rows, vq.shape[-1], dtype=torch.float32, device=pq.device)
-    for j in (range(nblk - 1, -1, -1) if reverse else range(nblk)):
+    c = torch.zeros(rows, vq.shape[-1], dtype=torch.float32, device=pq.device)
+    acc = torch.zeros_like(c)
+    for i, j in enumerate(range(nblk - 1, -1, -1) if reverse else range(nblk)):
+        c = c * alpha[:, j, None]
         acc = acc * alpha[:, j, None]
         for k0 in range(j * block_n, (j + 1) * block_n, tc.chunk):
             ks = slice(k0, k0 + tc.chunk)
-            acc = _fused(a64[..., ks] * bT64[..., ks], ea[..., ks] + ebT[..., ks], acc, tc)
-    return acc
+            c = _fused(a64[..., ks] * bT64[..., ks], ea[..., ks] + ebT[..., ks], c, tc)
+        if pv.promote and ((i + 1) % pv.promote == 0 or i == nblk - 1):  # promotion: c into float32, restarted
+            acc, c = acc + c, torch.zeros_like(c)
+    return c if not pv.promote else acc
 
 
 def mmasim_op(pv_arith: str, n: int, a_fmt: str = "e4m3fn", b_fmt: str = "e4m3fn"):

@@ -18,7 +18,6 @@ import torch
 import pcast
 from pcast.contract import PV_ARITHS
 from pcast.emulator import tensorcore as tc
-from loop_contract import loop_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -239,6 +238,10 @@ def test_every_entry_point_gives_the_same_bits(arith):
     (dict(pv_arith="wgmma-sm90", fmt="bf16"), "fmt='bf16'"),
     (dict(pv_arith="wgmma-sm90", block_n=16), "block_n=16"),
     (dict(pv_arith="wgmma-sm90", num_splits=2), "pv_arith='wgmma-sm90' is not allowed with num_splits"),
+    (dict(pv_arith="wgmma-sm90", pv_promote=-1), "pv_promote=-1"),
+    (dict(pv_arith="wgmma-sm90", pv_promote=1.0), "pv_promote=1.0"),
+    (dict(pv_promote=4), "pv_promote=4 is not allowed with pv_arith='fp32'"),
+    (dict(pv_arith="wgmma-sm90", pv_promote=4, backend="triton"), "pv_arith='wgmma-sm90' is not allowed with backend"),
 ])
 def test_bad_use_is_one_line_naming_the_argument(kw, named):
     q = torch.randn(1, 1, 64, 64)
@@ -246,12 +249,6 @@ def test_bad_use_is_one_line_naming_the_argument(kw, named):
     with pytest.raises(ValueError, match="^" + named.replace("(", r"\(").replace("[", r"\[")) as e:
         pcast.attention(q, q, q, **kw)
     assert "\n" not in str(e.value) and "allowed" in str(e.value)
-
-
-def test_the_loop_oracle_refuses_it():
-    q = torch.randn(1, 1, 64, 64)
-    with pytest.raises(ValueError, match="pv_arith='wgmma-sm90' is not allowed in the loop oracle"):
-        loop_attention(q, q, q, v_fmt="e4m3fn", pv_arith="wgmma-sm90")
 
 
 def test_contract_lists_every_target():

@@ -11,6 +11,10 @@ Microscaled FP4 P (``fmt="nvfp4"`` / ``"mxfp4"``, docs/interfaces.md "P in FP4 w
 written here group by group from the spec (:func:`_cast_groups`): E4M3 scales and E2M1 elements by
 ``pcast.quantize``, E8M0 scales from ``frexp``; not ``pcast.formats.microscaling.quantize_mx`` (the
 emulator's route).
+
+The FP8 tensor core's P·V (``pv_arith``, ``pv_promote``; docs/interfaces.md "The tensor core's P·V
+arithmetic") is written here from that text (:func:`_fdpa`): exponents by ``frexp``, the truncated terms
+summed as int64; not ``pcast.emulator.tensorcore``.
 """
 
 import math
@@ -26,8 +30,15 @@ from pcast.formats.microscaling import E2M1, MX_FORMATS, PER_ROW_TARGET
 def cast_operand(t, fmt, scale="tensor"):
     """t' = quantize(t / s_t, fmt) * s_t, one float32 s_t per (batch, head), head by head:
     s_t = amax|t| / max_finite ("tensor"; 1 where amax is 0) or the given float."""
+    tq, s = operand_parts(t, fmt, scale)
+    return tq * s
+
+
+def operand_parts(t, fmt, scale="tensor"):
+    """(quantize(t / s_t, fmt), s_t [B, H, 1, 1]) of :func:`cast_operand`."""
     f = get_format(fmt)
     out = torch.empty_like(t)
+    scales = torch.empty(*t.shape[:2], 1, 1)
     for b in range(t.shape[0]):
         for h in range(t.shape[1]):
             th = t[b, h]
@@ -37,8 +48,9 @@ def cast_operand(t, fmt, scale="tensor"):
                 s_t = torch.tensor(1.0)
             else:
                 s_t = th.abs().max() / torch.tensor(f.max_finite, dtype=torch.float32)
-            out[b, h] = quantize(th / s_t, f) * s_t
-    return out
+            out[b, h] = quantize(th / s_t, f)
+            scales[b, h] = s_t
+    return out, scales
 
 
 def _deal(nblk, num_splits, layout):
@@ -61,6 +73,7 @@ def _walk(q, k, v, blocks, st, o):
     """Steps 1-5 over one split's blocks (in visiting order) from state ``st`` = (m, l, acc); ``o``: the
     call's settings. Partition normalisation first takes the split's exact max and sum (o["part"])."""
     m, l, acc = st
+    c = torch.zeros_like(acc)  # the tensor core's accumulator (pv_arith): the MMA's C
     Nq, Nk = q.shape[2], k.shape[2]
     rows = torch.arange(Nq)[:, None]
     exp2, scale, fmt, mx, diag = o["exp2"], o["scale"], o["fmt"], o["mx"], o["diag"]
@@ -71,7 +84,7 @@ def _walk(q, k, v, blocks, st, o):
         m_use = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
         part = torch.exp(ss - m_use[..., None]).sum(-1) + (torch.exp(o["sigma"] - m_use) if o["seeded"] else 0.0)
         l = part
-    for j in blocks:
+    for i, j in enumerate(blocks):
         cols = _cols(j, o)
         # step 1: scores
         s = _block_scores(q, k, cols, rows, o["sm"], o["causal"], o["offset"])
@@ -104,11 +117,64 @@ def _walk(q, k, v, blocks, st, o):
             lb = u.sum(-1) if o["rowsum"] == "unrounded" else (pq.sum(-1) if exp2 else pq.sum(-1) / div)
             l = l * alpha + lb
         # step 5: accumulate
-        pv = torch.matmul(pq, v[:, :, cols])
-        acc = acc * alpha[..., None] + (pv / div[..., None] if o["per_row"] else pv)
+        if o["tc"] is not None:  # the tensor core: c = c·alpha, the block's chunks into c, promoted every n blocks
+            c, acc = c * alpha[..., None], acc * alpha[..., None]
+            c = _mma_block(pq, v, cols, c, o)
+            if o["promote"] and ((i + 1) % o["promote"] == 0 or i == len(blocks) - 1):
+                acc, c = acc + c, torch.zeros_like(c)
+        else:
+            pv = torch.matmul(pq, v[:, :, cols])
+            acc = acc * alpha[..., None] + (pv / div[..., None] if o["per_row"] else pv)
         m = m_new
         _count(diag, u, pq, x, cols < o["ksink"], None if mx is not None else fmt)
+    if o["tc"] is not None:  # V's scale after the products (n = 0: c is the accumulator)
+        acc = (acc if o["promote"] else c) * o["s_v"]
     return m, l, acc
+
+
+#: Per pv_arith: products per fused sum L, alignment bits F, result fraction bits.
+_TENSOR_CORES = {"mma-sm89": (16, 13, 13), "wgmma-sm90": (32, 13, 13), "tcgen05-sm100": (32, 25, 23)}
+_SUBNORMAL_EXP = {"e4m3fn": -6, "e5m2": -14}
+_E_ZERO = -133
+
+
+def _mma_block(pq, v, cols, c, o):
+    """One block's P·V into the MMA accumulator c: its keys padded with zeros to ``block_n``, then one fused
+    sum (:func:`_fdpa`) per chunk of L keys, ascending."""
+    L = _TENSOR_CORES[o["tc"]][0]
+    n = len(cols)
+    a = torch.nn.functional.pad(pq, (0, o["block_n"] - n))
+    b = torch.nn.functional.pad(v[:, :, cols], (0, 0, 0, o["block_n"] - n))
+    for k0 in range(0, o["block_n"], L):
+        c = _fdpa(a[..., k0:k0 + L], b[:, :, k0:k0 + L], c, o)
+    return c
+
+
+def _exponent(x, emin):
+    """int64 e of each x = s·2^e with 1 <= |s| < 2, at least emin (subnormals; callers replace zeros' e)."""
+    return (torch.frexp(x.double())[1].long() - 1).clamp(min=emin)
+
+
+def _times_pow2(x, e):
+    """float64 x·2^e, e int64 (a power of two from float64's pow: exact in the range used here)."""
+    return x * torch.full(e.shape, 2.0, dtype=torch.float64).pow(e.double())
+
+
+def _fdpa(a, b, c, o):
+    """c + Σ_k a_k·b_k per output element, as docs/interfaces.md writes fdpa: a [B,H,Nq,L], b [B,H,L,d] FP8
+    values, c [B,H,Nq,d] float32."""
+    _, F, bits = _TENSOR_CORES[o["tc"]]
+    prod = a.double()[..., :, None] * b.double()[:, :, None]  # [B,H,Nq,L,d], exact
+    e_p = _exponent(a, _SUBNORMAL_EXP[o["p_fmt"]])[..., :, None] + _exponent(b, _SUBNORMAL_EXP[o["v_fmt"]])[:, :, None]
+    e_p = torch.where(prod == 0, torch.tensor(_E_ZERO), e_p)
+    e_c = torch.where(c == 0, torch.tensor(_E_ZERO), _exponent(c, -126))
+    e_max = torch.maximum(e_p.amax(-2), e_c)  # [B,H,Nq,d]
+    terms = torch.trunc(_times_pow2(prod, (F - e_max)[..., None, :])).long().sum(-2)
+    total = terms + torch.trunc(_times_pow2(c.double(), F - e_max)).long()  # exact integers
+    x = _times_pow2(total.double(), e_max - F)
+    step_e = _exponent(x, -126) - bits
+    out = _times_pow2(torch.trunc(_times_pow2(x, -step_e)), step_e).float()
+    return out + 0.0  # -0 becomes +0
 
 
 def _region_max(r, tile):
@@ -128,7 +194,8 @@ def _cols(j, o):
 def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=False, ksink=0, block_n=64,
                    sm_scale=None, rowsum="unrounded", scale_mode="multiply", rescale_threshold=0.0, sink_logit=None,
                    sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor", num_splits=1,
-                   split_layout="contiguous", p_normalize="online", causal_align=None, pv_arith="fp32", block_m=64):
+                   split_layout="contiguous", p_normalize="online", causal_align=None, pv_arith="fp32", block_m=64,
+                   pv_promote=0):
     """q [B,H,Nq,d], k and v [B,H_kv,Nk,d] float32 (H_kv dividing H) -> (out [B,H,Nq,d] float32, dict of
     int64 [B,H,Nq] diagnostics and float32 ``lse``).
 
@@ -143,20 +210,22 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
     nq0 = q.shape[2]
     if scale_mode == "tile_max_padded" and nq0 % block_m:
         q = torch.cat([q, torch.zeros(*q.shape[:2], block_m - nq0 % block_m, q.shape[3])], 2)
-    if pv_arith != "fp32":  # the tensor cores' arithmetic is the emulator's (pcast.emulator.tensorcore) alone
-        raise ValueError(f"pv_arith={pv_arith!r} is not allowed in the loop oracle; allowed: 'fp32'")
     B, H, Nq, d = q.shape
     Nk = k.shape[-2]
     exp2 = scale_mode == "exp2_offset"
     log2s = log2_scale(scale)
     if qk_fmt is not None:
         q, k = cast_operand(q, qk_fmt, qk_scale), cast_operand(k, qk_fmt, qk_scale)
-    if v_fmt is not None:
+    s_v = None
+    if v_fmt is not None and pv_arith != "fp32":  # the MMA takes V's FP8 values; s_v multiplies after step 5
+        v, s_v = operand_parts(v, v_fmt, v_scale)
+    elif v_fmt is not None:
         v = cast_operand(v, v_fmt, v_scale)
     # grouped-query attention, indexed here (the kernel and the emulator expand with repeat_interleave,
     # after or before the casts: the same numbers, since a cast's scale is per (batch, key/value head))
     kv_of = torch.arange(H) // (H // k.shape[1])  # query head h reads key/value head h // (H / H_kv)
     k, v = k[:, kv_of], v[:, kv_of]
+    s_v = None if s_v is None else s_v[:, kv_of]
     sigma = None if sink_logit is None else sink_logit.float().expand(B, H)[..., None].expand(B, H, Nq)
     o = dict(exp2=exp2, log2s=log2s, scale=scale, fmt=fmt, rowsum=rowsum, ksink=ksink, block_n=block_n, nk=Nk,
              sm=1.0 / math.sqrt(d) if sm_scale is None else sm_scale, causal=causal, sigma=sigma,
@@ -165,7 +234,8 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
              tile=block_m if scale_mode in ("tile_max", "tile_max_padded") else 0,
              target=(PER_ROW_TARGET if fmt in MX_FORMATS else get_format(fmt).max_finite) if fmt is not None else 0,
              mx=MX_FORMATS.get(fmt) if isinstance(fmt, str) else None, tau=torch.tensor(float32(rescale_threshold)),
-             partition=p_normalize == "partition",
+             partition=p_normalize == "partition", tc=None if pv_arith == "fp32" else pv_arith, promote=pv_promote,
+             s_v=s_v, p_fmt=fmt, v_fmt=v_fmt,
              diag={n: torch.zeros(B, H, Nq, dtype=torch.int64) for n in DIAGNOSTICS})
     nblk = (Nk + block_n - 1) // block_n
     states = []
