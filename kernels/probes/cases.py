@@ -22,6 +22,7 @@ import torch
 from pcast.formats import get_format
 from pcast.formats.quantize import quantize
 from pcast.policies import POLICIES, Policy
+from pcast.probes.cases_accum import accum_cases
 from pcast.probes.expect import exact, expected
 from pcast.probes.inputs import Probe, mass
 
@@ -194,7 +195,7 @@ FA4 = Case(
                  "random FP8 inputs against the bf16 kernel on a B300; the data are not given")),
 )
 
-CASES = (AITER_MLA, AITER_RAGGED, FLYDSL, FLASHINFER, FA4)
+CASES = (AITER_MLA, AITER_RAGGED, FLYDSL, FLASHINFER, FA4) + accum_cases(Case, Measurement)
 
 
 def t9_rows(cases=CASES) -> list[dict]:

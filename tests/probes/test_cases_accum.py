@@ -1,0 +1,55 @@
+"""The accumulation cases of T9 (:mod:`pcast.probes.cases_accum`): the decode/prefill drift's first mismatch
+at kv_len 97 rebuilt by the loop oracle (an implementation of the contract that shares no code with the
+emulator), the control and the fix, and the promotion intervals' order."""
+
+import pytest
+import torch
+
+from pcast.probes import cases_accum as ca
+from pcast.probes.cases import CASES, Measurement
+
+from loop_contract import loop_attention
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def _loop_last_rows(length, decode, prefill, promote):
+    q, k, v = (ca._fp8_grid(t)[:, :, :length] for t in ca._drift_inputs())
+    kw = dict(qk_fmt="e4m3fn", qk_scale=1.0, v_fmt="e4m3fn", v_scale=1.0, pv_arith="wgmma-sm90", pv_promote=promote,
+              scale=256.0, scale_mode="exp2_offset", causal=True)
+    dec, _ = loop_attention(q[:, :, -1:], k, v, block_n=decode, causal_align="bottom_right", **kw)
+    pre, _ = loop_attention(q, k, v, block_n=prefill, **kw)
+    return dec[0, 0, -1], pre[0, 0, -1]
+
+
+def test_the_loop_oracle_finds_the_first_mismatch_at_97_with_promotion():
+    """Decode (96-key tiles) and prefill (192) agree up to kv_len 96 and split at 97 once each tile is
+    promoted; at the prefill's width the decode agrees (the fix)."""
+    for n in (95, 96):
+        a, b = _loop_last_rows(n, 96, 192, 1)
+        assert torch.equal(a, b), n
+    a, b = _loop_last_rows(97, 96, 192, 1)
+    assert not torch.equal(a, b)
+    a, b = _loop_last_rows(97, 192, 192, 1)
+    assert torch.equal(a, b)
+
+
+def test_the_emulator_sweep_agrees():
+    r = ca.tile_drift_sweep()
+    assert r["first"] == 97 and 97 in r["mismatched"]
+    assert ca.tile_drift_sweep("fp8-fixed")["mismatched"] == ()
+    # the control: at one kBlockN only the emulator's row-count-dependent float32 matmul differs
+    assert max(ca.tile_drift_sweep("bf16")["delta"].values(), default=0.0) < 1e-6
+    assert ca.tile_drift_sweep("bf16-rows")["mismatched"] == ()
+
+
+def test_promotion_intervals_order_the_error():
+    e = ca.promotion_errors()
+    assert e[1] < e[4] < e[64] <= e[0]
+
+
+def test_the_cases_are_registered():
+    keys = [c.key for c in CASES]
+    assert "fa3-fp8-two-level-accumulation" in keys and "fa3-fp8-decode-prefill-drift" in keys
+    beside = next(m for c in CASES for m in c.measurements if type(m) is not Measurement)
+    assert beside.evaluate()[1] == "INCONCLUSIVE"
