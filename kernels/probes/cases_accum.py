@@ -94,7 +94,7 @@ def tile_drift_sweep(variant: str = "fp8") -> dict:
     """The sweep of :data:`DRIFT_FIXTURE` for ``variant``: "fp8" (promoted each tile), "fp8-unpromoted",
     "fp8-fixed" (decode at prefill's block_n), "bf16" or "bf16-rows" (its decode row repeated to kv_len rows,
     so that the emulator's float32 matmuls have the prefill's shape). Returns the mismatched lengths, the first, their
-    fraction of the lengths and |Δ| at each mismatched length."""
+    fraction of the lengths and the largest absolute difference at each mismatched length."""
     f = DRIFT_FIXTURE
     q, k, v = _drift_inputs()
     decode, prefill = f["decode"], f["prefill"]
