@@ -35,6 +35,9 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Case:
+    """One public report rebuilt: its source, the policy and fixture it describes, its numbers, and how the
+    pages name it (``title``, ``group``, ``checks``; tools/cases_docs.py writes them from the registry)."""
+
     key: str
     source: str  # repository
     number: str  # "PR 5535", "issue 2577"
@@ -42,3 +45,6 @@ class Case:
     policy: str  # the policy as the report describes it (a preset name or explicit options)
     fixture: str
     measurements: tuple = field(default_factory=tuple)
+    title: str = ""  # the case's name in docs/probes.md's table (default: the key)
+    group: str = ""  # the report group's short name, as the README's claims table lists it (default: the repository)
+    checks: str = ""  # what is checked, in a line of docs/probes.md's table (default: the fixture)

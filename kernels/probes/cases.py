@@ -58,6 +58,9 @@ AITER_MLA = Case(
      Measurement("FP32 reference, mean output", 0.999993, 6, lambda: float(exact(_AITER_PROBE)[0, 0]),
                  reason="the report's reference ran on its quantised Q and K, whose logits are not exactly 0 "
                         "and -7; the exact output of the stated fixture is 1")),
+    title="aiter MLA decode", group="aiter",
+    checks="one logit at 0, 2,047 at −7, V = 1: the unscaled FP8 output 0.348843, the kernel's bf16 output "
+           "0.349609, the fix (P × 448) 0.996377, the FP32 reference 0.999993",
 )
 
 # ----------------------------------------------------------------------------- aiter paged_attention_ragged
@@ -77,6 +80,9 @@ AITER_RAGGED = Case(
      Measurement("RMS error of P near 2^-8 (about)", 0.15, 2, _rms_near_2_pow_minus_8,
                  "format-level estimate for P spread evenly over one subnormal step around 2^-8; the report "
                  "does not give its P distribution (\"near-uniform\")", assumed=True)),
+    title="aiter `paged_attention_ragged`", group="aiter",
+    checks="P normalised inside each 256-key partition, cast with no scale (the preset `aiter-pa-ragged`): the "
+           "greatest relative difference 0.355 of aiter's test, the ~15% RMS error of P near 2^-8",
 )
 
 # ----------------------------------------------------------------------------- FlyDSL dense FP8 attention
@@ -86,6 +92,7 @@ FLYDSL = Case(
     "V = 1 on peaked attention over thousands of keys (the logits and length behind the number are not given)",
     (Measurement("mean output with V = 1", 0.637, 3, None,
                  "the report gives neither the logits nor the sequence length behind 0.637"),),
+    title="FlyDSL dense FP8 attention", group="FlyDSL", checks="V = 1 gave 0.637",
 )
 
 
@@ -117,6 +124,8 @@ FLASHINFER = Case(
     (Measurement("log2 of the largest P rounded to zero", -10, 0, _largest_zero),
      Measurement("log2 of the smallest normal P", -6, 0, _smallest_normal),
      Measurement("log2 of the subnormal step", -9, 0, _subnormal_step)),
+    title="FlashInfer SM120 FP8 prefill", group="FlashInfer",
+    checks="the thresholds of numerator-only loss: below 2^-10 to zero, normals from 2^-6, subnormal step 2^-9",
 )
 
 

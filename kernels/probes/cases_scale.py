@@ -117,9 +117,16 @@ FA4 = Case(
      Measurement("paged decode, fix tau = 0.75 (PR 2731, PR 166): kv_seqlens with a saturated P", 0, 0,
                  lambda: saturating_lengths(0.75)),
      Measurement("cosine similarity at 128 keys (issue 2577)", 0.86, 2, None,
-                 "random FP8 inputs and a bf16 reference on a B300; the data are not given"),
+                 "random FP8 inputs and a bf16 reference on a B300; the data are not given (on the paged-decode "
+                 "draw here, no P saturates up to kv_seqlen 128, one 128-key tile holding no stale max, and some "
+                 "P saturates at every length above it)"),
      Measurement("rel_l2 error, logit std 2.0, offset 8 (PR 2694)", 0.361, 3, None,
                  "random FP8 inputs against the bf16 kernel on a B300; the data are not given")),
+    title="FlashAttention-4 SM100 FP8", group="FlashAttention-4",
+    checks="headroom ln(448/256) ≈ 0.56 before P clips; the dominant key loses 1 − 448/4096 ≈ 0.89 of its weight; "
+           "the dtype-aware offset (S = 16 with τ = 4) and τ = 0 and τ = 0.75 lose none; the largest safe τ at "
+           "offset 8 is log2 448 − 8 ≈ 0.807; on the paged-decode fixture (kv_seqlen 1–1023) P saturates at "
+           "τ = 4 and at no length under τ = 0 or 0.75",
 )
 
 
@@ -175,4 +182,8 @@ CUDNN_SCALE_S = Case(
                  "after FP8 quantization)", 1, 0, lambda: float(scale_s_differences(448.0) > 0)),
      Measurement("fix (PR 509): outputs of the convention's kernel outside the tolerance of the contract's "
                  "S = 448", 0, 0, lambda: _fix_outside(448.0))),
+    title="cuDNN FP8 SDPA, scale_s dropped", group="cuDNN",
+    checks="the blind spot: the pair (2, 1/2) applied and ignored give identical O on P in E4M3's normal range, "
+           "the pair (448, 1/448) does not; the fix (the convention's kernel in plain torch) is the contract's "
+           "S = 448 within the probes' tolerance",
 )
