@@ -7,7 +7,9 @@ when the instrument's value rounds to the report's at the report's precision (wi
 last printed digit), PARTIAL when it does not and the reason is known (or when it does but part of the
 fixture had to be assumed), INCONCLUSIVE when the report gives too little to rebuild the fixture (the
 reason is stated), FAIL otherwise. Reports that state a fix have
-the fix as measurements of their own. The reports are described here in this project's words.
+the fix as measurements of their own. The reports are described here in this project's words. The types live in
+:mod:`pcast.probes.case_model`; the cases about P's scale (FlashAttention-4's offset-plus-threshold bound, cuDNN's
+ignored ``scale_s``) in :mod:`pcast.probes.cases_scale`; :data:`CASES` gathers them all.
 """
 
 from __future__ import annotations
