@@ -7,22 +7,26 @@ when the instrument's value rounds to the report's at the report's precision (wi
 last printed digit), PARTIAL when it does not and the reason is known (or when it does but part of the
 fixture had to be assumed), INCONCLUSIVE when the report gives too little to rebuild the fixture (the
 reason is stated), FAIL otherwise. Reports that state a fix have
-the fix as measurements of their own. The reports are described here in this project's words.
+the fix as measurements of their own. The reports are described here in this project's words. The types live in
+:mod:`pcast.probes.case_model`; the cases about P's scale (FlashAttention-4's offset-plus-threshold bound, cuDNN's
+ignored ``scale_s``) in :mod:`pcast.probes.cases_scale`; those about the tensor core's P·V accumulation
+(FlashAttention-3) in :mod:`pcast.probes.cases_accum`; :data:`CASES` gathers them all.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from pcast.formats import get_format
 from pcast.formats.quantize import quantize
-from pcast.policies import POLICIES, Policy
-from pcast.probes.cases_accum import accum_cases
+from pcast.policies import Policy
+from pcast.probes.case_model import Case, Measurement
+from pcast.probes.cases_accum import TILE_DRIFT, TWO_LEVEL
+from pcast.probes.cases_scale import CUDNN_SCALE_S, FA4
 from pcast.probes.expect import exact, expected
 from pcast.probes.inputs import Probe, mass
 
@@ -33,38 +37,6 @@ T9_COLUMNS = ("case", "source", "number", "link", "policy", "fixture", "measured
 RANDOM_TEST = ("the greatest relative difference over the 24,576 outputs of aiter's FP8-KV test, on random Q, K, V "
                "quantised with scales the report does not give (3 elements fail): the data behind the maximum are "
                "not given; the kernel's P path itself is the preset aiter-pa-ragged")
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One number of a report: what it is, its value, the decimals printed, and how the instrument gets it."""
-
-    measured: str
-    report: float
-    decimals: int
-    compute: object = None  # a callable () -> float, or None when the fixture cannot be rebuilt
-    reason: str = ""  # why INCONCLUSIVE (compute None) or PARTIAL (computed, outside the precision)
-    assumed: bool = False  # the fixture is partly assumed: PARTIAL even within the precision
-
-    def evaluate(self) -> tuple[float | None, str]:
-        if self.compute is None:
-            return None, "INCONCLUSIVE"
-        value = float(self.compute())
-        close = abs(value - self.report) <= 0.5 * 10.0 ** -self.decimals * (1 + 1e-9)
-        if close:
-            return value, "PARTIAL" if self.assumed else "PASS"
-        return value, "PARTIAL" if self.reason else "FAIL"
-
-
-@dataclass(frozen=True)
-class Case:
-    key: str
-    source: str  # repository
-    number: str  # "PR 5535", "issue 2577"
-    link: str
-    policy: str  # the policy as the report describes it (a preset name or explicit options)
-    fixture: str
-    measurements: tuple = field(default_factory=tuple)
 
 
 def _out(probe: Probe, policy, column: int = 0, row: int = 0) -> float:
@@ -90,6 +62,9 @@ AITER_MLA = Case(
      Measurement("FP32 reference, mean output", 0.999993, 6, lambda: float(exact(_AITER_PROBE)[0, 0]),
                  reason="the report's reference ran on its quantised Q and K, whose logits are not exactly 0 "
                         "and -7; the exact output of the stated fixture is 1")),
+    title="aiter MLA decode", group="aiter",
+    checks="one logit at 0, 2,047 at −7, V = 1: the unscaled FP8 output 0.348843, the kernel's bf16 output "
+           "0.349609, the fix (P × 448) 0.996377, the FP32 reference 0.999993",
 )
 
 # ----------------------------------------------------------------------------- aiter paged_attention_ragged
@@ -109,6 +84,9 @@ AITER_RAGGED = Case(
      Measurement("RMS error of P near 2^-8 (about)", 0.15, 2, _rms_near_2_pow_minus_8,
                  "format-level estimate for P spread evenly over one subnormal step around 2^-8; the report "
                  "does not give its P distribution (\"near-uniform\")", assumed=True)),
+    title="aiter `paged_attention_ragged`", group="aiter",
+    checks="P normalised inside each 256-key partition, cast with no scale (the preset `aiter-pa-ragged`): the "
+           "greatest relative difference 0.355 of aiter's test, the ~15% RMS error of P near 2^-8",
 )
 
 # ----------------------------------------------------------------------------- FlyDSL dense FP8 attention
@@ -118,6 +96,7 @@ FLYDSL = Case(
     "V = 1 on peaked attention over thousands of keys (the logits and length behind the number are not given)",
     (Measurement("mean output with V = 1", 0.637, 3, None,
                  "the report gives neither the logits nor the sequence length behind 0.637"),),
+    title="FlyDSL dense FP8 attention", group="FlyDSL", checks="V = 1 gave 0.637",
 )
 
 
@@ -149,53 +128,12 @@ FLASHINFER = Case(
     (Measurement("log2 of the largest P rounded to zero", -10, 0, _largest_zero),
      Measurement("log2 of the smallest normal P", -6, 0, _smallest_normal),
      Measurement("log2 of the subnormal step", -9, 0, _subnormal_step)),
+    title="FlashInfer SM120 FP8 prefill", group="FlashInfer",
+    checks="the thresholds of numerator-only loss: below 2^-10 to zero, normals from 2^-6, subnormal step 2^-9",
 )
 
 
-# ----------------------------------------------------------------------------- FlashAttention-4 SM100 FP8
-_FA4_OFFSET8 = POLICIES["fa4"].replace(name="fa4-offset8-tau4", scale=256.0, rescale_threshold=4.0)
-_FA4_FIXED = _FA4_OFFSET8.replace(name="fa4-offset4-tau4", scale=2.0 ** math.floor(math.log2(448) - 4.0))
-
-
-def _stale(lift: float, n: int = 256) -> Probe:
-    """Key 0 at ``lift`` (natural units) above n − 1 keys at 0: reverse order sees it last, one block late."""
-    row = torch.zeros(n)
-    row[0] = lift
-    return Probe(f"stale-max-{lift:g}", "the max arrives one block late", "out[...,1]", row[None].to(torch.float32))
-
-
-def _dominant_loss(policy: Policy) -> float:
-    """Fraction of the dominant key's weight lost at a lift just under tau (4 log2 units)."""
-    probe = _stale((4.0 - 2.0 ** -10) / math.log2(math.e))
-    return 1.0 - _out(probe, policy, column=1) / float(exact(probe)[0, 1])
-
-
-def _saturation_onset(policy: Policy) -> float:
-    """The smallest lift (natural units) at which a P saturates, to 1e-5 by bisection."""
-    lo, hi = 0.0, 2.0
-    while hi - lo > 1e-5:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if int(expected(_stale(mid), policy).saturated.sum()) else (mid, hi)
-    return hi
-
-
-FA4 = Case(
-    "fa4-sm100-fp8", "Dao-AILab/flash-attention", "issues 2577, 2716; PRs 2694, 2713, 2717",
-    "https://github.com/Dao-AILab/flash-attention/pull/2717",
-    "reverse, exp2 offset 8 (S = 256), lazy rescale tau = 4, E4M3, 128-key blocks; fix: offset "
-    "floor(log2 448 - tau) = 4 (S = 16)",
-    "256 keys at 0 but key 0, lifted by just under tau (the max found one block late); random-data tables "
-    "of the reports are not rebuildable",
-    (Measurement("headroom before P clips (PR 2694, natural units)", 0.56, 2, lambda: _saturation_onset(_FA4_OFFSET8)),
-     Measurement("dominant key's weight lost (PR 2713: 1 - 448/4096)", 0.89, 2, lambda: _dominant_loss(_FA4_OFFSET8)),
-     Measurement("fix (PR 2717): dominant key's weight lost (the PR: no saturation)", 0.0, 2, lambda: _dominant_loss(_FA4_FIXED)),
-     Measurement("cosine similarity at 128 keys (issue 2577)", 0.86, 2, None,
-                 "random FP8 inputs and a bf16 reference on a B300; the data are not given"),
-     Measurement("rel_l2 error, logit std 2.0, offset 8 (PR 2694)", 0.361, 3, None,
-                 "random FP8 inputs against the bf16 kernel on a B300; the data are not given")),
-)
-
-CASES = (AITER_MLA, AITER_RAGGED, FLYDSL, FLASHINFER, FA4) + accum_cases(Case, Measurement)
+CASES = (AITER_MLA, AITER_RAGGED, FLYDSL, FLASHINFER, FA4, CUDNN_SCALE_S, TWO_LEVEL, TILE_DRIFT)
 
 
 def t9_rows(cases=CASES) -> list[dict]:

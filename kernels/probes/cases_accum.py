@@ -15,8 +15,18 @@ import math
 import torch
 
 import pcast
+from pcast.probes.case_model import Case, Measurement
 
-__all__ = ["accum_cases", "tile_drift_sweep", "promotion_errors", "PROMOTE_FIXTURE", "DRIFT_FIXTURE"]
+__all__ = ["Beside", "TWO_LEVEL", "TILE_DRIFT", "tile_drift_sweep", "promotion_errors", "PROMOTE_FIXTURE",
+           "DRIFT_FIXTURE"]
+
+
+class Beside(Measurement):
+    """A number of the instrument set beside a report's number it cannot be compared with (a model
+    benchmark's accuracy beside an attention call's error): always INCONCLUSIVE, the reason says why."""
+
+    def evaluate(self) -> tuple[float | None, str]:
+        return (None if self.compute is None else float(self.compute())), "INCONCLUSIVE"
 
 
 def _fp8_grid(x: torch.Tensor) -> torch.Tensor:
@@ -125,75 +135,62 @@ _DATA = ("the reproducer's random inputs (distribution, heads, scales) are not g
          "single head at seed 0 stands in")
 
 
-def accum_cases(Case, Measurement) -> tuple:
-    """The two cases, built with :mod:`pcast.probes.cases`' types (passed in, so that this module imports
-    nothing of the registry that imports it)."""
-    beside = _beside(Measurement)
-    return _two_level(Case, Measurement, beside), _tile_drift(Case, Measurement, beside)
+TWO_LEVEL = Case(
+    "fa3-fp8-two-level-accumulation", "vllm-project/flash-attention", "PRs 104, 122",
+    "https://github.com/vllm-project/flash-attention/pull/122",
+    "FP8 P·V on Hopper's wgmma (pv_arith wgmma-sm90), its narrow accumulator added into float32 every n KV "
+    "tiles (pv_promote = n); fix: n = 1 (every tile)",
+    "stated, not the report's (a model benchmark): one head, 8 query rows, 16,384 keys, head_dim 128, seed-0 "
+    "standard-normal q, k, v; FP8 Q, K, V and P, S = 256 by exp2 offset, forward, block_n 192; error against "
+    "float32 P·V",
+    (Beside("niah_multikey_2 at 128k, promoted every tile", 0.89, 2, lambda: promotion_errors()[1], _NOT_A_BENCHMARK),
+     Beside("niah_multikey_2 at 128k, promoted every 4 tiles", 0.88, 2, lambda: promotion_errors()[4],
+            _NOT_A_BENCHMARK),
+     Beside("niah_multikey_2 at 128k, promoted every 64 tiles", 0.856, 3, lambda: promotion_errors()[64],
+            _NOT_A_BENCHMARK),
+     Measurement("the intervals' order: error at 1 < at 4 < at 64 (1: reproduced)", 1, 0, _ordered,
+                 "the instrument's errors at intervals 1, 4 and 64 are not in the report's order")),
+    title="FlashAttention-3 FP8 two-level accumulation", group="FlashAttention-3",
+    checks="the promotion interval's order (niah_multikey_2 at 128k: 0.89 promoted every tile, 0.88 every 4, 0.856 "
+           "every 64) as the relative P·V error of a stated fixture (8 rows, 16,384 keys, head_dim 128, "
+           "`pv_arith=\"wgmma-sm90\"`, `block_n` 192) at `pv_promote` 1, 4 and 64",
+)
 
 
-def _beside(Measurement):
-    class Beside(Measurement):
-        """A number of the instrument set beside a report's number it cannot be compared with (a model
-        benchmark's accuracy beside an attention call's error): always INCONCLUSIVE, the reason says why."""
-
-        def evaluate(self) -> tuple[float | None, str]:
-            return (None if self.compute is None else float(self.compute())), "INCONCLUSIVE"
-
-    return Beside
-
-
-def _two_level(Case, Measurement, Beside):
-    return Case(
-        "fa3-fp8-two-level-accumulation", "vllm-project/flash-attention", "PRs 104, 122",
-        "https://github.com/vllm-project/flash-attention/pull/122",
-        "FP8 P·V on Hopper's wgmma (pv_arith wgmma-sm90), its narrow accumulator added into float32 every n KV "
-        "tiles (pv_promote = n); fix: n = 1 (every tile)",
-        "stated, not the report's (a model benchmark): one head, 8 query rows, 16,384 keys, head_dim 128, seed-0 "
-        "standard-normal q, k, v; FP8 Q, K, V and P, S = 256 by exp2 offset, forward, block_n 192; error against "
-        "float32 P·V",
-        (Beside("niah_multikey_2 at 128k, promoted every tile", 0.89, 2, lambda: promotion_errors()[1], _NOT_A_BENCHMARK),
-         Beside("niah_multikey_2 at 128k, promoted every 4 tiles", 0.88, 2, lambda: promotion_errors()[4],
-                _NOT_A_BENCHMARK),
-         Beside("niah_multikey_2 at 128k, promoted every 64 tiles", 0.856, 3, lambda: promotion_errors()[64],
-                _NOT_A_BENCHMARK),
-         Measurement("the intervals' order: error at 1 < at 4 < at 64 (1: reproduced)", 1, 0, _ordered,
-                     "the instrument's errors at intervals 1, 4 and 64 are not in the report's order")),
-    )
-
-
-def _tile_drift(Case, Measurement, Beside):
-    return Case(
-        "fa3-fp8-decode-prefill-drift", "sgl-project/sgl-flash-attn",
-        "PR 49 (sglang issue 25790; vllm issue 54035, vllm-project/flash-attention PR 184)",
-        "https://github.com/sgl-project/sgl-flash-attn/pull/49",
-        "FA3's FP8 branch at head_dim 128: decode kBlockN 96, prefill 192, each tile's P·V promoted into float32 "
-        "(pv_arith wgmma-sm90, pv_promote 1); forward, S = 256 by exp2 offset; fix: decode at prefill's kBlockN",
-        "one head, head_dim 128, seed-0 standard-normal q, k, v on the E4M3 grid; 1-row decode against the last row "
-        "of a kv_len-row causal prefill, kv_len 88-256 (every length); BF16 control at one kBlockN (128) on both",
-        (Measurement("first mismatching kv_len", 97, 0, lambda: tile_drift_sweep()["first"],
-                     "the first mismatch lies elsewhere (see the unpromoted row for the mechanism)"),
-         Measurement("BF16 control: mismatched lengths", 0, 0, lambda: len(tile_drift_sweep("bf16")["mismatched"]),
-                     "the emulator's float32 P·V is one BLAS matmul whose summation order depends on the number of query "
-                     "rows, so a 1-row and a kv_len-row call differ in float32's last bits (|Δ| < 1e-6) at one kBlockN "
-                     "too; the kernel's MMA order does not depend on the rows (next row)"),
-         Beside("BF16 control, the decode row repeated to kv_len rows: mismatched lengths", 0, 0,
-                lambda: len(tile_drift_sweep("bf16-rows")["mismatched"]),
-                "a diagnostic of the control's row above, after its result was seen: the same call with the "
-                "matmuls at the prefill's shape"),
-         Measurement("fix (decode at prefill's kBlockN): mismatched lengths", 0, 0,
-                     lambda: len(tile_drift_sweep("fp8-fixed")["mismatched"])),
-         Measurement("share of mismatched lengths (19 of 31)", 19 / 31, 2, lambda: tile_drift_sweep()["fraction"],
-                     "the report's 31 lengths are not listed: the instrument tests all 169 of 88-256", assumed=True),
-         Measurement("|Δ| at kv_len 97 (H20)", 3.9e-3, 4, lambda: tile_drift_sweep()["delta"].get(97, 0.0), _DATA,
-                     assumed=True),
-         Measurement("max |Δ| over the sweep (H100)", 9.8e-3, 4,
-                     lambda: max(tile_drift_sweep()["delta"].values(), default=0.0), _DATA, assumed=True),
-         Beside("first mismatching kv_len without promotion (pv_promote 0)", 97, 0,
-                lambda: tile_drift_sweep("fp8-unpromoted")["first"], _UNPROMOTED),
-         Beside("mismatched lengths without promotion (of 169; the report: 19 of 31)", 19, 0,
-                lambda: len(tile_drift_sweep("fp8-unpromoted")["mismatched"]), _UNPROMOTED),
-         Beside("mismatched lengths with promotion (of 169; the report: 19 of 31)", 19, 0,
-                lambda: len(tile_drift_sweep()["mismatched"]),
-                "promoted each tile, every length above 96 splits the accumulation differently")),
-    )
+TILE_DRIFT = Case(
+    "fa3-fp8-decode-prefill-drift", "sgl-project/sgl-flash-attn",
+    "PR 49 (sglang issue 25790; vllm issue 54035, vllm-project/flash-attention PR 184)",
+    "https://github.com/sgl-project/sgl-flash-attn/pull/49",
+    "FA3's FP8 branch at head_dim 128: decode kBlockN 96, prefill 192, each tile's P·V promoted into float32 "
+    "(pv_arith wgmma-sm90, pv_promote 1); forward, S = 256 by exp2 offset; fix: decode at prefill's kBlockN",
+    "one head, head_dim 128, seed-0 standard-normal q, k, v on the E4M3 grid; 1-row decode against the last row "
+    "of a kv_len-row causal prefill, kv_len 88-256 (every length); BF16 control at one kBlockN (128) on both",
+    (Measurement("first mismatching kv_len", 97, 0, lambda: tile_drift_sweep()["first"],
+                 "the first mismatch lies elsewhere (see the unpromoted row for the mechanism)"),
+     Measurement("BF16 control: mismatched lengths", 0, 0, lambda: len(tile_drift_sweep("bf16")["mismatched"]),
+                 "the emulator's float32 P·V is one BLAS matmul whose summation order depends on the number of query "
+                 "rows, so a 1-row and a kv_len-row call differ in float32's last bits (|Δ| < 1e-6) at one kBlockN "
+                 "too; the kernel's MMA order does not depend on the rows (next row)"),
+     Beside("BF16 control, the decode row repeated to kv_len rows: mismatched lengths", 0, 0,
+            lambda: len(tile_drift_sweep("bf16-rows")["mismatched"]),
+            "a diagnostic of the control's row above, after its result was seen: the same call with the "
+            "matmuls at the prefill's shape"),
+     Measurement("fix (decode at prefill's kBlockN): mismatched lengths", 0, 0,
+                 lambda: len(tile_drift_sweep("fp8-fixed")["mismatched"])),
+     Measurement("share of mismatched lengths (19 of 31)", 19 / 31, 2, lambda: tile_drift_sweep()["fraction"],
+                 "the report's 31 lengths are not listed: the instrument tests all 169 of 88-256", assumed=True),
+     Measurement("|Δ| at kv_len 97 (H20)", 3.9e-3, 4, lambda: tile_drift_sweep()["delta"].get(97, 0.0), _DATA,
+                 assumed=True),
+     Measurement("max |Δ| over the sweep (H100)", 9.8e-3, 4,
+                 lambda: max(tile_drift_sweep()["delta"].values(), default=0.0), _DATA, assumed=True),
+     Beside("first mismatching kv_len without promotion (pv_promote 0)", 97, 0,
+            lambda: tile_drift_sweep("fp8-unpromoted")["first"], _UNPROMOTED),
+     Beside("mismatched lengths without promotion (of 169; the report: 19 of 31)", 19, 0,
+            lambda: len(tile_drift_sweep("fp8-unpromoted")["mismatched"]), _UNPROMOTED),
+     Beside("mismatched lengths with promotion (of 169; the report: 19 of 31)", 19, 0,
+            lambda: len(tile_drift_sweep()["mismatched"]),
+            "promoted each tile, every length above 96 splits the accumulation differently")),
+    title="FlashAttention-3 FP8 decode against prefill", group="FlashAttention-3",
+    checks="decode `block_n` 96 against prefill 192, each tile promoted (`pv_promote=1`), kv_len 88–256: the first "
+           "mismatch at 97, the BF16 control at one `block_n`, the fix (decode at 192), and the same without promotion",
+)
