@@ -215,12 +215,13 @@ def test_fp32_is_the_contract_bit_for_bit():
     assert torch.equal(a.out, b.out)
 
 
+@pytest.mark.parametrize("promote", [0, 1])
 @pytest.mark.parametrize("arith", ["wgmma-sm90", "tcgen05-sm100"])
-def test_every_entry_point_gives_the_same_bits(arith):
+def test_every_entry_point_gives_the_same_bits(arith, promote):
     gen = torch.Generator().manual_seed(2)
     q, k = (torch.randn(2, 2, 96, 64, generator=gen) for _ in range(2))
     vs = [torch.randn(2, 2, 96, 64, generator=gen) for _ in range(2)]
-    kw = dict(v_fmt="e4m3fn", backend="emulator", pv_arith=arith, ksink=4)
+    kw = dict(v_fmt="e4m3fn", backend="emulator", pv_arith=arith, ksink=4, pv_promote=promote)
     one = [[pcast.attention(q, k, v, order=o, scale=s, **kw).out for v in vs]
            for o in ("forward", "reverse") for s in (1.0, 256.0)]
     calls = [dict(order=o, scale=s) for o in ("forward", "reverse") for s in (1.0, 256.0)]
@@ -228,6 +229,10 @@ def test_every_entry_point_gives_the_same_bits(arith):
     assert all(torch.equal(x, y.out) for row, rrow in zip(one, many) for x, y in zip(row, rrow))
     scales = pcast.attention_scales(q, k, vs, scales=(1.0, 256.0), order="reverse", **kw)
     assert all(torch.equal(x, y.out) for row, rrow in zip(one[2:], scales) for x, y in zip(row, rrow))
+    # calls that differ only in the promotion interval do not share the tensor core's operands' results
+    both = pcast.attention_calls(q, k, vs, [dict(pv_promote=0), dict(pv_promote=1)],
+                                 **{n: x for n, x in kw.items() if n != "pv_promote"})
+    assert torch.equal(both[promote][0].out, one[0][0])
 
 
 @pytest.mark.parametrize("kw,named", [
