@@ -34,6 +34,7 @@ def test_the_loop_oracle_finds_the_first_mismatch_at_97_with_promotion():
     assert torch.equal(a, b)
 
 
+@pytest.mark.heavy  # the four sweeps (about 30 s); the loop oracle's test above checks 97 at a smaller size
 def test_the_emulator_sweep_agrees():
     r = ca.tile_drift_sweep()
     assert r["first"] == 97 and 97 in r["mismatched"]
