@@ -1,6 +1,6 @@
 """The accumulation cases of T9 (:mod:`pcast.probes.cases_accum`): the decode/prefill drift's first mismatch
 at kv_len 97 rebuilt by the loop oracle (an implementation of the contract that shares no code with the
-emulator), the control and the fix, and the promotion intervals' order."""
+emulator), the control and the fix, and the promotion intervals' order, by the emulator and by the loop oracle."""
 
 import pytest
 import torch
@@ -53,3 +53,16 @@ def test_the_cases_are_registered():
     keys = [c.key for c in CASES]
     assert "fa3-fp8-two-level-accumulation" in keys and "fa3-fp8-decode-prefill-drift" in keys
     assert ca.Beside("x", 0.5, 2, lambda: 0.5).evaluate() == (0.5, "INCONCLUSIVE")
+
+
+def test_the_loop_oracle_orders_the_intervals_too():
+    """The promotion intervals' order by the loop oracle on a smaller fixture of the same kind (4 rows, 8,192
+    keys, head_dim 64, block_n 64: 128 blocks), each error against the loop's own float32 P·V."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 1, 4, 64, generator=g)
+    k, v = (torch.randn(1, 1, 8192, 64, generator=g) for _ in range(2))
+    kw = dict(qk_fmt="e4m3fn", v_fmt="e4m3fn", scale=256.0, scale_mode="exp2_offset", block_n=64)
+    ref = loop_attention(q, k, v, **kw)[0].double()
+    err = {n: float((loop_attention(q, k, v, pv_arith="wgmma-sm90", pv_promote=n, **kw)[0].double() - ref).norm()
+                    / ref.norm()) for n in (0, 1, 4, 64)}
+    assert err[1] < err[4] < err[64] < err[0]
