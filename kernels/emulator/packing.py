@@ -15,7 +15,7 @@ __all__ = ["Settings", "Grid", "Head", "Scales", "Out", "Row", "Scratch", "TERMS
 
 #: The call's options and sizes (bools, float64 and ints): the step-2 rule (``reverse``, ``cummax``, ``tau``,
 #: ``sink_init`` with its ``seed`` logit), the score's scale (``sm``: the ‖·‖ bound's, ``sm32``: float32,
-#: ``sm_pow2``: folded into q), the exp form (``exp2``, ``log2_s``, ``offset`` = |log2 S| under exp2_offset),
+#: ``sm_pow2``: folded into q), the exp form (``exp2``, ``log2_s``, ``offset`` the absolute log2 S under exp2_offset),
 #: exp's underflow edge (``exp_edge``), whether P is cast (``cast``) and how the row sum is taken
 #: (``rowsum_rounded``); ``bn`` keys a block, ``ks`` sink keys, ``d`` the head dimension.
 Settings = namedtuple("Settings", ["reverse", "cummax", "sink_init", "exp2", "sm_pow2", "cast", "rowsum_rounded",
