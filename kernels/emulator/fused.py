@@ -74,10 +74,10 @@ def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     scales = Scales(values=np.array([sc.scale for sc in c.scales], np.float32),
                     sats=np.array([sc.check_saturation for sc in c.scales], np.bool_))
     head = Head(keys=b.keys[g].numpy(), kn=b.kn[g].numpy(), kf=b.kf[g].numpy())
+    st, grid = _settings(c, g), _compiled.grid_record(c.fmt)
     threads = torch.get_num_threads() if s.numel() >= _PARALLEL_ELEMS else 1
     _fm.run_on(threads, _fr.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.qn[g, r0:r1].numpy(),
-               s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), head, _settings(c, g), _compiled.grid_record(c.fmt),
-               scales, out)
+               s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), head, st, grid, scales, out)
     pw_t = torch.from_numpy(out.pw)
     return ([pw_t[i] for i in range(ns)], [torch.from_numpy(out.l[i]) for i in range(ns)],
             torch.from_numpy(out.mf), [torch.from_numpy(out.counts[i]) for i in range(ns)])
