@@ -3,7 +3,8 @@
 :meth:`pcast.emulator.exact.Chunk.cast` rounds x onto an FP8 grid and marks the keys whose x lies within
 ``δ·x`` of a rounding midpoint (or of ``max_finite``), which it then decides on their float64 value. In torch
 that is a dozen elementwise passes over the chunk; here it is one, parallel over rows (each row on its own, so
-nothing depends on the thread count). The rounding is :func:`pcast.formats.rounding.quantize_fast`'s, the
+nothing depends on the thread count), each row :func:`pcast.emulator.fusedcast.cast_row`, the compiled P
+path's own cast. The rounding is :func:`pcast.formats.rounding.quantize_fast`'s, the
 same IEEE float32 operations in the same order (numba keeps them: no fast-math, no contraction), so ``p_q``
 has its bits. The test may mark a key more or less than the torch one (its own float32 roundings of
 ``|x − p_q| + δ·x``), which only moves where the float64 value is computed: every decision is the exact one

@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from pcast.contract import LOG2E
-from pcast.emulator.fusedcast import cast_row, exact_marked, x64
+from pcast.emulator.fusedcast import cast_counts, cast_row, exact_marked, x64
 from pcast.emulator.fusedmath import exp, exp2, tree, tree_from
 from pcast.emulator.fusedwalk import final_max, walk_row
 from pcast.emulator.packing import (SATURATED, TERMS, TERMS_SINK, UNDERFLOW, UNDERFLOW_SINK, Head, Row,
@@ -39,7 +39,7 @@ def _unrounded_row(row, head, st, sc, s0):
     0.5 of exp's underflow takes the float32 of its exact value (searched in the blocks whose bound
     ``2·‖q‖·max‖k‖·sm + |m| + 1`` reaches there). Returns #u > 0; the block sums of u into sc.lblk_u (unless
     the row sum is rounded)."""
-    m, u, bn = sc.m, sc.u, st.bn
+    m, u, bn, s, kn, mx, lblk_u, tb = sc.m, sc.u, st.bn, row.s, head.kn, sc.mx, sc.lblk_u, sc.tb
     pos = 0
     log2s = _F(st.log2_s)
     edge = _F(st.exp_edge)
@@ -49,25 +49,25 @@ def _unrounded_row(row, head, st, sc, s0):
         ms = _ZERO if mj == _NEG else mj
         off = ms * _LOG2E - log2s
         b0 = j * bn
-        sj, uj = row.s[b0:b0 + bn], u[b0:b0 + bn]  # (s: this task's copy of the row)
+        sj, uj = s[b0:b0 + bn], u[b0:b0 + bn]  # (s: this task's copy of the row)
         if st.exp2:
             for i in range(bn):
                 uj[i] = exp2(sj[i] * _LOG2E - off)
         else:
             for i in range(bn):
                 uj[i] = exp(sj[i] - ms)
-        if 2.0 * ((row.qn * head.kn[j]) * st.sm) + abs(np.float64(mj)) + 1.0 >= reach:
+        if 2.0 * ((row.qn * kn[j]) * st.sm) + abs(np.float64(mj)) + 1.0 >= reach:
             near = 0
             for i in range(bn):
                 near += abs((sj[i] - ms) - edge) <= _HALF
             if near:
                 for i in range(bn):
                     if abs((sj[i] - ms) - edge) <= _HALF:
-                        uj[i] = _F(x64(row, head, st, sc.mx, b0 + i, s0 if st.exp2 else 1.0))
+                        uj[i] = _F(x64(row, head, st, mx, b0 + i, s0 if st.exp2 else 1.0))
         for i in range(bn):
             pos += uj[i] > _ZERO
         if not st.rowsum_rounded:
-            sc.lblk_u[j] = tree_from(u, b0, bn, sc.tb)
+            lblk_u[j] = tree_from(u, b0, bn, tb)
     return pos
 
 
@@ -84,56 +84,59 @@ def _count_pos(x, ks):
 def _scale_row(row, head, st, grid, sc, bound, scale, chk, pw):
     """Steps 3-4 of one row at one scale, ``bound`` = (a, cc) the bound on x's relative error: p_q times its
     block's weight into pw; returns (l, #p_q > 0 among the sink keys, among the others, #saturated)."""
-    m, pq, bn = sc.m, sc.pq, st.bn
+    m, pq, u, mark, bn = sc.m, sc.pq, sc.u, sc.mark, st.bn
+    wl, lblk_u, tb = sc.wl, sc.lblk_u, sc.tb
     nb = m.shape[0]
     np_ = nb * bn
     exp2_ = st.exp2
     nsat = 0
     if st.cast:
         a, cc = bound
-        nsat, nmark = cast_row(sc.u[:np_], _ONE if exp2_ else scale, head.kf, _F(a * _UP), _F(cc * _UP), grid,
-                               chk, pq[:np_], sc.mark[:np_])
+        xs = _ONE if exp2_ else scale
+        cast_row(u[:np_], xs, head.kf, _F(a * _UP), _F(cc * _UP), grid, chk, pq[:np_], mark[:np_])
+        nsat, nmark = cast_counts(u[:np_], xs, grid, chk, mark[:np_])
         if nmark:
             nsat += exact_marked(row, head, st, grid, sc, scale, chk)
     else:
         for t in range(np_):
-            pq[t] = sc.u[t] if exp2_ else sc.u[t] * scale
+            pq[t] = u[t] if exp2_ else u[t] * scale
     ppos = 0
     mfin = final_max(m, st.reverse)
     for j in range(nb):
         b0 = j * bn
         if st.rowsum_rounded:
-            lb = tree_from(pq, b0, bn, sc.tb)
+            lb = tree_from(pq, b0, bn, tb)
             lb = lb if exp2_ else lb / scale
         else:
-            lb = sc.lblk_u[j]
+            lb = lblk_u[j]
         w = exp2(m[j] * _LOG2E - mfin * _LOG2E) if exp2_ else exp(m[j] - mfin)
-        sc.wl[j] = lb * w
+        wl[j] = lb * w
         pj, pwj = pq[b0:b0 + bn], pw[b0:b0 + bn]
         for i in range(bn):
             v = pj[i]
             ppos += v > _ZERO
             pwj[i] = v * w
     ppos_s = _count_pos(pq, st.ks)
-    return tree(sc.wl, nb), ppos_s, ppos - ppos_s, nsat
+    return tree(wl, nb), ppos_s, ppos - ppos_s, nsat
 
 
 @_jit
 def _row(row, head, st, grid, scales, sc, pw, out, r):
     """Every step of row r (``row``), p_q times its block weight into pw[i] (scale i), its row sums and counts
     into ``out``; ``sc``: scratch arrays. Returns the final max (-inf as 0)."""
+    values, sats, l, counts = scales.values, scales.sats, out.l, out.counts
     bound = walk_row(row, head, st, sc)
-    pos = _unrounded_row(row, head, st, sc, np.float64(scales.values[0]))
+    pos = _unrounded_row(row, head, st, sc, np.float64(values[0]))
     pos_s = _count_pos(sc.u, st.ks)
     pos_ns = pos - pos_s
-    for i in range(scales.values.shape[0]):
-        li, pp_s, pp_ns, nsat = _scale_row(row, head, st, grid, sc, bound, scales.values[i], scales.sats[i], pw[i])
-        out.l[i, r] = li
-        out.counts[i, r, TERMS] = pos_ns
-        out.counts[i, r, TERMS_SINK] = pos_s
-        out.counts[i, r, UNDERFLOW] = pos_ns - pp_ns
-        out.counts[i, r, UNDERFLOW_SINK] = pos_s - pp_s
-        out.counts[i, r, SATURATED] = nsat
+    for i in range(values.shape[0]):
+        li, pp_s, pp_ns, nsat = _scale_row(row, head, st, grid, sc, bound, values[i], sats[i], pw[i])
+        l[i, r] = li
+        counts[i, r, TERMS] = pos_ns
+        counts[i, r, TERMS_SINK] = pos_s
+        counts[i, r, UNDERFLOW] = pos_ns - pp_ns
+        counts[i, r, UNDERFLOW_SINK] = pos_s - pp_s
+        counts[i, r, SATURATED] = nsat
     return final_max(sc.m, st.reverse)
 
 

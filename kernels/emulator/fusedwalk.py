@@ -35,13 +35,13 @@ _jit = numba.njit(fastmath=False, cache=True)
 @_jit
 def _block_max64(row, head, st, j, e_j):
     """The exact maximum of block j: its keys within 2E of its float32 maximum, in float64."""
-    bn = st.bn
+    bn, s, q, keys = st.bn, row.s, row.q, head.keys  # (arrays taken out of their records once, not per key)
     lo = next_down(_F(np.float64(row.bm[j]) - 2.0 * e_j))
     best = -np.inf
     for i in range(bn):
-        v = row.s[j * bn + i]
+        v = s[j * bn + i]
         if v >= lo and v > _NEG:
-            e = score64(row.q, head.keys, j * bn + i, st.d, st.sm_pow2, st.sm32)
+            e = score64(q, keys, j * bn + i, st.d, st.sm_pow2, st.sm32)
             best = e if e > best else best
     return best
 
@@ -80,9 +80,9 @@ def _near(bm, m, e, rev, init, tau_term):
 def _exact_walk(row, head, st, sc, init):
     """The walk redone on the exact block maxima (a float32 decision lies near its boundary): sc.m and sc.mx
     the max in force at each block; returns the largest error of a float32 max."""
-    nb, bm, bm64, m, mx = sc.m.shape[0], row.bm, sc.bm64, sc.m, sc.mx
+    nb, bm, bm64, m, mx, e = sc.m.shape[0], row.bm, sc.bm64, sc.m, sc.mx, sc.e
     for j in range(nb):
-        bm64[j] = _block_max64(row, head, st, j, sc.e[j])
+        bm64[j] = _block_max64(row, head, st, j, e[j])
     rule(bm64, mx, st.reverse, st.cummax, np.float64(_F(st.tau)), np.float64(init), _LOG2E_D)
     err = 0.0
     for j in range(nb):
@@ -101,12 +101,12 @@ def _exact_walk(row, head, st, sc, init):
 def _setter_maxima(row, head, st, sc, init):
     """The exact max in force at each block (sc.mx) of the float32 walk sc.m: the exact maximum of the first block
     visited whose maximum is m[j] (searched when m moves); returns the largest error of a float32 max."""
-    nb, bm, bm64, m, mx, rev = sc.m.shape[0], row.bm, sc.bm64, sc.m, sc.mx, st.reverse
+    nb, bm, bm64, m, mx, e, rev = sc.m.shape[0], row.bm, sc.bm64, sc.m, sc.mx, sc.e, st.reverse
     err = 0.0
     for k in range(nb):
         bm64[k] = np.nan
         if m[k] == bm[k] and bm[k] != _NEG:
-            bm64[k] = _block_max64(row, head, st, k, sc.e[k])
+            bm64[k] = _block_max64(row, head, st, k, e[k])
             err = max(err, abs(np.float64(bm[k]) - bm64[k]))
     last = _NEG
     found = False
@@ -132,9 +132,9 @@ def walk_row(row, head, st, sc):
     """Step 2 of one row decided on exact values, from its block maxima row.bm: sc.m (float32) and sc.mx (float64
     exact) the max in force at each block; returns (a, cc), the bound on x's relative error
     (:meth:`pcast.emulator.exact.Chunk.make`)."""
-    nb, m, e, d = sc.m.shape[0], sc.m, sc.e, st.d
+    nb, m, e, d, kn = sc.m.shape[0], sc.m, sc.e, st.d, head.kn
     for j in range(nb):
-        e[j] = ((d + 2) * _U) * ((row.qn * head.kn[j]) * st.sm)
+        e[j] = ((d + 2) * _U) * ((row.qn * kn[j]) * st.sm)
     init = _F(st.seed) if st.sink_init else _NEG
     rule(row.bm, m, st.reverse, st.cummax, _F(st.tau), init, _LOG2E)
     if _near(row.bm, m, e, st.reverse, init, st.tau / _LOG2E_D if st.tau != 0.0 else 0.0):
