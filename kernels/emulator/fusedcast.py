@@ -26,7 +26,8 @@ __all__ = ["cast_row", "cast_counts", "x64", "exact_marked"]
 
 _F = np.float32
 _LOG2E_D = float(LOG2E)
-_jit = numba.njit(fastmath=False, cache=True)
+# inlined into the caller in numba IR: the records and their arrays pass without reference counting per call
+_jit = numba.njit(fastmath=False, cache=True, inline="always")
 
 
 @_jit

@@ -30,7 +30,8 @@ _NEG = _F(-np.inf)
 _UP = 1.0 + 2.0 ** -20
 #: tasks of the parallel loop over a chunk's rows (each with its own scratch arrays)
 _TASKS = 16
-_jit = numba.njit(fastmath=False, cache=True)
+# inlined into the caller in numba IR: the records and their arrays pass without reference counting per call
+_jit = numba.njit(fastmath=False, cache=True, inline="always")
 
 
 @_jit

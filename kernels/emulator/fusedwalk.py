@@ -29,7 +29,8 @@ _LOG2E_D = float(LOG2E)
 _ZERO = _F(0.0)
 _NEG = _F(-np.inf)
 _U = 2.0 ** -23
-_jit = numba.njit(fastmath=False, cache=True)
+# inlined into the caller in numba IR: the records and their arrays pass without reference counting per call
+_jit = numba.njit(fastmath=False, cache=True, inline="always")
 
 
 @_jit
