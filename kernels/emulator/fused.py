@@ -3,7 +3,7 @@
 Per row, in one parallel loop over rows (each row on its own, so nothing depends on the thread count):
 
 * step 2: the block maxima, the walk under step 2's rule (cumulative max, lazy τ, a seeding sink logit) decided
-  on exact values, the exact maxima of the blocks that set the max (:mod:`pcast.emulator.fusedkernel`);
+  on exact values, the exact maxima of the blocks that set the max (:mod:`pcast.emulator.fusedwalk`);
 * the unrounded value u of every key (``exp(s − m)`` or the exp2 form, :mod:`pcast.emulator.ieee`'s
   operations), a key whose ``s − m`` lies near exp's underflow taken from its float64 value;
 * step 3 at each scale: x, the cast, the keys whose x lies near a rounding boundary decided on their float64
@@ -29,8 +29,7 @@ import torch
 from pcast.contract import float32
 from pcast.emulator import compiled as _compiled
 from pcast.emulator.exact import exp_edge
-from pcast.emulator.packing import (CAST, CUMMAX, EXP2, EXP_EDGE, LOG2_S, OFFSET, REVERSE, ROWSUM_ROUNDED, SEED,
-                                    SINK_INIT, SM, SM32, SM_POW2, TAU)
+from pcast.emulator.packing import Head, Out, Scales, Settings
 from pcast.formats import FORMATS
 
 __all__ = ["ENABLED", "covers", "p_rows"]
@@ -49,41 +48,36 @@ def covers(c, s: torch.Tensor) -> bool:
             and not c.per_row and c.pv is None and (c.fmt is None or c.fmt.name in FORMATS))
 
 
+def _settings(c, g: int) -> Settings:
+    """The call's options and sizes for head g, from its layout ``c``."""
+    return Settings(reverse=c.reverse, cummax=c.cummax, sink_init=c.sink_init, exp2=c.exp2, sm_pow2=c.sm_pow2,
+                    cast=c.fmt is not None, rowsum_rounded=c.rowsum_rounded, tau=float(c.tau),
+                    seed=float(c.sink[g]) if c.sink_init else float("-inf"), sm=float(c.ex.sm),
+                    sm32=float(float32(c.sm_scale)), log2_s=float(c.log2_s),
+                    offset=abs(float(c.log2_s)) if c.exp2 else 0.0, exp_edge=float(exp_edge(c)), bn=c.block_n,
+                    ks=c.ks, d=c.ex.d)
+
+
 def p_rows(c, g: int, r0: int, r1: int, s: torch.Tensor):
     """Steps 2-4 of rows r0:r1 of head g from their scores ``s`` [rows, Np] float32 (read only). Returns
     ``(pw, l, m_final, counts)``: per scale, pw [rows, Np] p_q times its block's weight, l [rows] the row sum
     of the keys, m_final [rows] the final max (-inf as 0) and counts [rows, 5] int64 (terms, terms_sink,
     underflow, underflow_sink, saturated)."""
     # lazy: numba's compiled pass (importing it sets numba's threading layer), loaded on the first CPU row pass
-    from pcast.emulator import fusedkernel as _fw, fusedmath as _fm  # (numba: imported where it runs)
+    from pcast.emulator import fusedmath as _fm, fusedrows as _fr  # (numba: imported where it runs)
 
     nr, np_ = s.shape
     ns = len(c.scales)
-    fmt = c.fmt
     b = c.ex
-    pw = np.empty((ns, nr, np_), np.float32)
-    counts = np.zeros((ns, nr, 5), np.int64)
-    l = np.empty((ns, nr), np.float32)
-    mf = np.empty(nr, np.float32)
-    sc = np.array([sc.scale for sc in c.scales], np.float32)
-    sat = np.array([sc.check_saturation for sc in c.scales], np.bool_)
-    rounding = _compiled.grid(fmt) if fmt is not None else (1.0,) * 5
-    man_emin = (fmt.man_bits, fmt.emin) if fmt is not None else (0, 0)
-    seed = float(c.sink[g]) if c.sink_init else float("-inf")
-    sm32, edge = float32(c.sm_scale), exp_edge(c)
-    # each array laid out by its names, in index order (no Python call here: the compiled pass comes next)
-    flags = np.array([*dict(sorted({REVERSE: c.reverse, CUMMAX: c.cummax, SINK_INIT: c.sink_init, EXP2: c.exp2,
-                                    SM_POW2: c.sm_pow2, CAST: fmt is not None,
-                                    ROWSUM_ROUNDED: c.rowsum_rounded}.items())).values()], np.bool_)
-    vals = np.array([*dict(sorted({TAU: c.tau, SEED: seed, SM: b.sm, SM32: sm32, LOG2_S: c.log2_s,
-                                   OFFSET: abs(c.log2_s) if c.exp2 else 0.0, EXP_EDGE: edge}.items())).values()],
-                    np.float64)
-    grid = np.array([*rounding, np.finfo(np.float32).max], np.float32)  # RND ... MAX_FINITE, TOP (packing)
-    fm = np.array(man_emin, np.int64)  # MAN_BITS, EMIN (pcast.emulator.packing)
+    out = Out(pw=np.empty((ns, nr, np_), np.float32), l=np.empty((ns, nr), np.float32),
+              mf=np.empty(nr, np.float32), counts=np.zeros((ns, nr, 5), np.int64))
+    scales = Scales(values=np.array([sc.scale for sc in c.scales], np.float32),
+                    sats=np.array([sc.check_saturation for sc in c.scales], np.bool_))
+    head = Head(keys=b.keys[g].numpy(), kn=b.kn[g].numpy(), kf=b.kf[g].numpy())
+    st, grid = _settings(c, g), _compiled.grid_record(c.fmt)
     threads = torch.get_num_threads() if s.numel() >= _PARALLEL_ELEMS else 1
-    _fm.run_on(threads, _fw.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.keys[g].numpy(), b.qn[g, r0:r1].numpy(),
-               b.kn[g].numpy(), b.kf[g].numpy(), s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), c.block_n, c.ks,
-               b.d, flags, vals, sc, sat, grid, fm, pw, l, mf, counts)
-    pw_t = torch.from_numpy(pw)
-    return ([pw_t[i] for i in range(ns)], [torch.from_numpy(l[i]) for i in range(ns)], torch.from_numpy(mf),
-            [torch.from_numpy(counts[i]) for i in range(ns)])
+    _fm.run_on(threads, _fr.kernel(), s.numpy(), c.qs[g, r0:r1].numpy(), b.qn[g, r0:r1].numpy(),
+               s.view(nr, c.nblk, c.block_n).amax(-1).numpy(), head, st, grid, scales, out)
+    pw_t = torch.from_numpy(out.pw)
+    return ([pw_t[i] for i in range(ns)], [torch.from_numpy(out.l[i]) for i in range(ns)],
+            torch.from_numpy(out.mf), [torch.from_numpy(out.counts[i]) for i in range(ns)])

@@ -1,4 +1,4 @@
-"""The scalar float32 operations of the compiled pass (:mod:`pcast.emulator.fusedkernel`), numba code.
+"""The scalar float32 operations of the compiled pass (:mod:`pcast.emulator.fusedrows`), numba code.
 
 * :func:`exp`, :func:`exp2`, :func:`tree`: :mod:`pcast.emulator.ieee`'s exp, exp2 and ``tree_sum``, op for
   op (numba without fast-math keeps IEEE float32 operations as written: no contraction, no reassociation),

@@ -7,7 +7,8 @@
 * every command of their ``bash`` blocks parses (``bash -n``), its program answers ``--help``, and
   every ``--option`` it uses is one that program lists; the claims table's commands dry-run
   (``snakemake -n``) in the smoke run;
-* every module of ``pcast`` (the folder ``kernels/``) has its ``automodule`` in docs/api/.
+* every module of ``pcast`` (the folder ``kernels/``) has its ``automodule`` in docs/api/, and every module of
+  ``kernels/emulator/`` its line in docs/contributing.md's table of the emulator's modules.
 """
 
 from __future__ import annotations
@@ -218,3 +219,11 @@ def test_every_module_is_in_the_api_reference():
         parts = ("pcast",) + f.relative_to(ROOT / "kernels").with_suffix("").parts
         modules.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     assert modules - listed == set(), f"modules missing from docs/api/: {sorted(modules - listed)}"
+
+
+def test_the_contributing_guide_lists_every_emulator_module():
+    page = (ROOT / "docs" / "contributing.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `kernels/emulator/(\w+)\.py` \| \S", page, flags=re.M))
+    files = {f.stem for f in (ROOT / "kernels" / "emulator").glob("*.py")} - {"__init__"}
+    assert files - rows == set(), f"missing from docs/contributing.md's emulator table: {sorted(files - rows)}"
+    assert rows - files == set(), f"docs/contributing.md's emulator table names no module: {sorted(rows - files)}"
