@@ -348,7 +348,7 @@ def test_smoke_run_has_the_policies_table(smoke_run):
     cfg = config_of(smoke_run)
     text = (smoke_run / "results/tidy/policies.csv").read_text().splitlines()
     assert text[0] == ",".join(contract.POLICY_TIDY_COLUMNS)
-    assert len(text) - 1 == pconfig.expected_rows(P, cfg["experiments"][P]) == 2 * (2 * 3 + 3) * 6 * 2
+    assert len(text) - 1 == pconfig.expected_rows(P, cfg["experiments"][P]) == 2 * (2 * 3 + 3) * 8 * 2
     assert (smoke_run / "results/timing/policies.csv").exists()
     log = (smoke_run.parent / "snakemake.log").read_text()
     assert "[pcast] policies shard 1/1:" in log
