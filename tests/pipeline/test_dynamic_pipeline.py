@@ -127,7 +127,8 @@ def _tidy(ratio: float, seeds: int = 6) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize("ratio, words", [(0.5, "beats reverse S=256's MSE"), (2.0, "No dynamic scale reaches")])
+@pytest.mark.parametrize("ratio, words", [(0.5, "beats reverse S=256's MSE beyond the CI somewhere"),
+                                          (2.0, "every one lies above it")])
 def test_summary_ratios_theory_and_finding_follow_the_data(ratio, words):
     s = dynamic_summary(_tidy(ratio), n_resamples=300)
     tm = s[(s.cast == "tile_max") & (s.order == "reverse")]
