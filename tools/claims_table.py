@@ -60,6 +60,11 @@ STEPS: dict[str, list[str]] = {
     "tensorcore": ["claims/tensorcore", "claims/fig_tensorcore"],
     "decode": _chain("decode") + ["claims/stats_decode", "claims/fig_decode", "claims/table_decode"],
 }
+#: The steps of each finding beyond the paper (claims.json's ``findings``; no claim and no README row): their job
+#: time counts in the run's total only.
+FINDING_STEPS: dict[str, list[str]] = {
+    "dynamic": _chain("dynamic") + ["claims/stats_dynamic", "claims/fig_dynamic"],
+}
 #: The paper's numbers come from the statistics behind C1, C3, C4 and C5 (and the claims job itself).
 STEPS["paper"] = list(dict.fromkeys(STEPS["C1"] + STEPS["C3"] + STEPS["C4"] + STEPS["C5"] + ["claims/claims"]))
 

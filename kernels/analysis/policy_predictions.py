@@ -15,6 +15,10 @@ alone. Which law applies (column ``pred_model`` of the policies summary):
   with ``k = 0`` (Δ plays no role; Δ = 0 is passed).
 * ``none``: no law (causal rows, an unknown format, sinks outside block 0): NaN.
 
+A dynamic P scale (``scale_mode`` ``per_row`` or ``tile_max`` with an FP8 format) is predicted by
+:mod:`pcast.theory.dynamic`: the static laws above at S = the format's largest finite value in reverse
+order, whatever the row's order (its saturated fraction, a boundary count, has no law: NaN).
+
 With lazy rescaling (``rescale_threshold`` τ > 0) the running max may be stale, below the eager
 max, so p is never smaller than under the eager rule: the eager laws above are then an upper
 bound of the underflow fraction, and the model name says so (``keys, eager bound``).
@@ -38,6 +42,7 @@ from pcast import theory
 from pcast.contract import SCALE_MODES, SINK_KINDS, SINK_MODES
 from pcast.formats import FORMATS
 from pcast.theory import policy as policy_theory
+from pcast.theory.dynamic import DYNAMIC_MODES, dynamic_target
 
 __all__ = ["applied_scale", "underflow_model", "predict_underflow", "predict_saturation", "predicted_crossing"]
 
@@ -53,9 +58,16 @@ def _check(row) -> None:
             raise ValueError(f"column {col!r} = {row[col]!r} is not allowed; allowed: {', '.join(allowed)}")
 
 
+def _dynamic(row) -> bool:
+    return row.get("scale_mode", "multiply") in DYNAMIC_MODES and row.get("fmt") in FORMATS
+
+
 def applied_scale(row) -> float:
-    """The S the policy really applies: ``2**log2_scale(S)`` for exp2_offset, else S."""
+    """The S the policy really applies: ``2**log2_scale(S)`` for exp2_offset, the format's largest finite
+    value for a dynamic scale (:func:`pcast.theory.dynamic.dynamic_target`), else S."""
     s = float(row["scale"])
+    if _dynamic(row):
+        return dynamic_target(str(row["fmt"]))
     if row.get("scale_mode", "multiply") == "exp2_offset":
         return float(policy_theory.exp2_offset_scale(s))
     return s
@@ -78,8 +90,9 @@ def underflow_model(row) -> str:
 
 def _theory_args(row) -> tuple:
     """The hashable arguments every law reads from a row."""
-    return (applied_scale(row), str(row["fmt"]), float(row.get("sigma", 1.0)), str(row["order"]),
-            int(row["n"]), int(row["block_n"]))
+    order = "reverse" if _dynamic(row) else str(row["order"])
+    return (applied_scale(row), str(row["fmt"]), float(row.get("sigma", 1.0)), order, int(row["n"]),
+            int(row["block_n"]))
 
 
 @lru_cache(maxsize=4096)
@@ -125,7 +138,7 @@ def predict_saturation(row, deltas) -> np.ndarray:
     sink keys at Δ, a learned logit seeding the max at Δ (``init``), or none (``final``).
     """
     deltas = tuple(float(x) for x in np.atleast_1d(deltas))
-    if underflow_model(row) == "none":
+    if underflow_model(row) == "none" or _dynamic(row):
         return np.full(len(deltas), math.nan)
     args = (float(row["scale"]),) + _theory_args(row)[1:]
     if row["sink_kind"] == "keys":

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pcast.contract import (CONFORMANCE, DECODE_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT, REALMODEL,
-                              SWEEP_EXPERIMENTS, TENSORCORE_EXPERIMENT)
+from pcast.contract import (CONFORMANCE, DECODE_EXPERIMENT, DYNAMIC_EXPERIMENT, FP4_EXPERIMENT, POLICY_EXPERIMENT,
+                              REALMODEL, SWEEP_EXPERIMENTS, TENSORCORE_EXPERIMENT)
 
-__all__ = ["Claim", "Output", "PAPER", "CLAIMS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
+__all__ = ["Claim", "Finding", "Output", "PAPER", "CLAIMS", "FINDINGS", "OUTPUTS", "FIGURES", "TABLES", "VERDICT",
            "EXPERIMENT_CATEGORY", "STATISTICS_READS", "claim", "category", "statistics_reads"]
 
 PAPER = "paper"  # the section comparing the abstract's numbers with the artifact's
@@ -27,6 +27,13 @@ class Claim:
     statement: str  # the claim: for C1-C6 the abstract's sentence
     criterion_keys: tuple[str, ...]  # keys of claims.<id> in config.yaml that the verdict reads
     outputs: tuple[str, ...]  # figure and table targets that answer it (claims.md's evidence)
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str  # the experiment beyond the paper it reads (claims.json's ``findings`` key)
+    statement: str  # what it asks (claims.md's "Findings beyond the paper"; never a verdict)
+    outputs: tuple[str, ...]  # the figures that show it
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,13 @@ CLAIMS = (
           (), ("fig_conformance", "table_conformance")),
 )
 
+#: Experiments beyond the paper whose results are findings, not verdicts: they feed no claim.
+FINDINGS = (
+    Finding(DYNAMIC_EXPERIMENT, "Dynamic P scales (tile_max, row_block_max) beside static S = 1 and S = 256 in both "
+                                "orders: what the paper's optimality claim for a static S says once dynamic scales "
+                                "are allowed.", ("fig_dynamic",)),
+)
+
 _UNDERFLOW = "C1, C2 · underflow law, reverse order"
 _SCALE = "C3 · S = 256"
 _THRESHOLD = "C4 · threshold Δc"
@@ -116,6 +130,7 @@ _CASES = "Reported cases"
 _DEPLOYED = "Deployed kernels' own code"
 _TENSORCORE = "Tensor-core P·V"
 _DECODE = "Decode · split-KV"
+_DYNAMIC = "Beyond the paper · dynamic P scales"
 
 OUTPUTS = (
     Output("fig_theory_scale", "figure", _SCALE),
@@ -131,6 +146,7 @@ OUTPUTS = (
     Output("fig_fp4", "figure", _FP4),
     Output("fig_decode", "figure", _DECODE),
     Output("fig_tensorcore", "figure", _TENSORCORE),
+    Output("fig_dynamic", "figure", _DYNAMIC),
     Output("table_paired_tests", "table", "C5, C6 · paired tests"),
     Output("table_scales", "table", _SCALE),
     Output("table_thresholds", "table", _THRESHOLD),
@@ -149,9 +165,9 @@ VERDICT = "claims"
 
 # The report category of each experiment's tidy table: next to the outputs built from it.
 EXPERIMENT_CATEGORY = dict(zip(SWEEP_EXPERIMENTS + (CONFORMANCE, POLICY_EXPERIMENT, REALMODEL, FP4_EXPERIMENT,
-                                                   TENSORCORE_EXPERIMENT, DECODE_EXPERIMENT),
+                                                   TENSORCORE_EXPERIMENT, DECODE_EXPERIMENT, DYNAMIC_EXPERIMENT),
                                (_UNDERFLOW, _SCALE, _THRESHOLD, _CONFORMANCE, _POLICIES, _REALMODEL, _FP4, _TENSORCORE,
-                                _DECODE)))
+                                _DECODE, _DYNAMIC)))
 
 
 _BOOTSTRAP = ("bootstrap_resamples", "confidence_level", "bootstrap_method", "seed")
@@ -167,6 +183,7 @@ STATISTICS_READS = {
     "policies": ("crossing_level", *_BOOTSTRAP),
     "fp4": ("crossing_level", *_BOOTSTRAP),
     "decode": ("crossing_level", *_BOOTSTRAP),
+    "dynamic": ("reference", *_BOOTSTRAP),
     "table_paired_tests": ("table_deltas", "confidence_level", "tost_margin", "alpha"),
     "table_policies": ("crossing_level", "confidence_level"),
     "table_fp4": ("crossing_level", "confidence_level"),

@@ -14,6 +14,8 @@ Each rule of ``workflow/rules/statistics.smk`` calls one of these on its tidy ta
   bootstrap keys (``confidence_level`` also sets the seed-mean CIs);
 * :func:`fp4` (rule ``stats_fp4``, tidy ``fp4``): the same keys as :func:`policies`.
 * :func:`decode` (rule ``stats_decode``, tidy ``decode``): the same keys; three tables (:mod:`pcast.analysis.decode`).
+* :func:`dynamic` (rule ``stats_dynamic``, tidy ``dynamic``, beyond the paper): ``reference`` and the bootstrap
+  keys (:mod:`pcast.analysis.dynamic`).
 
 The bootstrap keys are ``bootstrap_resamples``, ``confidence_level``, ``bootstrap_method`` and
 ``seed`` (:func:`bootstrap`). The statistics themselves live in :mod:`.paired` and
@@ -28,12 +30,14 @@ import pandas as pd
 
 from pcast.analysis import registry
 from pcast.analysis.decode import decode_crossings, decode_curves, decode_partition
+from pcast.analysis.dynamic import dynamic_summary
 from pcast.analysis.fp4 import fp4_summary
 from pcast.analysis.paired import paired_tests
 from pcast.analysis.policies import policy_summary, require
 from pcast.analysis.summaries import collapse_summary, knee_summary, scales_summary, threshold_summary
 
-__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "fp4", "decode", "POLICY_KEYS",
+__all__ = ["bootstrap", "collapse", "paired", "scales", "threshold", "policies", "fp4", "decode", "dynamic",
+           "POLICY_KEYS",
            "READS", "reads"]
 
 # The keys of the statistics section that stats.policies reads.
@@ -99,3 +103,9 @@ def decode(tidy: pd.DataFrame, cfg: Mapping) -> tuple[pd.DataFrame, pd.DataFrame
     curves = decode_curves(tidy, confidence_level=b["confidence_level"])
     return (curves, decode_crossings(tidy, curves, level=float(cfg["crossing_level"]), boot=boot),
             decode_partition(tidy, boot=boot))
+
+
+def dynamic(tidy: pd.DataFrame, cfg: Mapping) -> pd.DataFrame:
+    """Dynamic P scales beside static S: seed means with CIs, the theory, MSE over the reference combination's."""
+    require(cfg, "statistics", registry.STATISTICS_READS["dynamic"])
+    return dynamic_summary(tidy, reference=str(cfg["reference"]), **bootstrap(cfg))

@@ -21,7 +21,8 @@ __all__ = [
     "CONFORMANCE", "EXPERIMENTS", "CONFIG_COLUMNS", "GROUP_COLUMNS", "COMBO_COLUMNS", "TIDY_COLUMNS",
     "CONFORMANCE_KEY", "CONFORMANCE_COLUMNS", "TIMING_COLUMNS", "POLICY_EXPERIMENT", "SINK_KINDS",
     "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL", "FP4_EXPERIMENT",
-    "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS", "DECODE_EXPERIMENT", "DECODE_CONFIG_COLUMNS", "DECODE_TIDY_COLUMNS", "SPLIT_LAYOUTS", "P_NORMALIZE", "CAUSAL_ALIGNS", "causal_offset",
+    "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS", "DECODE_EXPERIMENT", "DECODE_CONFIG_COLUMNS", "DECODE_TIDY_COLUMNS",
+    "DYNAMIC_EXPERIMENT", "DYNAMIC_CONFIG_COLUMNS", "DYNAMIC_TIDY_COLUMNS", "SPLIT_LAYOUTS", "P_NORMALIZE", "CAUSAL_ALIGNS", "causal_offset",
     "PV_ARITHS", "TENSORCORE_EXPERIMENT", "CLAIM_IDS", "TEMPLATE_SLOT",
 ]
 
@@ -203,6 +204,15 @@ FP4_TIDY_COLUMNS = ("experiment", "seed") + FP4_CONFIG_COLUMNS + (
     "underflow_frac", "underflow_scale_frac", "underflow_elem_frac", "underflow_sink", "terms_sink",
     "groups_flushed", "groups", "groups_flushed_frac", "saturated", "saturated_frac",
 )
+
+# ----------------------------------------------------------------------------- the dynamic experiment
+# Beyond the paper: dynamic P scales beside static S, both orders, under sink keys (docs/interfaces.md,
+# "The dynamic experiment (pipeline; beyond the paper)"). Its rows are the fp4 experiment's (group columns 0);
+# ``cast`` is ``S=1``, ``S=256``, ``tile_max``, ``row_block_max`` or ``tile_max_padded``.
+
+DYNAMIC_EXPERIMENT = "dynamic"
+DYNAMIC_CONFIG_COLUMNS = FP4_CONFIG_COLUMNS
+DYNAMIC_TIDY_COLUMNS = FP4_TIDY_COLUMNS
 
 
 # ----------------------------------------------------------------------------- the decode experiment

@@ -44,6 +44,9 @@ module                      concern
                             ``casts``, ``cast_label``, ``check_fp4``, ``fp4_shard_spec``,
                             ``fp4_expected_rows``, ``groups_per_row``; ``config`` dispatches here.
 :mod:`.fp4_runs`            its shard job, ``run_fp4_shard`` (every cast and order on a Δ stack).
+:mod:`.dynamic_config`      the dynamic experiment's P casts (static S, dynamic scales), checks, spec and row
+                            count (torch-free), beyond the paper; ``config`` dispatches here.
+:mod:`.dynamic_runs`        its shard job, ``run_dynamic_shard`` (the fp4 shard job on its casts).
 :mod:`.decode_config`       the decode experiment's configurations, checks, spec and row count (torch-free):
                             ``calls``, ``partition_cases``, ``check_decode``, ``decode_shard_spec``,
                             ``decode_expected_rows``; ``config`` dispatches here.

@@ -20,15 +20,18 @@ import math
 import os
 from collections.abc import Mapping
 
-from pcast.contract import (BLOCK_SIZES, CONFORMANCE, DECODE_EXPERIMENT, EXPERIMENTS, FP4_EXPERIMENT, HEAD_DIMS,
-                        POLICY_EXPERIMENT, REALMODEL, TENSORCORE_EXPERIMENT, is_allowed)
-from pcast.pipeline import claims_config, conformance_cases, decode_config, fp4_config, policy_config
+from pcast.contract import (BLOCK_SIZES, CONFORMANCE, DECODE_EXPERIMENT, DYNAMIC_EXPERIMENT, EXPERIMENTS, FP4_EXPERIMENT,
+                        HEAD_DIMS, POLICY_EXPERIMENT, REALMODEL, TENSORCORE_EXPERIMENT, is_allowed)
+from pcast.pipeline import claims_config, conformance_cases, decode_config, dynamic_config, fp4_config, policy_config
 from pcast.pipeline.grid import delta_values, listed
 
-__all__ = [
-    "ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "schema_message", "listed", "shard_seeds",
-    "n_shards", "shard_spec", "inputs_spec", "expected_rows", "spec_json", "gpu_jobs",
-]
+__all__ = ["ConfigError", "deep_merge", "resolve_preset", "delta_values", "check_config", "schema_message", "listed",
+           "shard_seeds", "n_shards", "shard_spec", "inputs_spec", "expected_rows", "spec_json", "gpu_jobs"]
+
+_CASTS = {  # the experiments of P casts in both orders under sink keys: (check, shard spec, row count) of each
+    FP4_EXPERIMENT: (fp4_config.check_fp4, fp4_config.fp4_shard_spec, fp4_config.fp4_expected_rows),
+    DYNAMIC_EXPERIMENT: (dynamic_config.check_dynamic_experiment, dynamic_config.dynamic_shard_spec,
+                         dynamic_config.dynamic_expected_rows)}
 
 
 class ConfigError(ValueError):
@@ -133,12 +136,12 @@ def check_config(config: Mapping) -> None:
             except ValueError as e:
                 raise ConfigError(str(e)) from None
             continue
-        if name in (POLICY_EXPERIMENT, FP4_EXPERIMENT):
+        if name == POLICY_EXPERIMENT or name in _CASTS:
             for field in ("delta", "sigma", "sink_v_scale"):
                 _check_grid(key, field, exp[field])
             try:
                 policy_config.check_policies(exp, config.get("policies")) if name == POLICY_EXPERIMENT \
-                    else fp4_config.check_fp4(exp)
+                    else _CASTS[name][0](exp)
             except ValueError as e:
                 raise ConfigError(str(e)) from None
             continue
@@ -226,8 +229,7 @@ def _check_grid(key: str, field: str, raw) -> None:
 
 
 def _check_distinct_nd(key: str, shapes) -> None:
-    nd = [(s["n"], s["d"]) for s in shapes]
-    if len(set(nd)) != len(nd):
+    if len(set(nd := [(s["n"], s["d"]) for s in shapes])) != len(nd):
         raise ConfigError(f"config key '{key}.shapes': (n, d) pairs {nd} repeat; allowed: distinct (n, d) "
                           "(conformance rows are keyed by order, scale, causal, n, d, seed)")
 
@@ -255,8 +257,7 @@ def _floats(values) -> list[float]:
 
 
 def _shard_group(name: str, exp: Mapping, shard: int) -> list[int]:
-    groups = shard_seeds(exp)
-    if not 0 <= shard < len(groups):
+    if not 0 <= shard < len(groups := shard_seeds(exp)):
         raise ConfigError(f"experiment {name!r} has {len(groups)} shards; shard {shard} does not exist")
     return groups[shard]
 
@@ -280,10 +281,10 @@ def shard_spec(name: str, exp: Mapping, shard: int, *, policies: Mapping | None 
         return decode_config.decode_shard_spec(exp, {"experiment": name, "shard": shard, "seeds": seeds, "batch": 1,
                                                      "heads": int(exp["heads"]),
                                                      "backend": exp.get("backend", "auto")})
-    if name == FP4_EXPERIMENT:  # a sweep's spec less its order x scale grid, plus the P casts
+    if name in _CASTS:  # a sweep's spec less its order x scale grid, plus the P casts
         base = shard_spec("collapse", {**exp, "scale": [], "ksink": [exp["ksink"]]}, shard)
         drop = ("order", "scale", "fmt", "rowsum")
-        return fp4_config.fp4_shard_spec(exp, {k: v for k, v in base.items() if k not in drop} | {"experiment": name})
+        return _CASTS[name][1](exp, {k: v for k, v in base.items() if k not in drop} | {"experiment": name})
     spec = {
         "experiment": name,
         "shard": shard,
@@ -348,8 +349,8 @@ def expected_rows(name: str, exp: Mapping, *, experiments: Mapping | None = None
     """Rows of the experiment's tidy table (``experiments``, ``policies``: as :func:`shard_spec`)."""
     if name == DECODE_EXPERIMENT:
         return decode_config.decode_expected_rows(exp, len(delta_values(exp["delta"])))
-    if name in (POLICY_EXPERIMENT, FP4_EXPERIMENT):
-        rows = policy_config.policy_expected_rows if name == POLICY_EXPERIMENT else fp4_config.fp4_expected_rows
+    if name == POLICY_EXPERIMENT or name in _CASTS:
+        rows = policy_config.policy_expected_rows if name == POLICY_EXPERIMENT else _CASTS[name][2]
         return rows(exp, len(delta_values(exp["delta"])))
     seeds = int(exp["seeds"])
     shapes, causal, combos = len(exp["shapes"]), len(exp["causal"]), len(exp["order"]) * len(exp["scale"])

@@ -9,7 +9,8 @@ and of the fp4 experiment (every P cast x order), each with the ``group`` of cal
 Q·K cast). The engine rows run every case at the sweeps' shape; :func:`covering_subset` picks the cases the
 Triton kernel runs on at a small shape (its interpreter costs about a second a call there, about 100 s at
 N = 1,024): greedily, the case that brings the most (option, value) pairs not yet met, first in list order
-on a tie, until every value of every option in :data:`OPTIONS` has met the kernel once.
+on a tie, until every value of every option in :data:`OPTIONS` has met the kernel once; a call the kernel
+refuses (an FP8 dynamic P scale, docs/interfaces.md "Dynamic P scales") runs in the engine rows only.
 :func:`engine_spec` puts both into the conformance shard's spec, :func:`engine_row_count` counts the rows they
 give, :func:`check_engine` checks the ``engine`` part of the section.
 """
@@ -19,7 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from pcast.contract import FP4_EXPERIMENT, HEAD_DIMS, POLICY_EXPERIMENT, SWEEP_EXPERIMENTS, combo_label, is_allowed
+from pcast.contract import (DYNAMIC_SCALE_MODES, FP4_EXPERIMENT, HEAD_DIMS, MX_FORMAT_NAMES, POLICY_EXPERIMENT,
+                            SWEEP_EXPERIMENTS, combo_label, is_allowed)
 from pcast.pipeline import fp4_config, policy_config
 
 __all__ = ["OPTIONS", "experiment_cases", "option_values", "covering_subset", "case_columns", "engine_spec",
@@ -122,9 +124,12 @@ def option_values(case: Mapping) -> dict:
 
 
 def covering_subset(cases: list[Mapping]) -> list[int]:
-    """Indices of a subset of ``cases`` in which every (option, value) of any case occurs at least once:
-    greedy set cover, the case with the most pairs not yet covered first (the earliest on a tie)."""
-    pairs = [set(option_values(c).items()) for c in cases]
+    """Indices of a subset of ``cases`` in which every (option, value) of any case the Triton kernel runs occurs
+    at least once: greedy set cover, the case with the most pairs not yet covered first (the earliest on a tie).
+    An FP8 dynamic P scale, which the kernel refuses, is never chosen."""
+    refused = [c["call"]["scale_mode"] in DYNAMIC_SCALE_MODES and str(c["call"]["fmt"]) not in MX_FORMAT_NAMES
+               for c in cases]
+    pairs = [set() if no else set(option_values(c).items()) for c, no in zip(cases, refused)]
     todo = set().union(*pairs) if pairs else set()
     chosen: list[int] = []
     while todo:

@@ -62,7 +62,8 @@ only the first item pays that in a call whose sink does not seed the max (``sink
 the others reuse its steps 1-5), and the scores are one item's. The fp4 experiment is counted as a sweep whose
 scales are its P casts (one attention_calls a stack): steps 1-2 (``c_p``) once per item, order and unit of
 casts that share them (the static scales of one format), and steps 3-4 ``c_s_mx`` for a microscaled cast
-(calibrated on NVFP4), ``c_s`` for an FP8 one. The conformance check runs the Triton kernel, interpreted on a
+(calibrated on NVFP4), ``c_s`` for an FP8 one. The dynamic experiment is counted as the fp4 experiment, each
+dynamic scale (the emulator's eager path) at :data:`EAGER_FACTOR` × ``c_p + c_s``. The conformance check runs the Triton kernel, interpreted on a
 CPU, which is not calibrated; the statistics, figures and tables are not estimated either.
 
 The decode experiment (Nq = 1: its scores are rows x keys, not n²) has its own parts, measured by
@@ -76,16 +77,22 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pcast.contract import CONFORMANCE, DECODE_EXPERIMENT, EXPERIMENTS, FP4_EXPERIMENT, POLICY_EXPERIMENT, TENSORCORE_EXPERIMENT
+from pcast.contract import (CONFORMANCE, DECODE_EXPERIMENT, DYNAMIC_EXPERIMENT, EXPERIMENTS, FP4_EXPERIMENT,
+                            POLICY_EXPERIMENT, TENSORCORE_EXPERIMENT)
 from pcast.pipeline.calibration import calibrate, calibration_path, load_calibration
 from pcast.pipeline.conformance_cases import engine_spec
 from pcast.pipeline.config import ConfigError, delta_values, expected_rows, listed, n_shards
 from pcast.pipeline.decode_config import calls, partition_cases
+from pcast.pipeline.dynamic_config import casts as dynamic_casts
 from pcast.pipeline.fp4_config import casts
 from pcast.pipeline.policy_config import resolve_policies
 
-__all__ = ["BASE_BYTES", "TENSORCORE_S_PER_PRODUCT", "tensorcore_row", "deployed_row", "DEPLOYED_FINGERPRINT_S", "decode_as_sweep", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
+__all__ = ["BASE_BYTES", "EAGER_FACTOR", "TENSORCORE_S_PER_PRODUCT", "tensorcore_row", "deployed_row", "DEPLOYED_FINGERPRINT_S", "decode_as_sweep", "job_memory", "inputs_memory", "machine_memory", "plan_rows", "format_plan", "check_memory", "calibrate",
            "calibration_path", "load_calibration"]
+
+#: An FP8 dynamic P scale runs the emulator's eager path: its steps 1-4 cost this many times the compiled path's
+#: (measured: four dynamic calls 35 s against four static ones 12 s, n = 1024, d = 64, 33 Δ, one core).
+EAGER_FACTOR = 3.0
 
 #: The interpreter, torch and numpy before any tensor: a sweep shard's max RSS less its tensors.
 BASE_BYTES = 300 * 2**20
@@ -99,8 +106,8 @@ def _calls(name: str, exp: Mapping) -> int:
     """Calls of one attention_calls of the experiment's jobs (the outputs held at once)."""
     if name == POLICY_EXPERIMENT:
         return len(exp["policies"]) + 1  # one q/k cast's policies and their V-cast floor
-    if name == FP4_EXPERIMENT:  # every cast of a stack in one attention_calls (pcast.pipeline.fp4_runs)
-        return len(listed(exp["order"])) * len(_fp4_casts(exp))
+    if name in (FP4_EXPERIMENT, DYNAMIC_EXPERIMENT):  # every cast of a stack in one attention_calls (fp4_runs)
+        return len(listed(exp["order"])) * len(_fp4_casts(exp) if name == FP4_EXPERIMENT else dynamic_casts(exp))
     return len(listed(exp.get("order", ["forward"]))) * len(listed(exp["scale"]))
 
 
@@ -252,11 +259,13 @@ def _cpu_per_score(name: str, exp: Mapping, cal: Mapping, user: Mapping | None) 
     # a sweep: one attention_calls a stack; fp4: its casts as the sweep's scales, steps 1-2 once per unit
     units, scales = 1, len(listed(exp.get("scale", [])))
     cast_cost = scales * cal["c_s"]  # steps 3-4 of one item and order, every cast
-    if name == FP4_EXPERIMENT:
-        casts = _fp4_casts(exp)
+    if name in (FP4_EXPERIMENT, DYNAMIC_EXPERIMENT):
+        casts = _fp4_casts(exp) if name == FP4_EXPERIMENT else dynamic_casts(exp)
         mx = sum(1 for c in casts if c["fmt"] in ("nvfp4", "mxfp4"))
+        dyn = sum(1 for c in casts if c["fmt"] not in ("nvfp4", "mxfp4") and c["scale_mode"] != "multiply")
         units, scales = len({(c["fmt"], c["scale_mode"]) for c in casts}), len(casts)
-        cast_cost = mx * cal.get("c_s_mx", cal["c_s"]) + (scales - mx) * cal["c_s"]
+        cast_cost = (mx * cal.get("c_s_mx", cal["c_s"]) + dyn * EAGER_FACTOR * (cal["c_p"] + cal["c_s"])
+                     + (scales - mx - dyn) * cal["c_s"])
     orders, nv = len(listed(exp["order"])), len(listed(exp["sink_v_scale"]))
     items = rows / (orders * scales * nv)
     stacks = items * _stacks(exp, nv)
@@ -270,7 +279,7 @@ def plan_rows(config: Mapping, cal: Mapping | None) -> list[dict]:
     """One row per sweep-like experiment: shards, runs (rows of its tidy table), CPU seconds (or
     None), the largest job's peak bytes and the key of its shape."""
     rows = []
-    for name in EXPERIMENTS + (POLICY_EXPERIMENT, FP4_EXPERIMENT, DECODE_EXPERIMENT):
+    for name in EXPERIMENTS + (POLICY_EXPERIMENT, FP4_EXPERIMENT, DYNAMIC_EXPERIMENT, DECODE_EXPERIMENT):
         if name not in config["experiments"]:
             continue
         exp = config["experiments"][name]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pcast.contract import HEAD_DIMS, POLICY_EXPERIMENT, SINK_KINDS, VARIANTS, is_allowed
+from pcast.contract import DYNAMIC_SCALE_MODES, HEAD_DIMS, MX_FORMAT_NAMES, POLICY_EXPERIMENT, SINK_KINDS, VARIANTS, is_allowed
 from pcast.policies import POLICIES, Policy, policies_from_config
 
 __all__ = ["OPERAND_KEYS", "resolve_variants", "resolve_policies", "check_policies", "policy_shard_spec",
@@ -27,9 +27,13 @@ _NO_CASTS = {"qk_fmt": None, "qk_scale": "tensor", "v_fmt": None, "v_scale": "te
 
 
 def call_kwargs(policy: Mapping, casts: Mapping, *, kind: str, ksink: int, causal: bool, backend: str) -> dict:
-    """The keywords of :func:`pcast.attention` for one policy, variant and sink kind (no tensors)."""
+    """The keywords of :func:`pcast.attention` for one policy, variant and sink kind (no tensors).
+
+    ``backend="auto"`` runs a dynamic FP8 P scale (``tile_max``, ``per_row``) on the emulator: the Triton kernel
+    refuses them (docs/interfaces.md, "Dynamic P scales")."""
+    dynamic = policy.get("scale_mode") in DYNAMIC_SCALE_MODES and str(policy.get("fmt")) not in MX_FORMAT_NAMES
     return {**policy, **casts, "causal": bool(causal), "ksink": int(ksink) if kind == "keys" else 0,
-            "backend": backend}
+            "backend": "emulator" if dynamic and backend == "auto" else backend}
 
 
 # The P path of every floor call: the paper's contract at its defaults (docs/interfaces.md).

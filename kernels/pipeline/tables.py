@@ -16,7 +16,8 @@ from typing import Any
 
 from pcast.contract import (
     CONFIG_COLUMNS, CONFORMANCE, CONFORMANCE_COLUMNS, CONFORMANCE_KEY, DIAGNOSTICS, FP4_CONFIG_COLUMNS,
-    FP4_EXPERIMENT, FP4_TIDY_COLUMNS, DECODE_CONFIG_COLUMNS, DECODE_EXPERIMENT, DECODE_TIDY_COLUMNS, POLICY_CONFIG_COLUMNS, POLICY_EXPERIMENT, POLICY_TIDY_COLUMNS, TIDY_COLUMNS,
+    FP4_EXPERIMENT, FP4_TIDY_COLUMNS, DECODE_CONFIG_COLUMNS, DECODE_EXPERIMENT, DECODE_TIDY_COLUMNS, DYNAMIC_CONFIG_COLUMNS,
+    DYNAMIC_EXPERIMENT, DYNAMIC_TIDY_COLUMNS, POLICY_CONFIG_COLUMNS, POLICY_EXPERIMENT, POLICY_TIDY_COLUMNS, TIDY_COLUMNS,
     TIMING_COLUMNS,
 )
 from pcast.host.files import atomic_write_text
@@ -83,11 +84,14 @@ def read_csv(path: str | os.PathLike, columns: Sequence[str]) -> list[list[str]]
 
 
 def tidy_layout(experiment: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(columns, sort key) of an experiment's tidy table: conformance, policies, fp4 and decode have their own."""
+    """(columns, sort key) of an experiment's tidy table: conformance, policies, fp4 (and dynamic, the same) and
+    decode have their own."""
     if experiment == CONFORMANCE:
         return CONFORMANCE_COLUMNS, CONFORMANCE_KEY
     if experiment == FP4_EXPERIMENT:
         return FP4_TIDY_COLUMNS, FP4_CONFIG_COLUMNS + ("seed",)
+    if experiment == DYNAMIC_EXPERIMENT:
+        return DYNAMIC_TIDY_COLUMNS, DYNAMIC_CONFIG_COLUMNS + ("seed",)
     if experiment == DECODE_EXPERIMENT:
         return DECODE_TIDY_COLUMNS, DECODE_CONFIG_COLUMNS + ("seed", "head")
     if experiment == POLICY_EXPERIMENT:

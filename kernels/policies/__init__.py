@@ -58,7 +58,7 @@ _RULES = {
              "a non-empty name of letters, digits and _ . + - (starting with a letter or digit)"),
     "order": (lambda x: isinstance(x, str) and x in ORDERS, ", ".join(ORDERS)),
     "scale": (lambda x: _finite_number(x) and x > 0, "a finite number > 0"),
-    "scale_mode": (lambda x: isinstance(x, str) and x in SCALE_MODES,
+    "scale_mode": (lambda x: isinstance(x, str) and (x in SCALE_MODES or x in SCALE_MODE_ALIASES),
                    ", ".join(SCALE_MODES) + " (alias: " + ", ".join(f"{a} = {m}" for a, m in SCALE_MODE_ALIASES.items()) + ")"),
     "rescale_threshold": (lambda x: _finite_number(x) and x >= 0, "a finite number >= 0 (log2 units)"),
     "sink_mode": (lambda x: isinstance(x, str) and x in SINK_MODES, ", ".join(SINK_MODES)),

@@ -20,6 +20,7 @@ from pcast.analysis import plots as P
 from pcast.analysis import registry
 from pcast.analysis.paired import paired_tests
 from pcast.analysis.decode import decode_curves, decode_partition
+from pcast.analysis.dynamic import dynamic_summary
 from pcast.analysis.fp4 import fp4_summary
 from pcast.analysis.policies import policy_summary
 from pcast.analysis.realmodel import head_summary
@@ -30,7 +31,7 @@ from pcast.analysis.summaries import (
 )
 
 STATS_RULES = ["stats_collapse", "stats_paired", "stats_scales", "stats_threshold", "stats_policies", "stats_realmodel",
-               "stats_fp4", "stats_decode"]
+               "stats_fp4", "stats_decode", "stats_dynamic"]
 
 
 # One worker runs this module, so the constructed tables below (seconds of bootstrap) are built once per run.
@@ -56,6 +57,7 @@ def summaries(tmp_path_factory):
         "realmodel_heads": head_summary(data.make_realmodel_heads()),
         "realmodel_outputs": data.make_realmodel_outputs(),
         "fp4": fp4_summary(data.make_fp4(), n_resamples=200),
+        "dynamic": dynamic_summary(data.make_dynamic(), n_resamples=200),
         "decode_curves": decode_curves(data.make_decode()),
         "decode_partition": decode_partition(data.make_decode(), boot={"n_resamples": 200, "confidence_level": 0.95,
                                                                       "method": "percentile", "seed": 0}),
@@ -92,6 +94,7 @@ RENDER = textwrap.dedent("""
         "fig_fp4": lambda: P.fig_fp4(t["fp4"]),
         "fig_decode": lambda: P.fig_decode(t["decode_curves"], t["decode_partition"]),
         "fig_tensorcore": lambda: P.fig_tensorcore(t["tensorcore"], 0.01),
+        "fig_dynamic": lambda: P.fig_dynamic(t["dynamic"]),
     }
     names = sys.argv[3].split(",") if len(sys.argv) > 3 else list(figs)
     for name in names:
@@ -233,7 +236,7 @@ def test_the_registry_names_every_figure_and_table():
     """The outputs' names under figures/ are the paper's; the registry lists each once."""
     assert FIGURES == ("fig_theory_scale", "fig_collapse", "fig_mse", "fig_improvement", "fig_threshold",
                        "fig_conformance", "fig_policies", "fig_realmodel_heads", "fig_realmodel_theory",
-                       "fig_realmodel_outputs", "fig_fp4", "fig_decode", "fig_tensorcore")
+                       "fig_realmodel_outputs", "fig_fp4", "fig_decode", "fig_tensorcore", "fig_dynamic")
     assert TABLES == ("table_paired_tests", "table_scales", "table_thresholds", "table_conformance", "table_policies",
                       "table_realmodel", "table_fp4", "table_decode", "table_cases", "table_deployed")
 
@@ -303,3 +306,19 @@ def test_smoke_changing_a_plot_script_reruns_only_that_plot(smoke_run):
         if name != "all":
             jobs.append(name)
     assert jobs == ["fig_mse"], out[-3000:]
+
+
+def test_f14_draws_every_cast_in_both_orders_with_the_theory(summaries):
+    """F14: MSE and underflow for forward and reverse x {S=1, S=256, tile_max, row_block_max}, the theory dashed
+    beside each measured underflow curve, each cast in its fixed color."""
+    from pcast.analysis.plots.dynamic import CAST_STYLE
+
+    t = _load(summaries)
+    fig, d = P.fig_dynamic(t["dynamic"])
+    for order in ("forward", "reverse"):
+        for cast in ("S=1", "S=256", "tile_max", "row_block_max"):
+            for what in ("MSE", "underflow", "theory"):
+                assert (d["series"] == f"{cast} {order} {what}").sum() == 9, (cast, order, what)
+    colors = {mcolors.to_hex(line.get_color()) for ax in fig.axes for line in ax.get_lines()}
+    assert {mcolors.to_hex(CAST_STYLE[c]["color"]) for c in ("S=1", "S=256", "tile_max", "row_block_max")} <= colors
+    plt.close(fig)

@@ -277,3 +277,21 @@ def test_a_new_preset_reaches_the_figure_and_the_table(summary, cfgs, monkeypatc
     assert policy_style("dummy-s256", []) in USER_STYLES
     table = T.policies(renamed, cfgs[0], cfgs[1]["audit"])
     assert "dummy-s256" in set(table.display["policy"])
+
+
+def test_a_dynamic_policy_is_predicted_as_reverse_order_at_the_format_max():
+    """A dynamic P scale's row (tile_max, per_row; any order) is predicted as the reverse-order static law at
+    S = 448 (e4m3fn), pcast.theory.dynamic; its saturated fraction has no law."""
+    from pcast.analysis.policy_predictions import predict_saturation, predict_underflow
+    deltas = [0.0, 8.0, 12.0, 16.0]
+    base = {"sink_kind": "keys", "sink_mode": "final", "fmt": "e4m3fn", "ksink": 4, "n": 1024, "block_n": 64,
+            "sigma": 1.0, "scale": 1.0, "rescale_threshold": 0.0, "causal": False}
+    want = theory.underflow_fraction(np.asarray(deltas), 448.0, k=4, order="reverse", n=1024, block_n=64,
+                                     method="exact")
+    for mode in ("tile_max", "per_row"):
+        for order in ("forward", "reverse"):
+            row = {**base, "scale_mode": mode, "order": order}
+            np.testing.assert_allclose(predict_underflow(row, deltas), want, rtol=1e-12)
+            assert np.isnan(predict_saturation(row, deltas)).all()
+    static = {**base, "scale_mode": "multiply", "order": "forward"}  # a static S = 1 row is not moved
+    assert predict_underflow(static, [16.0])[0] > 0.5 > want[-1]

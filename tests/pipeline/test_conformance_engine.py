@@ -58,7 +58,12 @@ def test_the_cases_are_every_call_of_the_experiments(cases):
 def test_the_covering_subset_meets_every_option_value(cases):
     idx = covering_subset(cases)
     assert len(idx) < len(cases) / 5  # a small subset: the interpreter costs about a second a call
-    every = {(k, v) for c in cases for k, v in option_values(c).items()}
+    # the FP8 dynamic scales (the policies tile-max and row-block-max) are engine cases the kernel refuses: never
+    # chosen, their values met by the other cases or not at all
+    refused = [i for i, c in enumerate(cases) if c["call"]["scale_mode"] in ("tile_max", "per_row")
+               and c["call"]["fmt"] == "e4m3fn"]
+    assert refused and not set(refused) & set(idx)
+    every = {(k, v) for i, c in enumerate(cases) if i not in refused for k, v in option_values(c).items()}
     met = {(k, v) for i in idx for k, v in option_values(cases[i]).items()}
     assert met == every and {k for k, _ in every} == set(OPTIONS)
     # values the experiments use that only a few calls carry are among them

@@ -226,7 +226,8 @@ def test_changing_a_script_reruns_only_the_rules_that_use_it(smoke_run):
     direct = {j["rule"] for j in listed if not j["reason"].startswith("Input files updated by another job")}
     assert direct - {"all"} == {"tidy_table"}, listed
     assert {j["wildcards"]["experiment"] for j in listed if j["rule"] == "tidy_table"} == \
-        set(contract.EXPERIMENTS) | {contract.POLICY_EXPERIMENT, contract.FP4_EXPERIMENT, contract.DECODE_EXPERIMENT}
+        set(contract.EXPERIMENTS) | {contract.POLICY_EXPERIMENT, contract.FP4_EXPERIMENT, contract.DECODE_EXPERIMENT,
+                                     contract.DYNAMIC_EXPERIMENT}
     assert not {"inputs", "sweep_shard", "conformance_shard"} & {j["rule"] for j in listed}
 
 

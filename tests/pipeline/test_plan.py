@@ -31,8 +31,8 @@ def test_plan_runs_are_the_rows_the_tidy_tables_hold(smoke_run):
     assert "pcast-fp8 plan, preset 'smoke'" in out
     printed = {m.group(1): int(m.group(2).replace(",", ""))
                for m in re.finditer(r"^\s+(\w+)\s+([\d,]+) runs in", out, re.M)}
-    assert set(printed) == {"collapse", "scales", "threshold", "conformance", "policies", "fp4", "tensorcore", "decode",
-                            "deployed"}
+    assert set(printed) == {"collapse", "scales", "threshold", "conformance", "policies", "fp4", "dynamic", "tensorcore",
+                            "decode", "deployed"}
     for name, runs in printed.items():
         # the deployed kernels have no tidy table: one row each in table T10
         table = smoke_run / "figures" / "table_deployed.csv" if name == "deployed" else \

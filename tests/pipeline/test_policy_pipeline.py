@@ -50,8 +50,9 @@ def test_default_grid_is_the_issues():
     assert deltas == [0.5 * i for i in range(33)]
     assert e["seeds"] >= 16 and e["shapes"] == [{"n": 1024, "d": 64}]
     assert e["sink_kinds"] == ["keys", "logit"] and e["ksink"] == 4 and set(e["sink_v_scale"]) == {0, 1}
-    # every preset but the decode ones (split-KV, for N = 8,192), the paper's four, the user's
-    assert (set(POLICIES) - set(DECODE_PRESETS)) | {"fa4-s256", "vllm-final"} == set(e["policies"]), \
+    # every preset but the decode ones (split-KV, for N = 8,192), the paper's four, the user's, the two dynamic
+    users = {"fa4-s256", "vllm-final", "tile-max", "row-block-max"}
+    assert (set(POLICIES) - set(DECODE_PRESETS)) | users == set(e["policies"]), \
         "config.yaml experiments.policies.policies must list every single-pass preset of pcast.policies.POLICIES"
     assert set(e["variants"]) == set(contract.VARIANTS)
     deployed = resolve_variants(e)["deployed"]
@@ -61,6 +62,10 @@ def test_default_grid_is_the_issues():
     assert spec["policies"]["fa4-s256"] == {**spec["policies"]["fa4"], "scale": 256.0}
     # and vLLM's with the learned sink joining l after the loop (the fix the issue names)
     assert spec["policies"]["vllm-final"] == {**spec["policies"]["vllm-unified-1c98a49"], "sink_mode": "final"}
+    # and the dynamic P scales beside the static ones: per tile and per block row (the alias is normalised)
+    dyn = {name: spec["policies"][name] for name in ("tile-max", "row-block-max")}
+    assert dyn == {name: {**spec["policies"]["forward-s1"], "scale_mode": mode, "sink_mode": "final"}
+                   for name, mode in (("tile-max", "tile_max"), ("row-block-max", "per_row"))}
     smoke, paper = merged("smoke")["experiments"][P], merged("paper")["experiments"][P]
     assert smoke["shapes"] == [{"n": 128, "d": 16}] and smoke["seeds"] == 2
     assert paper["shapes"] == [{"n": 4096, "d": 128}] and paper["seeds"] > e["seeds"]
@@ -147,9 +152,9 @@ def test_spec_resolves_every_policy_and_changes_only_with_the_policies_work():
 
 def test_expected_rows_counts_every_policy_variant_and_sink_item():
     e = merged("default")["experiments"][P]
-    # 16 seeds x (keys: 2 sink_v_scale x 33 Δ + logit: 33 Δ) x the listed policies (15) x 2 variants
+    # 16 seeds x (keys: 2 sink_v_scale x 33 Δ + logit: 33 Δ) x the listed policies (17) x 2 variants
     n = len(e["policies"])
-    assert n == 15 and pconfig.expected_rows(P, e) == 16 * (2 * 33 + 33) * n * 2
+    assert n == 17 and pconfig.expected_rows(P, e) == 16 * (2 * 33 + 33) * n * 2
     one = dict(e, sink_kinds=["logit"], variants={"p_only": {}})
     assert pconfig.expected_rows(P, one) == 16 * 33 * n
 
@@ -289,6 +294,33 @@ def test_paper_policies_match_the_collapse_sweep(tiny, tmp_path):
         assert (both[col] == both[f"{col}_sweep"]).all(), col
 
 
+def test_a_dynamic_policy_runs_on_the_emulator_where_auto_would_pick_the_kernel():
+    """The Triton kernel refuses FP8 dynamic scales: ``auto`` sends them to the emulator, static ones stay."""
+    from pcast.pipeline.policy_config import call_kwargs
+    spec = pconfig.shard_spec(P, merged("default")["experiments"][P], 0, policies=CONFIG["policies"])
+    backend = {name: call_kwargs(spec["policies"][name], {}, kind="keys", ksink=4, causal=False,
+                                 backend=b)["backend"] for name in ("tile-max", "row-block-max", "fa3")
+               for b in ("auto",)}
+    assert backend == {"tile-max": "emulator", "row-block-max": "emulator", "fa3": "auto"}
+    assert call_kwargs(spec["policies"]["tile-max"], {}, kind="keys", ksink=4, causal=False,
+                       backend="triton")["backend"] == "triton"
+
+
+def test_dynamic_policies_run_in_a_shard_and_lose_only_the_sink_block(tmp_path):
+    """The shipped dynamic policies in a policies shard: their rows are there, and at Δ = 16 (far past the
+    static S = 1 collapse) they lose at most the sink block's non-sink keys, (64 − 4)/(128 − 4) of a row."""
+    cfg = dict(TINY, shapes=[{"n": 128, "d": 16}], seeds=1, seeds_per_shard=1, delta=[16.0], sink_kinds=["keys"],
+               sink_v_scale=[1.0], variants={"p_only": {}}, policies=["forward-s1", "tile-max", "row-block-max"])
+    spec = pconfig.shard_spec(P, cfg, 0, policies=CONFIG["policies"])
+    inputs.write_inputs(pconfig.inputs_spec(P, cfg, 0), tmp_path / "in.safetensors")
+    policy_runs.run_policies_shard(spec, tmp_path / "in.safetensors", tmp_path / "rows.csv", tmp_path / "t.csv")
+    df = pd.read_csv(tmp_path / "rows.csv").set_index("policy")
+    assert df.loc[["tile-max", "row-block-max"], "scale_mode"].tolist() == ["tile_max", "per_row"]
+    share = (64 - 4) / (128 - 4)
+    assert (df.loc[["tile-max", "row-block-max"], "underflow_frac"] <= share).all()
+    assert df.loc["forward-s1", "underflow_frac"] > 0.9
+
+
 def test_learned_sink_modes_and_lazy_saturation(tiny):
     """vLLM's init mode seeds every row's max with the logit Δ = 12: at S = 1 every key falls below
     half the smallest E4M3 subnormal (exp(s - 12) < 2^-10 needs s > 5.07, a 2e-7 event for N(0, 1)
@@ -316,7 +348,7 @@ def test_smoke_run_has_the_policies_table(smoke_run):
     cfg = config_of(smoke_run)
     text = (smoke_run / "results/tidy/policies.csv").read_text().splitlines()
     assert text[0] == ",".join(contract.POLICY_TIDY_COLUMNS)
-    assert len(text) - 1 == pconfig.expected_rows(P, cfg["experiments"][P]) == 2 * (2 * 3 + 3) * 6 * 2
+    assert len(text) - 1 == pconfig.expected_rows(P, cfg["experiments"][P]) == 2 * (2 * 3 + 3) * 8 * 2
     assert (smoke_run / "results/timing/policies.csv").exists()
     log = (smoke_run.parent / "snakemake.log").read_text()
     assert "[pcast] policies shard 1/1:" in log

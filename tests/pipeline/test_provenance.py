@@ -149,7 +149,8 @@ def test_editing_the_emulator_reruns_the_sweeps(smoke_run):
     jobs = _jobs(res.stdout)
     direct = _direct(jobs)
     assert set(jobs["sweep_shard"]) == {f"experiment={e}, shard=000" for e in
-                                        ("collapse", "scales", "threshold", "policies", "fp4", "decode")}
+                                        ("collapse", "scales", "threshold", "policies", "fp4", "dynamic",
+                                                                 "decode")}
     assert all(v.startswith("Params have changed") for v in jobs["sweep_shard"].values())
     assert {"sweep_shard", "conformance_shard", "realmodel_capture"} <= direct
     assert "inputs" not in jobs  # the inputs do not run the emulator

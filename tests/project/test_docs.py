@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from claims_table import STEPS, fmt_seconds, summarize
+from claims_table import FINDING_STEPS, STEPS, fmt_seconds, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
@@ -111,7 +111,7 @@ def test_the_smoke_run_has_the_default_runs_claims_and_steps(smoke_run):
         {k: v["evidence"] for k, v in DEFAULT_RUN["claims"].items()}
     assert set(smoke["steps"]) == set(DEFAULT_RUN["steps"])
     assert all(c["job_s"] > 0 for c in smoke["claims"].values())
-    used = {s for steps in STEPS.values() for s in steps} | {"claims/claims"}
+    used = {s for steps in (*STEPS.values(), *FINDING_STEPS.values()) for s in steps} | {"claims/claims"}
     assert set(smoke["steps"]) <= used, f"steps no claim's command runs: {sorted(set(smoke['steps']) - used)}"
 
 

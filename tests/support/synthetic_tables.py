@@ -316,6 +316,33 @@ def make_fp4(*, dcs=None, seeds=4, deltas=tuple(np.arange(0.0, 16.01, 1.0)), fr=
     return pd.DataFrame(rows, columns=list(FP4_TIDY_COLUMNS))
 
 
+def make_dynamic(*, ratio=1.1, seeds=4, deltas=tuple(np.arange(0.0, 16.01, 2.0)), n=512, block_n=64):
+    """A tidy dynamic table (pcast.contract.DYNAMIC_TIDY_COLUMNS) whose answers are known: every dynamic cast's MSE
+    is ``ratio`` x reverse S=256's, S=1's 3x, at every Δ and seed; the underflow fraction is the theory's."""
+    from pcast import theory
+    from pcast.contract import DYNAMIC_TIDY_COLUMNS
+    from pcast.theory.dynamic import underflow_fraction_dynamic
+
+    casts = [("S=1", "multiply", 1.0, 3.0), ("S=256", "multiply", 256.0, 1.0), ("tile_max", "tile_max", 1.0, ratio),
+             ("row_block_max", "per_row", 1.0, ratio)]
+    rows = []
+    for seed, (cast, mode, s, f), order, dl in itertools.product(range(seeds), casts, ("forward", "reverse"), deltas):
+        kw = {"k": 4, "n": n, "block_n": block_n, "method": "exact"}
+        uf = float(theory.underflow_fraction(dl, s, order=order, **kw)) if mode == "multiply" else \
+            float(underflow_fraction_dynamic(dl, mode, order, **kw))
+        terms = n * (n - 4)
+        mse = 1e-6 * (1 + 0.01 * seed) * (1 + dl) * f
+        rows.append({"experiment": "dynamic", "seed": seed, "n": n, "d": 64, "block_m": 64, "block_n": block_n,
+                     "causal": False, "ksink": 4, "sigma": 1.0, "sink_v_scale": 1.0, "fmt": "e4m3fn",
+                     "scale_mode": mode, "scale": s, "order": order, "delta": float(dl), "cast": cast,
+                     "backend": "emulator", "mse": mse, "rel_mse": mse * 10, "max_abs_err": 0.01,
+                     "underflow": int(round(uf * terms)), "underflow_scale": 0, "underflow_elem": 0, "terms": terms,
+                     "underflow_frac": round(uf * terms) / terms, "underflow_scale_frac": 0.0,
+                     "underflow_elem_frac": 0.0, "underflow_sink": 0, "terms_sink": 4 * n, "groups_flushed": 0,
+                     "groups": 0, "groups_flushed_frac": 0.0, "saturated": 0, "saturated_frac": 0.0})
+    return pd.DataFrame(rows, columns=list(DYNAMIC_TIDY_COLUMNS))
+
+
 def make_decode(*, shift=0.0, rms_off=0.0, seeds=2, heads=2, deltas=tuple(np.arange(0.0, 16.01, 1.0)), n=1024):
     """A tidy decode table (pcast.contract.DECODE_TIDY_COLUMNS) built from pcast.theory.decode: each row's
     underflow fraction is the theory's at ``Δ - shift`` (rows differ by ±0.005 symmetrically), so the measured

@@ -21,13 +21,15 @@
 # Any failure raises WorkflowError naming the config key and what is allowed; nothing is written.
 #
 # Shared with every rules file -- EXPERIMENT_CFG (the config sections), SWEEPS, CONFORMANCE,
-# POLICY_EXPERIMENT, FP4_EXPERIMENT, DECODE_EXPERIMENT, SHARD_EXPERIMENTS (the sweeps, policies, fp4 and decode,
+# POLICY_EXPERIMENT, FP4_EXPERIMENT, DYNAMIC_EXPERIMENT, DECODE_EXPERIMENT, SHARD_EXPERIMENTS (the sweeps, policies,
+# fp4, dynamic and decode,
 # whose shards sweep_shard runs),
 # ALL_EXPERIMENTS (names from pcast.contract), STATS_CFG, CRITERIA; library_code() (every rule's `code`
 # param: the hash of the library modules its script runs); input functions shard_files(),
 # shard_spec, inputs_spec, expected_rows, gpu_resource, category, tidy_labels, realmodel_spec; the
 # realmodel experiment's REALMODEL_CFG, REALMODEL_INPUTS, REALMODEL_DIR, REALMODEL_LAYERS; paths TIDY,
-# POLICY_TIDY (results/tidy/policies.csv), FP4_TIDY (results/tidy/fp4.csv), DECODE_TIDY (results/tidy/decode.csv), TIDY_TABLES, TIMING_TABLES, STATS_DIR, ANALYSIS_LOGS,
+# POLICY_TIDY (results/tidy/policies.csv), FP4_TIDY (results/tidy/fp4.csv), DYNAMIC_TIDY (results/tidy/dynamic.csv),
+# DECODE_TIDY (results/tidy/decode.csv), TIDY_TABLES, TIMING_TABLES, STATS_DIR, ANALYSIS_LOGS,
 # ANALYSIS_BENCH; outputs figure_outputs(),
 # table_outputs(), verdict_outputs(), ANALYSIS_TARGETS (every figure, table and the verdict, from
 # the claims registry pcast.analysis.registry).
@@ -196,10 +198,17 @@ CONFORMANCE = contract.CONFORMANCE
 POLICY_EXPERIMENT = contract.POLICY_EXPERIMENT
 FP4_EXPERIMENT = contract.FP4_EXPERIMENT
 DECODE_EXPERIMENT = contract.DECODE_EXPERIMENT
-SHARD_EXPERIMENTS = SWEEPS + [POLICY_EXPERIMENT, FP4_EXPERIMENT, DECODE_EXPERIMENT]
+DYNAMIC_EXPERIMENT = contract.DYNAMIC_EXPERIMENT
+SHARD_EXPERIMENTS = SWEEPS + [
+    POLICY_EXPERIMENT,
+    FP4_EXPERIMENT,
+    DYNAMIC_EXPERIMENT,
+    DECODE_EXPERIMENT,
+]
 ALL_EXPERIMENTS = list(contract.EXPERIMENTS) + [
     POLICY_EXPERIMENT,
     FP4_EXPERIMENT,
+    DYNAMIC_EXPERIMENT,
     DECODE_EXPERIMENT,
 ]
 
@@ -272,6 +281,7 @@ def tidy_labels(wildcards):
 TIDY = "results/tidy/{}.csv"
 POLICY_TIDY = TIDY.format(POLICY_EXPERIMENT)
 FP4_TIDY = TIDY.format(FP4_EXPERIMENT)
+DYNAMIC_TIDY = TIDY.format(DYNAMIC_EXPERIMENT)
 DECODE_TIDY = TIDY.format(DECODE_EXPERIMENT)
 TIDY_TABLES = expand("results/tidy/{experiment}.csv", experiment=ALL_EXPERIMENTS)
 TIMING_TABLES = expand("results/timing/{experiment}.csv", experiment=ALL_EXPERIMENTS)

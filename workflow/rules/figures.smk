@@ -1,4 +1,4 @@
-# Step 5: the paper's figures F1-F12 (figures/fig_*.{pdf,png,csv}), one rule each, e.g.
+# Step 5: the paper's figures F1-F13 and F14 beyond the paper (figures/fig_*.{pdf,png,csv}), one rule each, e.g.
 # `snakemake --cores 2 fig_collapse`. Each script calls pcast.analysis.plots.fig_<name> on the
 # statistics it reads; the params are that function's keyword arguments, taken from config.yaml.
 
@@ -237,3 +237,21 @@ rule fig_decode:
         code=library_code("fig_decode"),
     script:
         "../scripts/fig_decode.py"
+
+
+rule fig_dynamic:
+    input:
+        dynamic=rules.stats_dynamic.output.summary,
+    output:
+        **figure_outputs("fig_dynamic"),
+    log:
+        f"{ANALYSIS_LOGS}/fig_dynamic.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/fig_dynamic.tsv"
+    localrule: True
+    conda:
+        "../envs/pcast-fp8.yaml"
+    params:
+        code=library_code("fig_dynamic"),
+    script:
+        "../scripts/fig_dynamic.py"

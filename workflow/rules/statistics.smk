@@ -2,7 +2,8 @@
 # script calls one builder of pcast.analysis.stats with the `statistics:` section of config.yaml:
 # stats_collapse -> stats.collapse, stats_paired -> stats.paired, stats_scales -> stats.scales,
 # stats_threshold -> stats.threshold, stats_policies -> stats.policies, stats_fp4 -> stats.fp4,
-# stats_decode -> stats.decode.
+# stats_decode -> stats.decode, stats_dynamic -> stats.dynamic (beyond the paper: read by F14 and the findings
+# of figures/claims.md, by no claim).
 # Figures, tables and the verdict read these files.
 
 
@@ -147,6 +148,26 @@ rule stats_decode:
         stats=registry.statistics_reads("decode", STATS_CFG),
     script:
         "../scripts/stats_decode.py"
+
+
+rule stats_dynamic:
+    input:
+        tidy=DYNAMIC_TIDY,
+    output:
+        summary=f"{STATS_DIR}/dynamic.csv",
+    log:
+        f"{ANALYSIS_LOGS}/stats_dynamic.log",
+    benchmark:
+        f"{ANALYSIS_BENCH}/stats_dynamic.tsv"
+    conda:
+        "../envs/pcast-fp8.yaml"
+    resources:
+        **fixed_resources("stats_dynamic"),
+    params:
+        code=library_code("stats_dynamic"),
+        stats=registry.statistics_reads("dynamic", STATS_CFG),
+    script:
+        "../scripts/stats_dynamic.py"
 
 
 rule stats_realmodel:

@@ -3,7 +3,8 @@
 # statistics and the `claims:` section of config.yaml, the audit of deployed P policies included
 # (claims.audit), the real-model section (claims.realmodel), the FP4 section (claims.fp4), the tensor-core section
 # (claims.tensorcore), the decode section (claims.decode), the reported cases (table T9) and the deployed
-# kernels' own code (table T10):
+# kernels' own code (table T10); and the findings beyond the paper (claims.json's `findings`: the dynamic
+# experiment, which no verdict reads):
 # `snakemake --cores 2 claims`.
 # claims.md also shows the preset's expected verdicts (presets.<name>.expected_verdicts) beside this run's.
 
@@ -28,6 +29,7 @@ rule claims:
         tensorcore_check=rules.tensorcore.output.check,
         decode=rules.stats_decode.output.summary,
         decode_partition=rules.stats_decode.output.partition,
+        dynamic=rules.stats_dynamic.output.summary,
     output:
         **verdict_outputs(),
     log:

@@ -1,4 +1,5 @@
-"""Rule claims: the verdict per claim (figures/claims.md and figures/claims.json), from the data."""
+"""Rule claims: the verdict per claim (figures/claims.md and figures/claims.json), from the data, and the findings
+beyond the paper (claims.json's ``findings``; no verdict reads them)."""
 
 import json
 from pathlib import Path
@@ -7,6 +8,7 @@ import pandas as pd
 from safetensors.numpy import load_file
 
 from pcast.analysis import verdicts
+from pcast.analysis.dynamic import dynamic_finding
 from pcast.pipeline.logs import rule_log
 
 with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the script directive)
@@ -28,13 +30,16 @@ with rule_log(snakemake) as log:  # noqa: F821 (snakemake is injected by the scr
     )
     for key, r in result.items():
         log.info("%s: %s", key, r["verdict"])
+    findings = {"dynamic": dynamic_finding(pd.read_csv(inp.dynamic), reference=str(params.statistics["reference"]),
+                                           confidence=params.confidence_level)}
+    log.info("findings: %s", ", ".join(findings))
     expected = dict(params.expected)
     # the verdicts are computed: claims.json first, then claims.md, which never fails the job (a failed job's
     # outputs are deleted): a rendering error leaves the verdict table and the error in its place
-    Path(out.json).write_text(verdicts.to_json({"preset": params.preset, "claims": result, "expected": expected}),
-                              encoding="utf-8")
+    Path(out.json).write_text(verdicts.to_json({"preset": params.preset, "claims": result, "expected": expected,
+                                                "findings": findings}), encoding="utf-8")
     try:
-        md = verdicts.render_markdown(result, preset=params.preset, expected=expected)
+        md = verdicts.render_markdown(result, preset=params.preset, expected=expected, findings=findings)
     except Exception as e:  # noqa: BLE001 - any rendering error: the verdicts are still written
         log.exception("claims.md could not be rendered in full; writing the verdict table")
         md = verdicts.verdict_table(result, error=e)

@@ -2,7 +2,8 @@
 
 The conformance experiment has its own columns (pcast.contract.CONFORMANCE_COLUMNS), and so have
 the policies experiment (pcast.contract.POLICY_TIDY_COLUMNS), the fp4 experiment
-(pcast.contract.FP4_TIDY_COLUMNS) and the decode experiment (pcast.contract.DECODE_TIDY_COLUMNS).
+(pcast.contract.FP4_TIDY_COLUMNS; the dynamic experiment's are the same, DYNAMIC_TIDY_COLUMNS) and the decode
+experiment (pcast.contract.DECODE_TIDY_COLUMNS).
 """
 
 from pcast.pipeline.logs import rule_log

@@ -62,7 +62,7 @@ from pcast.analysis.verdicts.underflow import claim_c1, claim_c2
 __all__ = [
     "VERDICTS", "Subcase", "Choice", "combine", "across_readings", "subcase_verdict", "family_z", "ci_tolerance",
     "claim_c1", "claim_c2", "claim_c3", "claim_c4", "claim_c5", "claim_c6", "claim_paper", "claim_audit",
-    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "claim_deployed", "conformance_check", "evaluate", "evaluate_tidy", "with_defaults", "baseline_fraction", "render_markdown", "verdict_table", "to_json",
+    "claim_realmodel", "claim_fp4", "claim_tensorcore", "claim_decode", "claim_cases", "claim_deployed", "conformance_check", "evaluate", "evaluate_tidy", "with_defaults", "baseline_fraction", "render_markdown", "findings_section", "verdict_table", "to_json",
     "intervals",
 ]
 
@@ -227,9 +227,11 @@ def verdict_table(result: Mapping, *, error: BaseException | None = None) -> str
     return "\n".join(lines)
 
 
-def render_markdown(result: Mapping, *, preset: str | None = None, expected: Mapping | None = None) -> str:
+def render_markdown(result: Mapping, *, preset: str | None = None, expected: Mapping | None = None,
+                    findings: Mapping | None = None) -> str:
     """``figures/claims.md``: a verdict table, what the preset is expected to give (``expected``: claim ->
-    {verdict, why}, the preset's ``expected_verdicts``), then per claim the criterion and the numbers."""
+    {verdict, why}, the preset's ``expected_verdicts``), then per claim the criterion and the numbers, then
+    the findings beyond the paper (``findings``: id -> :func:`pcast.analysis.dynamic.dynamic_finding`'s dict)."""
     lines = ["# Claims verdict", ""]
     if preset:
         lines += [f"Computed from the `{preset}` preset's tidy tables by `snakemake claims`; "
@@ -242,7 +244,23 @@ def render_markdown(result: Mapping, *, preset: str | None = None, expected: Map
         lines += expected_section(result, expected, preset)
     for key, r in result.items():
         lines += _section(key, r)
+    if findings:
+        lines += findings_section(findings)
     return "\n".join(lines)
+
+
+def findings_section(findings: Mapping) -> list[str]:
+    """Markdown lines of "Findings beyond the paper": per finding its question, what the data say and the numbers;
+    no verdict (they answer no claim of the paper)."""
+    lines = ["## Findings beyond the paper", "",
+             "Experiments the paper does not make. Each states what its data say; none is a verdict, and none feeds "
+             "a claim above.", ""]
+    for key, f in findings.items():
+        lines += [f"### {key}", "", f"*Question.* {f['statement']}", "", f"*Finding.* {f['finding']}", "",
+                  f"*Evidence.* {', '.join(f['evidence'])}", ""]
+        if f.get("table"):
+            lines += _table(f["table"])
+    return lines
 
 
 def expected_section(result: Mapping, expected: Mapping, preset: str | None) -> list[str]:
