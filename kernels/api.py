@@ -189,8 +189,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
               v_fmt: str | FP8Format | None = _D["v_fmt"], v_scale: str | float = _D["v_scale"],
               num_splits: int = _D["num_splits"], split_layout: str = _D["split_layout"],
               p_normalize: str = _D["p_normalize"], causal_align: str | None = None,
-              policy=None, reference: bool = False, pv_arith: str = "fp32", pv_promote: int = 0,
-              exp_arg: str = "rounded") -> AttentionResult:
+              policy=None, reference: bool = False, pv_arith="fp32", pv_promote=0, exp_arg="rounded") -> AttentionResult:
     """FlashAttention-style forward attention with softmax P cast to FP8 before P·V, under a P policy.
 
     Per query row the KV blocks of ``block_n`` keys are visited first to last (``order="forward"``) or
@@ -221,16 +220,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
             unless ``causal_align="bottom_right"`` (j <= i + Nk - Nq); Nq < Nk needs causal_align.
         num_splits, split_layout, p_normalize: split-KV decode and partition-normalised P, merged by the
             float32 log-sum-exp (docs/decode.md); defaults 1, "contiguous", "online".
-        ksink: keys at positions < ksink are sink keys (splits the diagnostics only).
-        sm_scale: score scale, default 1/sqrt(d). sink_logit: None, or [H] or [B, H] on q's device.
+        ksink: keys < ksink are sink keys (diagnostics); sm_scale: default 1/sqrt(d); sink_logit: None, [H] or [B, H].
         backend: "auto" (compiled Triton on a CUDA GPU with capability >= 8.9, else "emulator"), "triton"
             (interpreted on CPU), "emulator", or "reference" (float64 of the unquantized inputs).
         policy: None, a name of :data:`pcast.policies.POLICIES`, a ``Policy`` or a dict of Policy fields.
         reference: True: also the float64 reference of the same call, and the result's ``mse`` and ``mse_heads``.
         pv_arith, pv_promote: step 5 in "fp32", or on an FP8 tensor core (:data:`pcast.contract.PV_ARITHS`;
-            emulator only), its accumulator added into float32 every ``pv_promote`` KV blocks (0: never).
-        exp_arg: exp2_offset's step-2 argument, "rounded" (``s·L`` rounded, then the offset subtracted) or "fma"
-            (``fma(s, L, -(m·L - log2 S))``, rounded once; emulator only): :data:`pcast.contract.EXP_ARGS`.
+            emulator only), its accumulator added into float32 every ``pv_promote`` KV blocks (0: never). exp_arg:
+            exp2's argument, "rounded" or "fma" (``fma(s, L, -(m·L - log2 S))``; emulator only), ``EXP_ARGS``.
 
     Returns :class:`AttentionResult` on the inputs' device. Raises ValueError naming a bad argument.
     """
