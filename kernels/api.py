@@ -8,7 +8,7 @@ import torch
 
 from pcast.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
                        causal_offset, is_allowed, is_block_size)
-from pcast.api_dynamic import canonical_scale_mode, check_dynamic
+from pcast.api_dynamic import canonical_scale_mode, check_dynamic, check_exp_arg
 from pcast.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
 from pcast.api_inputs import as_policy, check_dtype, stamp_dtype as _stamp, triton_blocks, widen, widen_call
 from pcast.emulator.core import emulate_attention, emulate_attention_scales
@@ -189,7 +189,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
               v_fmt: str | FP8Format | None = _D["v_fmt"], v_scale: str | float = _D["v_scale"],
               num_splits: int = _D["num_splits"], split_layout: str = _D["split_layout"],
               p_normalize: str = _D["p_normalize"], causal_align: str | None = None,
-              policy=None, reference: bool = False, pv_arith: str = "fp32", pv_promote: int = 0) -> AttentionResult:
+              policy=None, reference: bool = False, pv_arith="fp32", pv_promote=0, exp_arg="rounded") -> AttentionResult:
     """FlashAttention-style forward attention with softmax P cast to FP8 before P·V, under a P policy.
 
     Per query row the KV blocks of ``block_n`` keys are visited first to last (``order="forward"``) or
@@ -220,14 +220,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
             unless ``causal_align="bottom_right"`` (j <= i + Nk - Nq); Nq < Nk needs causal_align.
         num_splits, split_layout, p_normalize: split-KV decode and partition-normalised P, merged by the
             float32 log-sum-exp (docs/decode.md); defaults 1, "contiguous", "online".
-        ksink: keys at positions < ksink are sink keys (splits the diagnostics only).
-        sm_scale: score scale, default 1/sqrt(d). sink_logit: None, or [H] or [B, H] on q's device.
+        ksink: keys < ksink are sink keys (diagnostics); sm_scale: default 1/sqrt(d); sink_logit: None, [H] or [B, H].
         backend: "auto" (compiled Triton on a CUDA GPU with capability >= 8.9, else "emulator"), "triton"
             (interpreted on CPU), "emulator", or "reference" (float64 of the unquantized inputs).
         policy: None, a name of :data:`pcast.policies.POLICIES`, a ``Policy`` or a dict of Policy fields.
         reference: True: also the float64 reference of the same call, and the result's ``mse`` and ``mse_heads``.
         pv_arith, pv_promote: step 5 in "fp32", or on an FP8 tensor core (:data:`pcast.contract.PV_ARITHS`;
-            emulator only), its accumulator added into float32 every ``pv_promote`` KV blocks (0: never).
+            emulator only), its accumulator added into float32 every ``pv_promote`` KV blocks (0: never). exp_arg:
+            exp2's argument, "rounded" or "fma" (``fma(s, L, -(m·L - log2 S))``; emulator only), ``EXP_ARGS``.
 
     Returns :class:`AttentionResult` on the inputs' device. Raises ValueError naming a bad argument.
     """
@@ -287,7 +287,8 @@ def prepare_call(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
     check_pv_arith(pv, fmt=o["fmt"], v_fmt=o["v_fmt"], block_n=o["block_n"], backend=ran, split=is_split_call(kw))
     promote = args.get("pv_promote", 0)
     check_pv_promote(promote, pv)
-    return (kw if pv == "fp32" else {**kw, "pv_arith": pv, **({"pv_promote": promote} if promote else {})}), ran, block_m
+    kw = kw if pv == "fp32" else {**kw, "pv_arith": pv, **({"pv_promote": promote} if promote else {})}
+    return {**kw, **check_exp_arg(args.get("exp_arg", "rounded"), o["scale_mode"], ran)}, ran, block_m
 
 
 def run_call(q, k, values: tuple, args: dict, scales: tuple | None = None):

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from pcast.contract import DYNAMIC_SCALE_MODES, SCALE_MODE_ALIASES
+from pcast.contract import DYNAMIC_SCALE_MODES, EXP_ARGS, SCALE_MODE_ALIASES
 from pcast.formats import FORMATS, FP8Format
 from pcast.formats.microscaling import get_mx_format, is_mx
 
-__all__ = ["canonical_scale_mode", "check_dynamic"]
+__all__ = ["canonical_scale_mode", "check_dynamic", "check_exp_arg"]
 
 
 def canonical_scale_mode(scale_mode):
@@ -44,3 +44,19 @@ def check_dynamic(o: dict, dec: dict, *, ran: str, pv_arith: str) -> None:
     if ran.startswith("triton") and not nvfp4:
         raise ValueError(f"scale_mode={mode!r} with fmt={fmt!r} is not allowed with backend={ran!r}: the Triton "
                          "kernel runs dynamic scales only as nvfp4's per_row; allowed: backend='emulator'")
+
+
+def check_exp_arg(exp_arg, scale_mode: str, ran: str) -> dict:
+    """The backend keywords of ``exp_arg`` (:data:`pcast.contract.EXP_ARGS`): none for the default, else
+    ``{"exp_arg": ...}``. Raises ValueError naming ``exp_arg`` outside exp2_offset or off the emulator."""
+    if exp_arg not in EXP_ARGS:
+        raise ValueError(f"exp_arg={exp_arg!r} is not allowed; allowed: {', '.join(map(repr, EXP_ARGS))}")
+    if exp_arg == "rounded":
+        return {}
+    if scale_mode != "exp2_offset":
+        raise ValueError(f"exp_arg={exp_arg!r} is not allowed with scale_mode={scale_mode!r} (it forms exp2's "
+                         "argument); allowed: scale_mode='exp2_offset'")
+    if ran.startswith("triton"):
+        raise ValueError(f"exp_arg={exp_arg!r} is not allowed with backend={ran!r}: the Triton kernel forms the "
+                         "rounded argument only; allowed: backend='emulator'")
+    return {"exp_arg": exp_arg}

@@ -23,7 +23,7 @@ __all__ = [
     "VARIANTS", "POLICY_CONFIG_COLUMNS", "POLICY_TIDY_COLUMNS", "REALMODEL", "FP4_EXPERIMENT",
     "FP4_CONFIG_COLUMNS", "FP4_TIDY_COLUMNS", "DECODE_EXPERIMENT", "DECODE_CONFIG_COLUMNS", "DECODE_TIDY_COLUMNS",
     "DYNAMIC_EXPERIMENT", "DYNAMIC_CONFIG_COLUMNS", "DYNAMIC_TIDY_COLUMNS", "SPLIT_LAYOUTS", "P_NORMALIZE", "CAUSAL_ALIGNS", "causal_offset",
-    "PV_ARITHS", "TENSORCORE_EXPERIMENT", "CLAIM_IDS", "TEMPLATE_SLOT",
+    "PV_ARITHS", "TENSORCORE_EXPERIMENT", "CLAIM_IDS", "TEMPLATE_SLOT", "EXP_ARGS",
 ]
 
 # ----------------------------------------------------------------------------- the contract
@@ -68,6 +68,9 @@ CAUSAL_ALIGNS = ("top_left", "bottom_right")  # key j visible to row i iff j <= 
 # core's fused sums per chunk of keys (Ada mma.sync, Hopper wgmma, Blackwell tcgen05.mma), emulator only
 PV_ARITHS = ("fp32", "mma-sm89", "wgmma-sm90", "tcgen05-sm100")
 TENSORCORE_EXPERIMENT = "tensorcore"  # step 5 on a tensor core against float32 (pcast.pipeline.tensorcore_runs)
+# How exp2_offset forms step 2's exp2 argument (docs/interfaces.md, "Semantics"): the product rounded to float32
+# then the max's offset subtracted (the default), or one fused multiply-add; emulator and loop oracle only
+EXP_ARGS = ("rounded", "fma")
 
 
 def causal_offset(align: str | None, nq: int, nk: int) -> int:

@@ -1,11 +1,9 @@
 """Vectorized torch emulator of the FP8 P-cast attention contract.
 
-This is the fast path large CPU sweeps run on. It follows the per-row contract of
-:func:`pcast.attention` step for step (each step is marked ``# step N: name`` in
-:func:`_rows`, as in the Triton kernel and the test oracle), but instead of walking KV
-blocks one at a time it computes every block's running maximum at once (a cumulative
-max over the per-block row maxima, in the visiting order), so the whole computation is
-a handful of large tensor operations.
+This is the fast path large CPU sweeps run on. It follows the per-row contract of :func:`pcast.attention`
+step for step (each step is marked ``# step N: name`` in :func:`_rows`, as in the Triton kernel and the test
+oracle), but instead of walking KV blocks one at a time it computes every block's running maximum at once (a
+cumulative max over the per-block row maxima, in the visiting order): a handful of large tensor operations.
 
 Exactness: every decision (the walk of step 2, each rounding, underflow, saturation) is made on the exact
 value (:mod:`pcast.emulator.exact`), so the counts are the same on every CPU. The float32 arithmetic is the
@@ -16,9 +14,8 @@ the emulator weights each block by ``exp(m_block - m_final)`` directly (a few fp
 The P-policy options (docs/interfaces.md, "P policies") enter at their steps: operand casts
 (``qk_fmt``, ``v_fmt``) in :func:`_layout`; lazy rescaling and a sink logit that seeds the
 max replace the cumulative max by :func:`max_in_force`, a short loop over the blocks;
-``scale_mode="exp2_offset"`` computes x with exp2 and weights blocks by
-``exp2(m_j·LOG2E - m_final·LOG2E)``. With every option at its default the code below runs
-exactly the paper's operations, bit for bit.
+``scale_mode="exp2_offset"`` computes x with exp2 and weights blocks by ``exp2(m_j·LOG2E - m_final·LOG2E)``.
+With every option at its default the code below runs exactly the paper's operations, bit for bit.
 
 Several value tensors (:func:`pcast.attention_values`) share steps 1-4; several scales S
 (:func:`emulate_attention_scales`, ``scale_mode="multiply"`` only) share steps 1-2, each scale casting
@@ -86,6 +83,7 @@ class _Call:
     per_row: bool  # a dynamic scale (pcast.emulator.dynamic): x = p·S_r, S_r = target / (the block's row or tile max)
     rowsum_rounded: bool
     exp2: bool  # scale_mode="exp2_offset"
+    fma: bool  # exp_arg="fma": x = exp2(fma(s, LOG2E, -(m·LOG2E - log2 S))), on the eager path
     log2_s: float  # log2_scale(S), the exp2 offset (exp2_offset: step 2 depends on S, so one S a call)
     tau: float  # rescale_threshold
     sink: torch.Tensor | None  # [G] float32 learned sink logits
@@ -119,7 +117,8 @@ def _visible(nq: int, nk: int, np_: int, causal: bool, device, offset: int = 0) 
 def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, rowsum_rounded, scale_mode,
             rescale_threshold, sink_logit, sink_mode, qk_fmt, qk_scale, v_fmt, v_scale, memo: dict | None = None,
             causal_offset: int = 0, num_splits: int = 1, split_layout: str = "contiguous",
-            p_normalize: str = "online", pv_arith: str = "fp32", block_m: int = 64, pv_promote: int = 0) -> _Call:
+            p_normalize: str = "online", pv_arith: str = "fp32", block_m: int = 64, pv_promote: int = 0,
+            exp_arg: str = "rounded") -> _Call:
     """Cast the operands, flatten batch and heads, pad the keys to whole blocks and build the visibility mask.
 
     ``scales``: the scales S (a tuple; several only with ``scale_mode="multiply"``, where steps 1-2 do
@@ -171,7 +170,7 @@ def _layout(q, k, v, *, reverse, scales, fmt, causal, ksink, block_n, sm_scale, 
                  # so p*S <= S. A stale max (tau > 0) or exp2's rounded offset can exceed S.
                  scales=tuple(_Scale(scale=s, check_saturation=fmt is not None and not isinstance(fmt, MXFormat) and (
                      s > fmt.max_finite or exp2 or rescale_threshold > 0 or dyn)) for s in scales),
-                 exp2=exp2, log2_s=log2_scale(scales[0]), tau=rescale_threshold,
+                 exp2=exp2, fma=exp_arg == "fma", log2_s=log2_scale(scales[0]), tau=rescale_threshold,
                  sink=None if sink_logit is None else sink_logit.reshape(G).to(torch.float32), sink_init=sink_init,
                  cummax=rescale_threshold == 0 and not sink_init, splits=(num_splits, split_layout, p_normalize),
                  pv=pv)
@@ -187,7 +186,7 @@ def _rows(c: _Call, g: int, r0: int, r1: int, outs: tuple, diags: tuple, s: torc
     Np = c.nblk * c.block_n
     # step 1: scores
     s = _scores(c, g, r0, r1) if s is None else s  # (given: shared with other calls, pcast.emulator.calls)
-    if _fused.covers(c, s):  # steps 2-4 in one compiled pass, the operations below
+    if not c.fma and _fused.covers(c, s):  # steps 2-4 in one compiled pass, the operations below
         return _fused_rows(c, g, r0, r1, s, outs, diags, keep)
     # step 2: running max
     sb = s.view(nr, c.nblk, c.block_n)
@@ -274,6 +273,7 @@ def row_lse(c: _Call, m, l) -> torch.Tensor:
 
 
 _LN2 = math.log(2.0)
+_DECODE_NAMES = ("causal_offset", "pv_arith", "pv_promote", "block_m", "exp_arg")  # emulate_attention's passed on
 
 
 def _scores(c: _Call, g: int, r0: int, r1: int, cols: int | None = None) -> torch.Tensor:
@@ -329,10 +329,11 @@ def _counts(diag: dict, g: int, r0: int, r1: int, pos_s, pos_ns, ppos_s, ppos_ns
 def _unrounded(c: _Call, sb: torch.Tensor, m_safe: torch.Tensor) -> torch.Tensor:
     """Step 2's unrounded value of every key of the scores ``sb`` [rows, j, block_n] under their blocks' maxima
     ``m_safe`` [rows, j], a new tensor: ``p = exp(s - m)`` ("multiply"), or ``x = exp2(s·LOG2E - (m·LOG2E -
-    log2 S))`` in float32 in that order ("exp2_offset"; p·S is never formed); exp and exp2 are
-    :mod:`pcast.emulator.ieee`'s."""
+    log2 S))`` in float32 in that order ("exp2_offset"; p·S is never formed; ``exp_arg="fma"``: the argument
+    rounded once, :func:`pcast.emulator.ieee.fma32`); exp and exp2 are :mod:`pcast.emulator.ieee`'s."""
     if c.exp2:
-        return _ieee.exp2(torch.mul(sb, LOG2E).sub_((m_safe * LOG2E - c.log2_s)[..., None]))
+        off = (m_safe * LOG2E - c.log2_s)[..., None]
+        return _ieee.exp2(_ieee.fma32(sb, LOG2E, -off) if c.fma else torch.mul(sb, LOG2E).sub_(off))
     return _ieee.exp(torch.sub(sb, m_safe[..., None]))
 
 
@@ -360,7 +361,7 @@ def emulate_attention(q, k, v, *, reverse: bool, scale: float, fmt: FP8Format | 
                                ksink=ksink, block_n=block_n, sm_scale=sm_scale, rowsum_rounded=rowsum_rounded,
                                scale_mode=scale_mode, rescale_threshold=rescale_threshold, sink_logit=sink_logit,
                                sink_mode=sink_mode, qk_fmt=qk_fmt, qk_scale=qk_scale, v_fmt=v_fmt, v_scale=v_scale,
-                               **{n: decode[n] for n in ("causal_offset", "pv_arith", "pv_promote", "block_m") if n in decode})
+                               **{n: decode[n] for n in _DECODE_NAMES if n in decode})
     return outs if several else outs[0], diag
 
 

@@ -27,12 +27,14 @@ well inside the bound the exact decisions allow for exp (:mod:`pcast.emulator.ex
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from pcast.contract import LOG2E
 
-__all__ = ["exp", "exp2", "tree_sum", "EXP_CONSTANTS"]
+__all__ = ["exp", "exp2", "fma32", "tree_sum", "EXP_CONSTANTS"]
 
 _F = np.float32
 #: The constants of :func:`exp` and :func:`exp2`, float32 (shared with the compiled pass).
@@ -89,3 +91,19 @@ def tree_sum(x: torch.Tensor) -> torch.Tensor:
         x = torch.cat([y, x[..., 2 * h:]], -1) if n % 2 else y
         n = x.shape[-1]
     return x[..., 0]
+
+
+def fma32(a: torch.Tensor, b: float, c: torch.Tensor) -> torch.Tensor:
+    """float32 ``a·b + c`` rounded once (a fused multiply-add) of float32 ``a``, ``c`` (broadcast) and a
+    float32 constant ``b``: the product is exact in float64 (24 + 24 bits), the sum is rounded to float64 by
+    round-to-odd (the exact error of the float64 sum decides), then once to float32, which round-to-odd with
+    29 spare bits makes correct (no double rounding). Infinite inputs give the infinite sum."""
+    p = a.double() * float(b)
+    c = c.double()
+    d = p + c
+    t = d - p
+    e = (p - (d - t)) + (c - t)  # the exact error of the float64 sum: p + c = d + e
+    even = (d.view(torch.int64) & 1) == 0
+    away = torch.where(e > 0, torch.tensor(math.inf, dtype=torch.float64), torch.tensor(-math.inf, dtype=torch.float64))
+    d = torch.where(even & (e != 0) & torch.isfinite(d), torch.nextafter(d, away), d)
+    return d.float()

@@ -15,10 +15,15 @@ emulator's route).
 The FP8 tensor core's P·V (``pv_arith``, ``pv_promote``; docs/interfaces.md "The tensor core's P·V
 arithmetic") is written here from that text (:func:`_fdpa`): exponents by ``frexp``, the truncated terms
 summed as int64; not ``pcast.emulator.tensorcore``.
+
+``exp_arg="fma"`` (docs/interfaces.md, "Semantics") rounds exp2's argument once, from the exact rational
+value of ``s·LOG2E − (m·LOG2E − log2 S)`` (:func:`_fma`); not ``pcast.emulator.ieee.fma32``.
 """
 
 import math
+from fractions import Fraction
 
+import numpy as np
 import torch
 
 from pcast import quantize
@@ -93,7 +98,8 @@ def _walk(q, k, v, blocks, st, o):
         m_new = m if part is not None else torch.where(torch.isneginf(m) | ((bm - m) * LOG2E > o["tau"]), bm, m)
         m_use = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
         if exp2:
-            u = torch.exp2(s * LOG2E - (m_use * LOG2E - o["log2s"])[..., None])  # x; p*S is never formed
+            off = (m_use * LOG2E - o["log2s"])[..., None]  # x; p*S is never formed
+            u = torch.exp2(_fma(s, -off) if o["fma"] else s * LOG2E - off)
             alpha = torch.exp2(m * LOG2E - m_use * LOG2E)
         else:
             u = torch.exp(s - m_use[..., None])  # p
@@ -187,6 +193,23 @@ def _region_max(r, tile):
     return out
 
 
+def _fma(s, c):
+    """float32 ``s·LOG2E + c`` rounded once, element by element from the exact rational value
+    (``exp_arg="fma"``): the nearest float32, ties to the even significand."""
+    ex = (Fraction(float(LOG2E)) * Fraction(a) + Fraction(b) if math.isfinite(a) else a for a, b in
+          zip(s.flatten().tolist(), c.expand_as(s).flatten().tolist()))
+    return torch.tensor([_nearest32(e) for e in ex], dtype=torch.float32).view(s.shape)
+
+
+def _nearest32(e):
+    """The float32 nearest the rational (or infinite) ``e``, ties to the even significand."""
+    if not isinstance(e, Fraction):
+        return e
+    f = np.float32(float(e))
+    near = [f, np.nextafter(f, np.float32(np.inf)), np.nextafter(f, np.float32(-np.inf))]
+    return float(min(near, key=lambda y: (abs(Fraction(float(y)) - e), int(y.view(np.int32)) & 1)))
+
+
 def _cols(j, o):
     return torch.arange(j * o["block_n"], min(o["nk"], (j + 1) * o["block_n"]))
 
@@ -195,7 +218,7 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
                    sm_scale=None, rowsum="unrounded", scale_mode="multiply", rescale_threshold=0.0, sink_logit=None,
                    sink_mode="final", qk_fmt=None, qk_scale="tensor", v_fmt=None, v_scale="tensor", num_splits=1,
                    split_layout="contiguous", p_normalize="online", causal_align=None, pv_arith="fp32", block_m=64,
-                   pv_promote=0):
+                   pv_promote=0, exp_arg="rounded"):
     """q [B,H,Nq,d], k and v [B,H_kv,Nk,d] float32 (H_kv dividing H) -> (out [B,H,Nq,d] float32, dict of
     int64 [B,H,Nq] diagnostics and float32 ``lse``).
 
@@ -235,7 +258,7 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
              target=(PER_ROW_TARGET if fmt in MX_FORMATS else get_format(fmt).max_finite) if fmt is not None else 0,
              mx=MX_FORMATS.get(fmt) if isinstance(fmt, str) else None, tau=torch.tensor(float32(rescale_threshold)),
              partition=p_normalize == "partition", tc=None if pv_arith == "fp32" else pv_arith, promote=pv_promote,
-             s_v=s_v, p_fmt=fmt, v_fmt=v_fmt,
+             s_v=s_v, p_fmt=fmt, v_fmt=v_fmt, fma=exp_arg == "fma",
              diag={n: torch.zeros(B, H, Nq, dtype=torch.int64) for n in DIAGNOSTICS})
     nblk = (Nk + block_n - 1) // block_n
     states = []
