@@ -204,8 +204,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     3. cast: ``p_q = quantize(x, fmt)`` with x = p·S ("multiply"): RNE on the FP8 grid, saturating at ±max.
     4. row sum: ``l = l·alpha + rowsum(u)``, u the UNROUNDED p or x (as FlashAttention-3, FlashInfer);
        ``rowsum="rounded"``: u = p_q / S ("multiply") or p_q ("exp2_offset").
-    5. accumulate: ``acc = acc·alpha + p_q·V'`` in fp32 (V' = v cast to ``v_fmt`` as in step 1; ``v_scale`` also
-       "tensor_global", one amax over all of v, or "mx_seq32", an E8M0 scale per 32 keys per channel).
+    5. accumulate: ``acc = acc·alpha + p_q·V'`` in fp32 (V' = v cast to ``v_fmt`` as in step 1, or "tensor_global", "mx_seq32").
     6. normalise: ``sink_mode="final"`` adds ``exp(σ - m)`` (its exp2_offset form) to l; then
        ``out = acc / (l·S)`` ("multiply") or ``acc / l`` ("exp2_offset").
 
