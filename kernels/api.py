@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from pcast.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
+from pcast.contract import (ATTENTION_HEAD_DIMS, BACKENDS, BLOCK_SIZES, OPERAND_SCALES, V_SCALES, ORDERS, ROWSUMS, SCALE_MODES, SINK_MODES,
                        causal_offset, is_allowed, is_block_size)
 from pcast.api_dynamic import canonical_scale_mode, check_dynamic, check_exp_arg
 from pcast.api_decode import DECODE_DEFAULTS, check_decode, is_split_call
@@ -145,11 +145,11 @@ def _check_policy_options(q, *, scale_mode, rescale_threshold, sink_logit, sink_
         raise ValueError(f"rescale_threshold={rescale_threshold!r} is not allowed; allowed: a finite float >= 0")
     if sink_mode not in SINK_MODES:
         raise ValueError(f"sink_mode={sink_mode!r} is not allowed; allowed: {', '.join(SINK_MODES)}")
-    for name, f, s in (("qk", qk_fmt, qk_scale), ("v", v_fmt, v_scale)):
+    for name, f, s, words in (("qk", qk_fmt, qk_scale, OPERAND_SCALES), ("v", v_fmt, v_scale, V_SCALES)):
         if not _is_format(f):
             raise ValueError(f"{name}_fmt={f!r} is not allowed; allowed: None, {', '.join(FORMATS)}")
-        if s not in OPERAND_SCALES and not is_positive(s):
-            raise ValueError(f"{name}_scale={s!r} is not allowed; allowed: {', '.join(map(repr, OPERAND_SCALES))} "
+        if not (isinstance(s, str) and s in words) and not is_positive(s):
+            raise ValueError(f"{name}_scale={s!r} is not allowed; allowed: {', '.join(map(repr, words))} "
                              "or a finite number > 0")
     if sink_logit is None:
         return
@@ -204,7 +204,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, order: str =
     3. cast: ``p_q = quantize(x, fmt)`` with x = p·S ("multiply"): RNE on the FP8 grid, saturating at ±max.
     4. row sum: ``l = l·alpha + rowsum(u)``, u the UNROUNDED p or x (as FlashAttention-3, FlashInfer);
        ``rowsum="rounded"``: u = p_q / S ("multiply") or p_q ("exp2_offset").
-    5. accumulate: ``acc = acc·alpha + p_q·V'`` in fp32 (V' = v cast to ``v_fmt`` as in step 1).
+    5. accumulate: ``acc = acc·alpha + p_q·V'`` in fp32 (V' = v cast to ``v_fmt`` as in step 1, or "tensor_global", "mx_seq32").
     6. normalise: ``sink_mode="final"`` adds ``exp(σ - m)`` (its exp2_offset form) to l; then
        ``out = acc / (l·S)`` ("multiply") or ``acc / l`` ("exp2_offset").
 
@@ -285,6 +285,9 @@ def prepare_call(q, k, values: tuple, args: dict) -> tuple[dict, str, int]:
           "causal_offset": offset}
     pv = args.get("pv_arith", "fp32")
     check_pv_arith(pv, fmt=o["fmt"], v_fmt=o["v_fmt"], block_n=o["block_n"], backend=ran, split=is_split_call(kw))
+    if o["v_fmt"] is not None and o["v_scale"] == "mx_seq32" and (ran.startswith("triton") or pv != "fp32"):
+        raise ValueError(f"v_scale='mx_seq32' is not allowed with backend={ran!r} and pv_arith={pv!r}; allowed: "
+                         "backend='emulator' with pv_arith='fp32' (one s_v per (batch, head) elsewhere)")
     promote = args.get("pv_promote", 0)
     check_pv_promote(promote, pv)
     kw = kw if pv == "fp32" else {**kw, "pv_arith": pv, **({"pv_promote": promote} if promote else {})}
@@ -346,7 +349,7 @@ def _backend_kwargs(o: dict, *, causal, ksink, sm_scale, sink_logit) -> dict:
         return get_mx_format(f) if is_mx(f) else None if f is None else get_p_format(f)
 
     def operand_scale(s):
-        return s if s in OPERAND_SCALES else float(s)
+        return s if isinstance(s, str) and s in V_SCALES else float(s)
 
     return dict(reverse=o["order"] == "reverse", scale=float(o["scale"]), fmt=p_format(o["fmt"]), causal=causal,
                 ksink=ksink, block_n=o["block_n"], sm_scale=sm_scale, rowsum_rounded=o["rowsum"] == "rounded",

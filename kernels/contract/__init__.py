@@ -13,7 +13,7 @@ import struct
 import warnings
 
 __all__ = [
-    "SCALE_MODES", "DYNAMIC_SCALE_MODES", "SCALE_MODE_ALIASES", "SINK_MODES", "MX_FORMAT_NAMES", "OPERAND_SCALES", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
+    "SCALE_MODES", "DYNAMIC_SCALE_MODES", "SCALE_MODE_ALIASES", "SINK_MODES", "MX_FORMAT_NAMES", "OPERAND_SCALES", "V_SCALES", "MX_SEQ_BLOCK", "LOG2E", "float32", "log2_scale", "STEPS", "step_marker",
     "DIAGNOSTICS", "ORDERS", "BACKENDS", "BACKENDS_RAN", "ROWSUMS", "PAPER_SCALES", "COMBOS",
     "COMBO_LABELS", "combo_label", "HEAD_DIMS", "ATTENTION_HEAD_DIMS", "BLOCK_SIZES", "BLOCK_MULTIPLE", "is_block_size",
     "INPUT_DTYPES", "is_allowed",
@@ -59,6 +59,10 @@ SINK_MODES = ("init", "final")  # a learned sink logit seeds (m, l), or joins l 
 # these besides an FP8 format; Q, K and V casts are FP8 only
 MX_FORMAT_NAMES = ("nvfp4", "mxfp4")
 OPERAND_SCALES = ("tensor",)  # qk_scale / v_scale words: amax per (batch, head) / max_finite; or a float
+# v_scale's words besides: one amax over the whole tensor, or an E8M0 scale (rounded up) per 32 sequence
+# positions per channel (docs/interfaces.md, "V's scales over the whole tensor or along the sequence")
+V_SCALES = (*OPERAND_SCALES, "tensor_global", "mx_seq32")
+MX_SEQ_BLOCK = 32  # the sequence positions sharing one E8M0 scale of v_scale="mx_seq32"
 # Decode-time options (docs/interfaces.md, "Decode-time attention"): how KV blocks are dealt to splits,
 # how a split normalises P before its cast, and how a causal mask aligns when Nq != Nk.
 SPLIT_LAYOUTS = ("contiguous", "interleaved")  # split s holds blocks [s·c, (s+1)·c), or block j -> j mod splits

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import torch
 
-from pcast.contract import LOG2E, float32
+from pcast.contract import LOG2E, MX_SEQ_BLOCK, float32
 from pcast.emulator import ieee
 from pcast.formats import FP8Format
 from pcast.formats.rounding import quantize_fast
 
-__all__ = ["running_max", "previous_max", "max_in_force", "operand_cast", "operand_parts", "block_weights",
-           "sink_term"]
+__all__ = ["running_max", "previous_max", "max_in_force", "operand_cast", "operand_parts", "mx_seq_scales",
+           "block_weights", "sink_term"]
 
 
 def running_max(block_max: torch.Tensor, reverse: bool) -> torch.Tensor:
@@ -51,15 +51,38 @@ def max_in_force(block_max: torch.Tensor, reverse: bool, tau: float = 0.0,
 
 def operand_cast(t: torch.Tensor, fmt: FP8Format, how) -> torch.Tensor:
     """``t' = quantize(t / s_t, fmt)·s_t`` with one float32 ``s_t`` per (batch, head) of t [B, H, N, d]:
-    ``amax|t| / max_finite`` for ``how="tensor"`` (1 where the amax is 0), else the float ``how``."""
+    ``amax|t| / max_finite`` for ``how="tensor"`` (1 where the amax is 0; ``"tensor_global"``: the amax of all
+    of t), else the float ``how``; ``"mx_seq32"``: one E8M0 ``s_t`` per 32 keys per channel
+    (:func:`pcast.emulator.parts.mx_seq_scales`)."""
     tq, st = operand_parts(t, fmt, how)
     return tq.mul_(st)
 
 
+def mx_seq_scales(t: torch.Tensor, fmt: FP8Format) -> torch.Tensor:
+    """[B, H, N, d] ``v_scale="mx_seq32"``'s E8M0 scales, each key's: per block of 32 keys and channel, the least
+    power of two ``>= amax / max_finite`` (the quotient in float64), its exponent clamped to [-127, 127], 1 where
+    the amax is 0 (docs/interfaces.md, "V's scales over the whole tensor or along the sequence")."""
+    B, H, n, d = t.shape
+    nb = -(-n // MX_SEQ_BLOCK)
+    padded = torch.nn.functional.pad(t.abs(), (0, 0, 0, nb * MX_SEQ_BLOCK - n))
+    amax = padded.reshape(B, H, nb, MX_SEQ_BLOCK, d).amax(dim=3, keepdim=True).double()
+    mant, e = torch.frexp(amax / fmt.max_finite)
+    e = torch.where(mant == 0.5, e - 1, e).clamp(-127, 127)
+    d_ = torch.where(amax == 0, torch.ones_like(amax), torch.ldexp(torch.ones_like(amax), e)).to(torch.float32)
+    return d_.expand(B, H, nb, MX_SEQ_BLOCK, d).reshape(B, H, nb * MX_SEQ_BLOCK, d)[:, :, :n]
+
+
 def operand_parts(t: torch.Tensor, fmt: FP8Format, how) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`operand_cast`'s two factors: ``quantize(t / s_t, fmt)`` (the FP8 values) and ``s_t`` [B, H, 1, 1]."""
+    """:func:`operand_cast`'s two factors: ``quantize(t / s_t, fmt)`` (the FP8 values) and ``s_t`` [B, H, 1, 1]
+    (``how="mx_seq32"``: [B, H, N, d], :func:`pcast.emulator.parts.mx_seq_scales`; ``"tensor_global"``: one amax
+    over all of t)."""
+    if how == "mx_seq32":
+        st = mx_seq_scales(t, fmt)
+        return quantize_fast(t / st, fmt, saturate=True), st
     amax = t.abs().amax(dim=(-2, -1), keepdim=True)
-    if how == "tensor":
+    if how == "tensor_global":
+        amax = amax.amax(dim=(0, 1), keepdim=True).expand_as(amax)
+    if how in ("tensor", "tensor_global"):
         # divide by a tensor, not a Python number: CUDA would multiply by a rounded reciprocal
         st = amax / torch.full_like(amax, fmt.max_finite)
         st = torch.where(amax == 0, torch.ones_like(st), st)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pcast.contract import (MX_FORMAT_NAMES, ORDERS, OPERAND_SCALES, P_NORMALIZE, ROWSUMS, SCALE_MODES,
+from pcast.contract import (MX_FORMAT_NAMES, ORDERS, OPERAND_SCALES, P_NORMALIZE, V_SCALES, ROWSUMS, SCALE_MODES,
                               SCALE_MODE_ALIASES,
                               SINK_MODES, SPLIT_LAYOUTS, is_allowed, is_block_size)
 from pcast.formats import FORMATS, HALF_FORMATS
@@ -51,6 +51,10 @@ def _operand_scale(value) -> bool:
     return (isinstance(value, str) and value in OPERAND_SCALES) or (_finite_number(value) and value > 0)
 
 
+def _v_scale(value) -> bool:
+    return (isinstance(value, str) and value in V_SCALES) or (_finite_number(value) and value > 0)
+
+
 _FMTS = ", ".join(FORMATS)
 # field -> (test, what is allowed); one rule per field of Policy, the name included.
 _RULES = {
@@ -67,7 +71,7 @@ _RULES = {
     "qk_fmt": (_fmt_or_none, f"None (YAML null), {_FMTS}"),
     "qk_scale": (_operand_scale, f"{', '.join(OPERAND_SCALES)} or a finite number > 0"),
     "v_fmt": (_fmt_or_none, f"None (YAML null), {_FMTS}"),
-    "v_scale": (_operand_scale, f"{', '.join(OPERAND_SCALES)} or a finite number > 0"),
+    "v_scale": (_v_scale, f"{', '.join(V_SCALES)} or a finite number > 0"),
     "block_m": (is_block_size, "a positive multiple of 16 (e.g. 64, 96, 128, 160, 192)"),
     "block_n": (is_block_size, "a positive multiple of 16 (e.g. 64, 96, 128, 160, 192)"),
     "num_splits": (lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1, "an int >= 1"),

@@ -2,8 +2,8 @@
 
 A :class:`Case` holds a report's source, the policy and the fixture it describes, and one
 :class:`Measurement` per number it printed. The modules that build cases (:mod:`pcast.probes.cases`,
-:mod:`pcast.probes.cases_scale`,
-:mod:`pcast.probes.cases_accum`, :mod:`pcast.probes.cases_exp`) import these types from here, and :mod:`pcast.probes.cases` gathers the cases.
+:mod:`pcast.probes.cases_scale`, :mod:`pcast.probes.cases_accum`, :mod:`pcast.probes.cases_exp`,
+:mod:`pcast.probes.cases_vleak`) import these types from here, and :mod:`pcast.probes.cases` gathers the cases.
 """
 
 from __future__ import annotations

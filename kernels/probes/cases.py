@@ -11,7 +11,8 @@ the fix as measurements of their own. The reports are described here in this pro
 :mod:`pcast.probes.case_model`; the cases about P's scale (FlashAttention-4's offset-plus-threshold bound, cuDNN's
 ignored ``scale_s``) in :mod:`pcast.probes.cases_scale`; those about the tensor core's P·V accumulation
 (FlashAttention-3) in :mod:`pcast.probes.cases_accum`; the exponent's fused multiply-add (torch-mojo-backend) in
-:mod:`pcast.probes.cases_exp`; :data:`CASES` gathers them all.
+:mod:`pcast.probes.cases_exp`; V's scales leaking the future (Transformer
+Engine's MXFP8 V) in :mod:`pcast.probes.cases_vleak`; :data:`CASES` gathers them all.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pcast.probes.case_model import Case, Measurement
 from pcast.probes.cases_accum import TILE_DRIFT, TWO_LEVEL
 from pcast.probes.cases_exp import FMA_EXPONENT
 from pcast.probes.cases_scale import CUDNN_SCALE_S, FA4
+from pcast.probes.cases_vleak import V_LEAK
 from pcast.probes.expect import exact, expected
 from pcast.probes.inputs import Probe, mass
 
@@ -135,7 +137,7 @@ FLASHINFER = Case(
 )
 
 
-CASES = (AITER_MLA, AITER_RAGGED, FLYDSL, FLASHINFER, FA4, CUDNN_SCALE_S, TWO_LEVEL, TILE_DRIFT, FMA_EXPONENT)
+CASES = (AITER_MLA, AITER_RAGGED, FLYDSL, FLASHINFER, FA4, CUDNN_SCALE_S, TWO_LEVEL, TILE_DRIFT, FMA_EXPONENT, V_LEAK)
 
 
 def t9_rows(cases=CASES) -> list[dict]:

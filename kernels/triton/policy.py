@@ -131,10 +131,16 @@ def partition_p(p, l_i,
 
 
 def _scale_of(t: torch.Tensor, fmt: FP8Format, scale) -> torch.Tensor:
-    """float32 [B, H]: amax|t| per (batch, head) / max_finite in float32 (1 where amax is 0), or the float."""
+    """float32 [B, H]: amax|t| per (batch, head) (``"tensor_global"``: over all of t) / max_finite in float32 (1 where
+    amax is 0), or the float."""
     B, H = t.shape[:2]
-    if isinstance(scale, str):  # "tensor", checked by pcast.attention
+    if scale == "mx_seq32":
+        raise ValueError("v_scale='mx_seq32' is not allowed in the Triton kernel (one s_v per (batch, head)); "
+                         "allowed: 'tensor', 'tensor_global' or a float")
+    if isinstance(scale, str):  # "tensor" or "tensor_global", checked by pcast.attention
         amax = t.abs().amax(dim=(-2, -1))
+        if scale == "tensor_global":  # one amax over the whole tensor, every (batch, head)'s
+            amax = amax.amax().expand(B, H)
         s = amax / torch.tensor(fmt.max_finite, dtype=torch.float32, device=t.device)
         return torch.where(amax == 0, torch.ones_like(s), s)
     return torch.full((B, H), float(scale), dtype=torch.float32, device=t.device)

@@ -39,20 +39,52 @@ def cast_operand(t, fmt, scale="tensor"):
     return tq * s
 
 
+def _e8m0_up(amax, max_finite):
+    """The least power of two >= amax / max_finite (Python floats: the quotient in float64), its exponent in
+    [-127, 127]; 1.0 where amax is 0."""
+    if amax == 0.0:
+        return 1.0
+    e = math.ceil(math.log2(amax / max_finite))
+    while 2.0 ** (e - 1) >= amax / max_finite:  # log2's rounding, corrected both ways
+        e -= 1
+    while 2.0 ** e < amax / max_finite:
+        e += 1
+    return 2.0 ** min(127, max(-127, e))
+
+
+def _mx_seq_parts(t, f):
+    """(quantize(t / D, fmt), D [B, H, N, d]): one E8M0 D per 32 keys per channel, block by block."""
+    out, scales = torch.empty_like(t), torch.empty_like(t)
+    B, H, n, d = t.shape
+    for b in range(B):
+        for h in range(H):
+            for j0 in range(0, n, 32):
+                for c in range(d):
+                    col = t[b, h, j0:j0 + 32, c]
+                    dd = torch.tensor(_e8m0_up(float(col.abs().max()), f.max_finite), dtype=torch.float32)
+                    out[b, h, j0:j0 + 32, c] = quantize(col / dd, f)
+                    scales[b, h, j0:j0 + 32, c] = dd
+    return out, scales
+
+
 def operand_parts(t, fmt, scale="tensor"):
-    """(quantize(t / s_t, fmt), s_t [B, H, 1, 1]) of :func:`cast_operand`."""
+    """(quantize(t / s_t, fmt), s_t [B, H, 1, 1]) of :func:`cast_operand`; ``"tensor_global"``: s_t from the amax
+    of all of t; ``"mx_seq32"``: s_t [B, H, N, d], an E8M0 scale (rounded up) per 32 keys per channel."""
     f = get_format(fmt)
+    if scale == "mx_seq32":
+        return _mx_seq_parts(t, f)
     out = torch.empty_like(t)
     scales = torch.empty(*t.shape[:2], 1, 1)
     for b in range(t.shape[0]):
         for h in range(t.shape[1]):
             th = t[b, h]
-            if scale != "tensor":
+            whole = t if scale == "tensor_global" else th
+            if scale not in ("tensor", "tensor_global"):
                 s_t = torch.tensor(scale, dtype=torch.float32)
-            elif float(th.abs().max()) == 0.0:
+            elif float(whole.abs().max()) == 0.0:
                 s_t = torch.tensor(1.0)
             else:
-                s_t = th.abs().max() / torch.tensor(f.max_finite, dtype=torch.float32)
+                s_t = whole.abs().max() / torch.tensor(f.max_finite, dtype=torch.float32)
             out[b, h] = quantize(th / s_t, f)
             scales[b, h] = s_t
     return out, scales
@@ -240,6 +272,8 @@ def loop_attention(q, k, v, *, order="forward", scale=1.0, fmt="e4m3fn", causal=
     if qk_fmt is not None:
         q, k = cast_operand(q, qk_fmt, qk_scale), cast_operand(k, qk_fmt, qk_scale)
     s_v = None
+    if v_fmt is not None and pv_arith != "fp32" and v_scale == "mx_seq32":
+        raise ValueError("v_scale='mx_seq32' takes pv_arith='fp32' (the MMA's s_v is one per (batch, head))")
     if v_fmt is not None and pv_arith != "fp32":  # the MMA takes V's FP8 values; s_v multiplies after step 5
         v, s_v = operand_parts(v, v_fmt, v_scale)
     elif v_fmt is not None:

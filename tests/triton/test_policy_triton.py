@@ -99,6 +99,18 @@ def test_operand_cast_in_kernel_is_the_contracts_cast():
     assert torch.equal(cast_operand(q, "e4m3fn"), loop_cast_operand(q, "e4m3fn"))
 
 
+def test_v_scale_tensor_global_in_kernel_and_mx_seq32_refused():
+    """``v_scale="tensor_global"``: the kernel's per-(batch, head) s_v all set to one amax over the whole V, the
+    contract's cast (the float64 reference on v' built by the model's cast); ``"mx_seq32"`` is refused by name."""
+    q, k, v = sink_inputs(23, 40, 70, 32, h=2)
+    v[0, 1] *= 2.0 ** 12  # heads of different amax: the global scale differs from the per-head one
+    out = pcast.attention(q, k, v, fmt=None, backend="triton", v_fmt="e4m3fn", v_scale="tensor_global").out.double()
+    ref = pcast.attention(q, k, cast_operand(v, "e4m3fn", "tensor_global"), backend="reference").out
+    assert float((out - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
+    with pytest.raises(ValueError, match="mx_seq32"):
+        pcast.attention(q, k, v, backend="triton", v_fmt="e4m3fn", v_scale="mx_seq32")
+
+
 # ------------------------------------------------------------------------- a fragile lazy walk
 
 def walk_inputs(c, *, nq=4, d=16, block_n=16):
