@@ -5,7 +5,8 @@
 for flash-attn's ``[B, N, H, d]``; a shape that looks transposed is refused) or ``layer{L}/q, k, v``
 (``--layer L``), and runs the contract of :func:`pcast.attention` for your policy (one flag per field of
 :class:`pcast.policies.Policy`: ``--order``, ``--scale``, ``--scale-mode``, ``--rescale-threshold``, ...;
-``--exp2-offset K`` for ``--scale-mode exp2_offset --scale 2^K``) next to the four reference combinations
+``--exp2-offset K`` for ``--scale-mode exp2_offset --scale 2^K``; ``--pv-arith`` and ``--pv-promote`` for its P·V on a
+tensor core) next to the four reference combinations
 (``pcast.contract.COMBOS``; ``--only yours`` skips them) and the named policies of ``--policy NAME``
 and ``--policies FILE`` (both together run both). Every run goes through one
 :func:`pcast.attention_calls` per layer.
@@ -141,12 +142,11 @@ def add_policy_flags(ap) -> None:
     pv = ap.add_argument_group("the tensor core's P·V arithmetic of your policy's run and the kernel's prediction "
                                "(pcast.attention's call options; every other run stays in float32)")
     pv.add_argument("--pv-arith", default="fp32", metavar="ARITH",
-                    help=f"{', '.join(PV_ARITHS)}: P·V in float32 or on that FP8 tensor core (mmasim's model, on the "
-                         "emulator; needs --fmt and --v-fmt e4m3fn or e5m2, --block-n a multiple of 32) "
-                         "(default: fp32)")
+                    help=f"{', '.join(PV_ARITHS)} (a tensor core, mmasim's model on the emulator: needs --fmt and "
+                         "--v-fmt e4m3fn or e5m2 and --block-n a multiple of 32) (default: fp32)")
     pv.add_argument("--pv-promote", default="0", metavar="N",
-                    help="an int >= 0: the tensor core's accumulator added into float32 every N KV blocks, 0 never; "
-                         "other than 0 needs --pv-arith (default: 0)")
+                    help="an int >= 0: the tensor core's accumulator is added into float32 every N KV blocks (0: "
+                         "never; another value needs --pv-arith) (default: 0)")
 
 
 def settings(args: argparse.Namespace) -> AuditSettings:
