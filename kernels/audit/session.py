@@ -177,6 +177,7 @@ def run_kernel(settings: AuditSettings, layers, prediction):
         got = measure_kernel(settings, q.to(dt), k.to(dt), v.to(dt), pol, source, outside=outside, layer=L,
                              differs=not out.searched)
         out.heads += got.heads
+        out.pv = got.pv  # the prediction's P·V arithmetic (the same on every layer)
         if got.searched:
             out.searched, out.differs = True, got.differs
     return out

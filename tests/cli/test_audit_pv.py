@@ -41,9 +41,9 @@ def qkv_file(tmp_path):
     return path, (q, k, v)
 
 
-def _audit(path, tmp_path, *flags) -> dict:
+def _audit(path, tmp_path, *flags, code=0) -> dict:
     out = tmp_path / f"audit{len(list(tmp_path.glob('audit*.json')))}.json"
-    assert main([str(path), "--only", "yours", "--quiet", "--json", str(out), *flags]) == 0
+    assert main([str(path), "--only", "yours", "--quiet", "--json", str(out), *flags]) == code
     return json.loads(out.read_text())
 
 
@@ -133,6 +133,26 @@ def test_the_kernels_prediction_takes_the_arithmetic(tmp_path):
     plain = pcast.audit_kernel(kernel, q, k, v, policy=dict(YOURS))
     assert "pv_arith" not in plain.document()["options"]
     assert plain.heads[0].predicted_mse != head.predicted_mse
+
+
+def test_the_command_lines_kernel_prediction_takes_the_arithmetic(qkv_file, tmp_path):
+    path, (q, k, v) = qkv_file
+    fn = tmp_path / "tc_kernel.py"
+    fn.write_text("import pcast\n\n\ndef tc(q, k, v):\n    return pcast.attention(q, k, v, order='reverse', "
+                  "scale=256.0, v_fmt='e4m3fn', block_n=64, backend='emulator', pv_arith='wgmma-sm90', "
+                  "pv_promote=1).out\n")
+    tc = _audit(path, tmp_path, *PV, "--kernel", f"{fn}:tc")
+    # without the flags the prediction is in float32, and the tensor core's kernel is told from it: exit 1
+    fp32 = _audit(path, tmp_path, "--v-fmt", "e4m3fn", "--kernel", f"{fn}:tc", code=1)
+    (head,), (head32,) = tc["kernel"]["heads"], fp32["kernel"]["heads"]
+    assert head32["agrees"] is False and head32["rows_outside"] > 0.02 * head32["rows"]
+    assert head["agrees"] and head["predicted_mse"] == head["measured_mse"]
+    assert head["predicted_mse"] == pytest.approx(_mse64(pcast.attention(
+        q, k, v, **YOURS, backend="emulator", pv_arith="wgmma-sm90", pv_promote=1).out, q, k, v), rel=1e-9)
+    assert head32["predicted_mse"] != head["predicted_mse"]
+    assert (tc["kernel"]["options"]["pv_arith"], tc["kernel"]["options"]["pv_promote"]) == ("wgmma-sm90", 1)
+    assert "pv_arith" not in fp32["kernel"]["options"]
+    assert "for yours and the kernel's prediction" in tc["header"]
 
 
 def test_the_api_refuses_them_for_a_fingerprinted_or_unfit_kernel_policy(monkeypatch):
