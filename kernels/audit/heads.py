@@ -28,6 +28,9 @@ COLUMNS = ("policy", "order", "scale", "fmt", "block_n", "rowsum", "backend", "m
            "underflow_sink_frac", "saturated_frac", "floor_mse", "floor_rel_mse",
            # decode-time options (docs/decode.md; the single pass: 1, contiguous, online)
            "num_splits", "split_layout", "p_normalize",
+           # the tensor core's P·V arithmetic (pcast.attention's call options; float32 and 0 except in your
+           # policy's run and the kernel's prediction with --pv-arith)
+           "pv_arith", "pv_promote",
            # the layer of a several-layer file (layer{L}/q, k, v); empty for plain q, k, v
            "layer")
 # --per-head: one row per (layer, batch, head, run); sinks: the head's detected sink keys ("0;511", empty when
@@ -120,7 +123,13 @@ def _config(name, full) -> dict:
     return {"policy": name, **{c: full[c] for c in ("order", "scale", "block_n", "rowsum", "scale_mode",
                                                   "rescale_threshold", "sink_mode", "block_m")}, **decode,
             "fmt": full["fmt"] if full["fmt"] is not None else "none",
-            "qk_fmt": full["qk_fmt"] or "none", "v_fmt": full["v_fmt"] or "none"}
+            "qk_fmt": full["qk_fmt"] or "none", "v_fmt": full["v_fmt"] or "none",
+            "pv_arith": full.get("pv_arith", "fp32"), "pv_promote": full.get("pv_promote", 0)}
+
+
+def _floor_call(kw: dict) -> dict:
+    """The V-cast floor's keywords: the run's with no P cast, its P·V in float32 (a tensor core's needs FP8 P)."""
+    return {**{n: x for n, x in kw.items() if n not in ("pv_arith", "pv_promote")}, "fmt": None}
 
 
 def _floor(row, floor, ref, ref_power) -> None:
@@ -130,10 +139,11 @@ def _floor(row, floor, ref, ref_power) -> None:
         row["floor_rel_mse"] = row["floor_mse"] / ref_power if ref_power > 0 else float("nan")
 
 
-def plan_runs(mine, policies=(), *, combos=True) -> list:
+def plan_runs(mine, policies=(), *, combos=True, pv=None) -> list:
     """``[(name, attention keywords), ...]``: your policy ``mine`` (a Policy, or None to leave it out), the four
-    reference combinations at your block_n (``combos``), then each of ``policies``."""
-    runs = [] if mine is None else [("yours", mine.attention_kwargs())]
+    reference combinations at your block_n (``combos``), then each of ``policies``. ``pv``: keywords of the tensor
+    core's P·V arithmetic (:attr:`pcast.audit.settings.AuditSettings.pv_options`) for your policy's run alone."""
+    runs = [] if mine is None else [("yours", {**mine.attention_kwargs(), **(pv or {})})]
     block_n = 64 if mine is None else mine.block_n
     if combos:
         runs += [(combo_label(o, s), dict(order=o, scale=s, fmt="e4m3fn", block_n=block_n, rowsum="unrounded"))
@@ -164,9 +174,9 @@ def audit_heads(q, k, v, *, runs, causal=False, ksink=1, backend="auto", sink_lo
     ref_power = float((ref**2).mean())
     defaults = Policy(name="defaults").attention_kwargs()
     fulls = [{**defaults, **kw} for _, kw in runs]  # every column, defaults where not set
-    # the V-cast floor: the same call with fmt=None, when the policy casts V
+    # the V-cast floor: the same call with fmt=None (and so float32 P·V), when the policy casts V
     floors = [i for i, full in enumerate(fulls) if full["v_fmt"] is not None]
-    results = _attend(q, k, v, calls=[kw for _, kw in runs] + [{**runs[i][1], "fmt": None} for i in floors],
+    results = _attend(q, k, v, calls=[kw for _, kw in runs] + [_floor_call(runs[i][1]) for i in floors],
                       common=common, head_ksink=head_ksink)
     floor_of = dict(zip(floors, results[len(runs):]))
     rows, done = [], []

@@ -99,6 +99,7 @@ class KernelAudit:
     mismatch_gated: bool = True
     differs: tuple | None = None
     searched: bool = False
+    pv: dict = field(default_factory=dict)
 
     @property
     def tolerance(self) -> str:
@@ -123,7 +124,8 @@ class KernelAudit:
         if self.policy is None:
             lines = [f"kernel: nothing predicts it: {self.outside}"]
         else:
-            lines = [f"kernel vs the {self.policy_source} policy {policy_text(self.policy)}: "
+            pv = "".join(f", {n}={x!r}" for n, x in self.pv.items() if n != "backend")
+            lines = [f"kernel vs the {self.policy_source} policy {policy_text(self.policy)}{pv}: "
                      f"{len(self.heads) - len(self.mismatches)} of {len(self.heads)} heads agree"]
         lines += ["  " + h.text(self.policy_source) for h in (self.mismatches or self.heads)[:8]]
         if self.mismatches and self.differs_text():
@@ -134,7 +136,7 @@ class KernelAudit:
     def document(self) -> dict:
         """The ``kernel`` section of ``--json``."""
         return {"policy": None if self.policy is None else self.policy.name, "policy_source": self.policy_source,
-                "options": None if self.policy is None else self.policy.attention_kwargs(),
+                "options": None if self.policy is None else {**self.policy.attention_kwargs(), **self.pv},
                 "tolerance": self.tolerance, "allow": self.allow, "outside": self.outside or None,
                 "mismatch": "gated" if self.mismatch_gated else "reported",
                 "differing_option": None if self.differs is None else
@@ -175,7 +177,7 @@ def kernel_heads(out, pred, ref, *, layer=None, allow: float = 0.0) -> list:
 
 
 def audit_kernel(fn, q, k, v, *, policy=None, sink_logit=None, causal: bool = False, layer=None,
-                 allow: float = 0.02) -> KernelAudit:
+                 allow: float = 0.02, pv_arith: str = "fp32", pv_promote: int = 0) -> KernelAudit:
     """Run ``fn`` on q, k, v (every head in one call) and compare each head's error against the float64
     reference with the prediction of ``policy`` (a preset name, a dict of Policy fields or a Policy; None: the
     policy :func:`pcast.probes.fingerprint` reads from ``fn`` at q's head dimension and dtype).
@@ -184,12 +186,16 @@ def audit_kernel(fn, q, k, v, *, policy=None, sink_logit=None, causal: bool = Fa
     :func:`pcast.api_inputs.check_inputs`; ``fn`` gets them in their own dtype. ``sink_logit``: None, a float or
     a ``[B, H]`` tensor, given to ``fn``, the prediction and the reference. ``causal``: the kernel applies a
     bottom-right causal mask itself. ``allow``: the fraction of a head's rows that may lie outside the
-    tolerance. The keywords become an :class:`~pcast.audit.settings.AuditSettings` through
+    tolerance. ``pv_arith``, ``pv_promote``: the tensor core's P·V arithmetic of the prediction, as
+    :func:`pcast.attention` takes them (:data:`pcast.contract.PV_ARITHS`; a value other than "fp32" needs a declared
+    ``policy`` with FP8 ``fmt`` and ``v_fmt`` and ``block_n`` a multiple of 32, and runs the emulator; ``pv_promote``
+    other than 0 needs such a ``pv_arith``). The keywords become an
+    :class:`~pcast.audit.settings.AuditSettings` through
     :func:`~pcast.audit.settings.audit_settings`, as the command line's flags do. Returns a :class:`KernelAudit`;
     ValueError for bad inputs, a callable that raises or returns the wrong shape.
     """
     settings = audit_settings(api=True, kernel_fn=fn, kernel_policy=policy, sink_logit=sink_logit, causal=causal,
-                              kernel_allow=allow)
+                              kernel_allow=allow, pv_arith=pv_arith, pv_promote=pv_promote)
     inp = check_inputs(q, k, v, policy=None)
     pol, source, outside = kernel_policy(fn, settings.kernel_policy, d=q.shape[-1], dtype=inp.dtype, causal=causal)
     return measure_kernel(settings, q, k, v, pol, source, outside=outside, layer=layer)
@@ -208,13 +214,15 @@ def measure_kernel(settings: AuditSettings, q, k, v, pol, source: str, *, outsid
         sink_logit = torch.full(q.shape[:2], float(sink_logit), dtype=torch.float32, device=q.device)
     mask = {"causal": True, "causal_align": "bottom_right"} if causal else {}
     out = _call_kernel(fn, q, k, v, sink_logit)
+    pv = settings.pv_options if pol is not None and source == "declared" else {}
     pred = None if pol is None else attention(inp.q, inp.k, inp.v, policy=pol, sink_logit=sink_logit,
-                                              backend="emulator", **mask).out
+                                              **{**mask, "backend": "emulator", **pv}).out
     ref = attention(inp.q, inp.k, inp.v, sink_logit=sink_logit, backend="reference", **mask).out
-    got = KernelAudit(pol, source, kernel_heads(out, pred, ref, layer=layer, allow=allow), float(allow), outside)
+    got = KernelAudit(pol, source, kernel_heads(out, pred, ref, layer=layer, allow=allow), float(allow), outside,
+                      pv={n: x for n, x in pv.items() if n != "backend"})
     if differs and got.mismatches:
         got.searched = True
-        got.differs = _differing_option(out, inp, pol, got.mismatches, sink_logit, mask, allow)
+        got.differs = _differing_option(out, inp, pol, got.mismatches, sink_logit, {**mask, **pv}, allow)
     return got
 
 
@@ -229,7 +237,7 @@ def _differing_option(out, inp, pol, bad, sink_logit, mask, allow):
     sl = None if sink_logit is None else torch.stack([sink_logit[h.batch, h.head] for h in bad])[None]
     for name, value, cand in single_changes(pol):
         try:
-            pred = attention(q, k, v, policy=cand, sink_logit=sl, backend="emulator", **mask).out[0]
+            pred = attention(q, k, v, policy=cand, sink_logit=sl, **{"backend": "emulator", **mask}).out[0]
         except ValueError:  # an option set the contract refuses on these inputs
             continue
         if all(int((row_mismatches(o[i], pred[i], out.dtype) > 1).sum()) <= allow * o.shape[1]

@@ -35,6 +35,16 @@ def _ksink_summary(per_layer) -> str:
                      for i, (ks, n) in enumerate(parts))
 
 
+def _pv_text(settings: AuditSettings) -> str:
+    """``; P·V wgmma-sm90 (promoted every 4 KV blocks, emulator) for yours, ...`` ('' in float32)."""
+    if settings.pv_arith == "fp32":
+        return ""
+    n = settings.pv_promote
+    every = f"promoted every {n} KV block{'s' if n > 1 else ''}" if n else "never promoted"
+    return (f"; P·V {settings.pv_arith} ({every}, emulator) for yours"
+            + (" and the kernel's prediction" if settings.kernel_fn is not None else "") + ", float32 for the rest")
+
+
 def header_line(layers, settings: AuditSettings, head_ksink=None) -> str:
     """What was run: shapes, layers, sinks, blocks, mask and score scale."""
     shapes = [(list(q.shape), list(k.shape)) for _, q, k, _ in layers]
@@ -56,7 +66,7 @@ def header_line(layers, settings: AuditSettings, head_ksink=None) -> str:
         sm = ", ".join(f"{1.0 / math.sqrt(d):.6g}" for d in dims)
     combos = " and the four combinations" if settings.combos else ""
     return (f"inputs {settings.inputs}: {shape}; layers {where}; {ks}; block_n={settings.policy.block_n} for yours{combos} (a "
-            f"named policy brings its own); causal={settings.causal}"
+            f"named policy brings its own){_pv_text(settings)}; causal={settings.causal}"
             + (f" ({settings.causal_align})" if settings.causal and settings.causal_align else "") + f"; sm_scale={sm}")
 
 
@@ -115,7 +125,7 @@ def _print(rows, settings: AuditSettings, head_rows=None):
 
 def plan(settings: AuditSettings):
     """The runs (your policy, the four combinations unless left out, the named policies) and the warnings."""
-    runs = plan_runs(settings.policy, list(settings.policies), combos=settings.combos)
+    runs = plan_runs(settings.policy, list(settings.policies), combos=settings.combos, pv=settings.pv_options)
     warnings = offset_warnings(settings.policy, list(settings.policies), scale_given=settings.scale_given)
     return runs, warnings
 
@@ -167,6 +177,7 @@ def run_kernel(settings: AuditSettings, layers, prediction):
         got = measure_kernel(settings, q.to(dt), k.to(dt), v.to(dt), pol, source, outside=outside, layer=L,
                              differs=not out.searched)
         out.heads += got.heads
+        out.pv = got.pv  # the prediction's P·V arithmetic (the same on every layer)
         if got.searched:
             out.searched, out.differs = True, got.differs
     return out

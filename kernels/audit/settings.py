@@ -19,6 +19,8 @@ from typing import Any, Callable
 from pcast.api_inputs import as_policy
 from pcast.audit.files import file_dtype, resolve_policies
 from pcast.audit.flags import declared, parse_fail_on, yours
+from pcast.contract import PV_ARITHS
+from pcast.emulator.tensorcore import PV_FORMATS
 from pcast.policies import Policy
 
 __all__ = ["AuditSettings", "audit_settings", "load_kernel", "AUDIT_BACKENDS"]
@@ -37,7 +39,8 @@ class AuditSettings:
     ``combos`` whether the four reference combinations run; ``fail_on`` the gate's conditions as
     ``((word, bound or None), ...)`` (with a kernel, ``mismatch`` is among them unless ``report_mismatch``);
     ``kernel_fn`` the callable of ``--kernel``, ``kernel_policy`` the policy declared for it (None: fingerprinted)
-    and ``input_dtype`` the dtype the kernel is given (the file's)."""
+    and ``input_dtype`` the dtype the kernel is given (the file's); ``pv_arith`` and ``pv_promote`` the tensor
+    core's P·V arithmetic of your policy's run and the kernel's prediction (:attr:`pv_options`)."""
 
     inputs: str | None = None
     layers: tuple = ()
@@ -67,6 +70,17 @@ class AuditSettings:
     kernel_allow: float = 0.02
     report_mismatch: bool = False
     input_dtype: Any = None
+    pv_arith: str = "fp32"
+    pv_promote: int = 0
+
+    @property
+    def pv_options(self) -> dict:
+        """The P·V arithmetic of your policy's run and of the kernel's prediction, as keywords of
+        :func:`pcast.attention` (``{}`` for float32 P·V; else ``pv_arith``, ``pv_promote`` and the emulator, the
+        one backend that models a tensor core)."""
+        if self.pv_arith == "fp32":
+            return {}
+        return {"pv_arith": self.pv_arith, "pv_promote": self.pv_promote, "backend": "emulator"}
 
     @property
     def bounds(self) -> dict:
@@ -206,12 +220,58 @@ def _kernel_policy(kw: Mapping, mine, is_declared: bool, policies: list):
     return None
 
 
+def _pv_promote(value, name) -> int:
+    """--pv-promote: an int >= 0, given as an int (Python) or its text (the command line)."""
+    try:
+        n = int(str(value).strip(), 10) if isinstance(value, str) else value
+    except ValueError:
+        n = None
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"{name('pv_promote')}={value!r} is not allowed; allowed: an int >= 0 (0: never promoted)")
+    return n
+
+
+def _check_pv(kw: Mapping, name, targets) -> int:
+    """``pv_arith`` and ``pv_promote`` against the runs they apply to (``targets``: ``[(who, Policy)]``, your
+    policy's and the kernel's declared one), as :func:`pcast.attention` would check them at run time; returns the
+    promotion interval."""
+    pv, promote = kw["pv_arith"], _pv_promote(kw["pv_promote"], name)
+    if pv not in PV_ARITHS:
+        raise ValueError(f"{name('pv_arith')}={pv!r} is not allowed; allowed: {', '.join(PV_ARITHS)}")
+    if pv == "fp32":
+        if promote:
+            raise ValueError(f"{name('pv_promote')}={promote!r} is not allowed without {name('pv_arith')} (float32 "
+                             f"P·V has no narrow accumulator); allowed: 0, or {name('pv_arith')} with a tensor core's "
+                             "arithmetic")
+        return promote
+    bad = f"{name('pv_arith')}={pv!r} is not allowed"
+    if kw["backend"] == "triton":
+        raise ValueError(f"{bad} with {name('backend')} triton (the Triton interpreter has no FP8 tensor core); "
+                         f"allowed: {name('backend')} emulator, or auto (the run then takes the emulator)")
+    if (kw["kernel"] is not None or kw["kernel_fn"] is not None) and kw["kernel_checked"] is None:
+        raise ValueError(f"{bad} with a fingerprinted kernel; allowed: a declared policy for the kernel (your "
+                         "policy's flags, or policy= from Python)")
+    for who, pol in targets:
+        for field in ("fmt", "v_fmt"):
+            got = getattr(pol, field)
+            got = getattr(got, "name", got)
+            if got not in PV_FORMATS:
+                raise ValueError(f"{bad} with {who} {name(field)} {got or 'none'} (the MMA's operands are FP8); "
+                                 f"allowed: {name(field)} {' or '.join(PV_FORMATS)} with it")
+        if pol.block_n % 32:
+            raise ValueError(f"{bad} with {who} {name('block_n')} {pol.block_n}; allowed: a multiple of 32 with it")
+        if pol.num_splits > 1 or pol.p_normalize == "partition":
+            raise ValueError(f"{bad} with {who} split decode ({name('num_splits')} {pol.num_splits}, "
+                             f"{name('p_normalize')} {pol.p_normalize}); allowed: one split with online normalisation")
+    return promote
+
+
 _DEFAULTS = {"inputs": None, "layers": (), "layout": None, "causal": False, "causal_align": None, "ksink": "1",
              "sm_scale": None, "sink_logit": None, "backend": "auto", "per_head": False, "quiet": False, "csv": None,
              "json": None, "policy_flags": None, "exp2_offset": None, "policies": (), "policies_file": None,
              "only_yours": False, "collapse_threshold": 0.5, "collapse_mass": 0.01, "floor_factor": 2.0,
              "fail_on": (), "kernel": None, "kernel_fn": None, "kernel_policy": None, "kernel_allow": 0.02,
-             "report_mismatch": False}
+             "report_mismatch": False, "pv_arith": "fp32", "pv_promote": 0}
 
 
 def audit_settings(*, api: bool = False, **keywords) -> AuditSettings:
@@ -224,7 +284,8 @@ def audit_settings(*, api: bool = False, **keywords) -> AuditSettings:
     None}``), ``exp2_offset``, ``policies`` (names), ``policies_file``, ``only_yours``, ``collapse_threshold``,
     ``collapse_mass``, ``floor_factor``, ``fail_on`` (the conditions' texts), ``kernel`` (``MODULE:FN``) or
     ``kernel_fn`` (the callable), ``kernel_policy`` (the policy declared for it: a name, a dict or a Policy),
-    ``kernel_allow`` and ``report_mismatch``."""
+    ``kernel_allow``, ``report_mismatch``, ``pv_arith`` and ``pv_promote`` (the P·V arithmetic of your policy's run
+    and the kernel's prediction, :func:`pcast.attention`'s call options; the other runs stay in float32)."""
     unknown = sorted(set(keywords) - set(_DEFAULTS))
     if unknown:
         raise TypeError(f"audit_settings() got unknown keywords {unknown}; allowed: {', '.join(_DEFAULTS)}")
@@ -246,6 +307,9 @@ def audit_settings(*, api: bool = False, **keywords) -> AuditSettings:
     is_declared = declared(texts, kw["exp2_offset"])
     policies = resolve_policies(kw["policies"], kw["policies_file"])  # bad names fail here, before any work
     kernel_policy = _kernel_policy(kw, mine, is_declared, policies)
+    targets = ([] if api else [("your policy's", mine)]) + ([] if kernel_policy is None else
+                                                             [("the kernel's declared policy's", kernel_policy)])
+    promote = _check_pv({**kw, "kernel_checked": kernel_policy}, name, targets)
     fn = kw["kernel_fn"] if kw["kernel"] is None else load_kernel(kw["kernel"])
     dtype = file_dtype(kw["inputs"]) if fn is not None and kw["inputs"] is not None else None
     return AuditSettings(
@@ -256,4 +320,4 @@ def audit_settings(*, api: bool = False, **keywords) -> AuditSettings:
         policies=tuple(policies), combos=combos, collapse_threshold=kw["collapse_threshold"],
         collapse_mass=kw["collapse_mass"], floor_factor=kw["floor_factor"], fail_on=tuple(fail_on),
         kernel=kw["kernel"], kernel_fn=fn, kernel_policy=kernel_policy, kernel_allow=float(kw["kernel_allow"]),
-        report_mismatch=bool(kw["report_mismatch"]), input_dtype=dtype)
+        report_mismatch=bool(kw["report_mismatch"]), input_dtype=dtype, pv_arith=kw["pv_arith"], pv_promote=promote)

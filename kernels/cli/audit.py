@@ -5,7 +5,8 @@
 for flash-attn's ``[B, N, H, d]``; a shape that looks transposed is refused) or ``layer{L}/q, k, v``
 (``--layer L``), and runs the contract of :func:`pcast.attention` for your policy (one flag per field of
 :class:`pcast.policies.Policy`: ``--order``, ``--scale``, ``--scale-mode``, ``--rescale-threshold``, ...;
-``--exp2-offset K`` for ``--scale-mode exp2_offset --scale 2^K``) next to the four reference combinations
+``--exp2-offset K`` for ``--scale-mode exp2_offset --scale 2^K``; ``--pv-arith`` and ``--pv-promote`` for its P·V on a
+tensor core) next to the four reference combinations
 (``pcast.contract.COMBOS``; ``--only yours`` skips them) and the named policies of ``--policy NAME``
 and ``--policies FILE`` (both together run both). Every run goes through one
 :func:`pcast.attention_calls` per layer.
@@ -32,6 +33,7 @@ from pcast.audit.flags import YOURS_DEFAULTS, flag, policy_fields
 from pcast.audit.report import EXIT_ERROR
 from pcast.audit.session import header_line, load, plan, predict_kernel, report, run, run_kernel
 from pcast.audit.settings import AuditSettings, audit_settings
+from pcast.contract import PV_ARITHS
 from pcast.policies import allowed_values
 
 __all__ = ["main", "settings"]
@@ -127,7 +129,8 @@ def _kernel_args(ap) -> None:
 
 def add_policy_flags(ap) -> None:
     """One flag per Policy field (``--order``, ``--scale``, ``--scale-mode``, ..., ``--block-n``), kept as text
-    in ``p_<field>`` for :func:`pcast.audit.flags.yours`, and ``--exp2-offset``."""
+    in ``p_<field>`` for :func:`pcast.audit.flags.yours`, ``--exp2-offset``, and the P·V arithmetic of your
+    policy's run (``--pv-arith``, ``--pv-promote``)."""
     group = ap.add_argument_group("your policy (one flag per field of pcast.policies.Policy)")
     for f in policy_fields():
         default = YOURS_DEFAULTS.get(f.name, f.default)
@@ -136,6 +139,14 @@ def add_policy_flags(ap) -> None:
                            help=f"{allowed} (default: {'none' if default is None else default})")
     group.add_argument("--exp2-offset", type=float, default=None, metavar="K",
                        help="the kernel's log2 offset K (FA3: 8): the same as --scale-mode exp2_offset --scale 2^K")
+    pv = ap.add_argument_group("the tensor core's P·V arithmetic of your policy's run and the kernel's prediction "
+                               "(pcast.attention's call options; every other run stays in float32)")
+    pv.add_argument("--pv-arith", default="fp32", metavar="ARITH",
+                    help=f"{', '.join(PV_ARITHS)} (a tensor core, mmasim's model on the emulator: needs --fmt and "
+                         "--v-fmt e4m3fn or e5m2 and --block-n a multiple of 32) (default: fp32)")
+    pv.add_argument("--pv-promote", default="0", metavar="N",
+                    help="an int >= 0: the tensor core's accumulator is added into float32 every N KV blocks (0: "
+                         "never; another value needs --pv-arith) (default: 0)")
 
 
 def settings(args: argparse.Namespace) -> AuditSettings:
@@ -148,7 +159,8 @@ def settings(args: argparse.Namespace) -> AuditSettings:
         policy_flags={f.name: getattr(args, f"p_{f.name}") for f in policy_fields()}, exp2_offset=args.exp2_offset,
         policies=args.policy, policies_file=args.policies, only_yours=args.only == "yours" or args.no_reference_combos,
         collapse_threshold=args.collapse_threshold, collapse_mass=args.collapse_mass, floor_factor=args.floor_factor,
-        fail_on=args.fail_on, kernel=args.kernel, kernel_allow=args.kernel_allow, report_mismatch=args.report_mismatch)
+        fail_on=args.fail_on, kernel=args.kernel, kernel_allow=args.kernel_allow, report_mismatch=args.report_mismatch,
+        pv_arith=args.pv_arith, pv_promote=args.pv_promote)
 
 
 def main(argv=None):
