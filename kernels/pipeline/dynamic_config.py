@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from pcast.contract import (BLOCK_SIZES, DYNAMIC_EXPERIMENT, DYNAMIC_SCALE_MODES, HEAD_DIMS, SCALE_MODE_ALIASES,
-                            is_allowed)
+from pcast.contract import DYNAMIC_EXPERIMENT, DYNAMIC_SCALE_MODES, SCALE_MODE_ALIASES
+from pcast.pipeline.fp4_config import check_sink_shapes
 
 __all__ = ["LABELS", "cast_label", "casts", "check_dynamic_experiment", "dynamic_shard_spec", "dynamic_expected_rows"]
 
@@ -59,19 +59,7 @@ def check_dynamic_experiment(exp: Mapping) -> None:
     if not casts(exp):
         raise _Error(f"config key '{KEY}': no P cast is listed; allowed: a non-empty {KEY}.scale or "
                      f"{KEY}.scale_modes")
-    ksink = int(exp["ksink"])
-    for i, shape in enumerate(exp["shapes"]):
-        skey = f"{KEY}.shapes[{i}]"
-        if not is_allowed(shape["d"], HEAD_DIMS):
-            raise _Error(f"config key '{skey}.d': {shape['d']!r} is not allowed; allowed: a power of two from 16 to 256")
-        for b in ("block_m", "block_n"):
-            if not is_allowed(shape[b], BLOCK_SIZES):
-                raise _Error(f"config key '{skey}.{b}': {shape[b]!r} is not allowed; allowed: a power of two "
-                             "from 16 to 256")
-        if not 0 < ksink < shape["n"] or ksink > shape["block_n"]:
-            raise _Error(f"config key '{KEY}.ksink': {ksink} is not allowed with {skey} (n = {shape['n']}, block_n"
-                         f" = {shape['block_n']}); allowed: 1 <= ksink < n and ksink <= block_n (every sink in KV "
-                         "block 0, as the theory assumes)")
+    check_sink_shapes(KEY, exp["shapes"], int(exp["ksink"]))
 
 
 def dynamic_shard_spec(exp: Mapping, base: dict) -> dict:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from pcast.contract import BLOCK_SIZES, FP4_EXPERIMENT, HEAD_DIMS, is_allowed
 
-__all__ = ["GROUPS", "cast_label", "casts", "check_fp4", "fp4_shard_spec", "fp4_expected_rows", "groups_per_row"]
+__all__ = ["GROUPS", "cast_label", "casts", "check_fp4", "check_sink_shapes", "fp4_shard_spec", "fp4_expected_rows", "groups_per_row"]
 
 KEY = f"experiments.{FP4_EXPERIMENT}"
 #: Keys per scale group of each microscaled format (pcast.formats.microscaling.MX_FORMATS; 0: not microscaled).
@@ -56,10 +56,11 @@ def groups_per_row(fmt: str, n: int, block_n: int) -> int:
     return -(-int(n) // int(block_n)) * int(block_n) // g if g else 0
 
 
-def _check_shapes(exp: Mapping) -> None:
-    ksink, formats = int(exp["ksink"]), {c["fmt"] for c in casts(exp)}
-    for i, shape in enumerate(exp["shapes"]):
-        skey = f"{KEY}.shapes[{i}]"
+def check_sink_shapes(key: str, shapes, ksink: int) -> None:
+    """The shapes of a sink sweep under config key ``key`` (this experiment's and the dynamic one's): d and the
+    blocks of the contract's sizes, every sink in KV block 0; ValueError naming the key."""
+    for i, shape in enumerate(shapes):
+        skey = f"{key}.shapes[{i}]"
         if not is_allowed(shape["d"], HEAD_DIMS):
             raise _Error(f"config key '{skey}.d': {shape['d']!r} is not allowed; allowed: a power of two from 16 to 256")
         for b in ("block_m", "block_n"):
@@ -67,9 +68,16 @@ def _check_shapes(exp: Mapping) -> None:
                 raise _Error(f"config key '{skey}.{b}': {shape[b]!r} is not allowed; allowed: a power of two "
                              "from 16 to 256")
         if not 0 < ksink < shape["n"] or ksink > shape["block_n"]:
-            raise _Error(f"config key '{KEY}.ksink': {ksink} is not allowed with {skey} (n = {shape['n']}, block_n"
+            raise _Error(f"config key '{key}.ksink': {ksink} is not allowed with {skey} (n = {shape['n']}, block_n"
                          f" = {shape['block_n']}); allowed: 1 <= ksink < n and ksink <= block_n (every sink in KV "
                          "block 0, as the theory assumes)")
+
+
+def _check_shapes(exp: Mapping) -> None:
+    formats = {c["fmt"] for c in casts(exp)}
+    check_sink_shapes(KEY, exp["shapes"], int(exp["ksink"]))
+    for i, shape in enumerate(exp["shapes"]):
+        skey = f"{KEY}.shapes[{i}]"
         for fmt in sorted(formats & set(GROUPS)):
             if shape["block_n"] % GROUPS[fmt]:
                 raise _Error(f"config key '{skey}.block_n': {shape['block_n']} is not allowed with {fmt} in "
