@@ -78,7 +78,10 @@ _NOT_A_BENCHMARK = ("the report's number is a 128k-token model benchmark's accur
 #: row (the last) over kv_len keys at block_n 96; prefill: kv_len causal rows at block_n 192, its last row.
 #: A mismatch: any of the 128 outputs differs in bits. BF16 control: q, k, v rounded to bf16, bf16 P,
 #: float32 P·V, both paths at block_n 128 (FA3's BF16 branch picks one kBlockN for a causal call at
-#: head_dim 128, decode or prefill).
+#: head_dim 128, decode or prefill), run by the Triton kernel (interpreted): like FA3, it computes a query row
+#: in tiles of a fixed shape (block_m rows, block_n keys), whatever the call's number of rows. The emulator's
+#: q·kᵀ and P·V are BLAS products over the call's rows, whose summation order depends on the row count
+#: (docs/reproducibility.md), so the control on the emulator is a diagnostic row, not the control.
 DRIFT_FIXTURE = dict(seed=0, d=128, lengths=(88, 256), decode=96, prefill=192, bf16_block=128)
 
 
@@ -99,11 +102,12 @@ def _last_rows(q, k, v, length: int, decode: int, prefill: int, kw: dict, rows: 
     return dec.out[0, 0, -1], pre.out[0, 0, -1]
 
 
-@functools.lru_cache(maxsize=5)
+@functools.lru_cache(maxsize=6)
 def tile_drift_sweep(variant: str = "fp8") -> dict:
     """The sweep of :data:`DRIFT_FIXTURE` for ``variant``: "fp8" (promoted each tile), "fp8-unpromoted",
-    "fp8-fixed" (decode at prefill's block_n), "bf16" or "bf16-rows" (its decode row repeated to kv_len rows,
-    so that the emulator's float32 matmuls have the prefill's shape). Returns the mismatched lengths, the first, their
+    "fp8-fixed" (decode at prefill's block_n), "bf16" (the control, on the Triton kernel), "bf16-emulator" (the
+    control's calls on the emulator) or "bf16-rows" (on the emulator, its decode row repeated to kv_len rows, so
+    that the emulator's float32 matmuls have the prefill's shape). Returns the mismatched lengths, the first, their
     fraction of the lengths and the largest absolute difference at each mismatched length."""
     f = DRIFT_FIXTURE
     q, k, v = _drift_inputs()
@@ -117,7 +121,8 @@ def tile_drift_sweep(variant: str = "fp8") -> dict:
         kw = dict(qk_fmt="e4m3fn", qk_scale=1.0, v_fmt="e4m3fn", v_scale=1.0, pv_arith="wgmma-sm90",
                   pv_promote=0 if variant == "fp8-unpromoted" else 1)
         decode = prefill if variant == "fp8-fixed" else decode
-    kw.update(scale=256.0, scale_mode="exp2_offset", order="forward", backend="emulator")
+    kw.update(scale=256.0, scale_mode="exp2_offset", order="forward",
+              backend="triton" if variant == "bf16" else "emulator")
     lengths = range(f["lengths"][0], f["lengths"][1] + 1)
     delta = {}
     for n in lengths:
@@ -164,17 +169,21 @@ TILE_DRIFT = Case(
     "FA3's FP8 branch at head_dim 128: decode kBlockN 96, prefill 192, each tile's P·V promoted into float32 "
     "(pv_arith wgmma-sm90, pv_promote 1); forward, S = 256 by exp2 offset; fix: decode at prefill's kBlockN",
     "one head, head_dim 128, seed-0 standard-normal q, k, v on the E4M3 grid; 1-row decode against the last row "
-    "of a kv_len-row causal prefill, kv_len 88-256 (every length); BF16 control at one kBlockN (128) on both",
+    "of a kv_len-row causal prefill, kv_len 88-256 (every length); BF16 control at one kBlockN (128) on both, "
+    "run by the Triton kernel",
     (Measurement("first mismatching kv_len", 97, 0, lambda: tile_drift_sweep()["first"],
                  "the first mismatch lies elsewhere (see the unpromoted row for the mechanism)"),
-     Measurement("BF16 control: mismatched lengths", 0, 0, lambda: len(tile_drift_sweep("bf16")["mismatched"]),
-                 "the emulator's float32 P·V is one BLAS matmul whose summation order depends on the number of query "
-                 "rows, so a 1-row and a kv_len-row call differ in float32's last bits (|Δ| < 1e-6) at one kBlockN "
-                 "too; the kernel's MMA order does not depend on the rows (next row)"),
-     Beside("BF16 control, the decode row repeated to kv_len rows: mismatched lengths", 0, 0,
+     Measurement("BF16 control (the Triton kernel's fixed tiles): mismatched lengths", 0, 0,
+                 lambda: len(tile_drift_sweep("bf16")["mismatched"]),
+                 "decode and prefill differ at one kBlockN in the Triton kernel's fixed-shape tiles"),
+     Beside("BF16 control on the emulator: mismatched lengths", 0, 0,
+            lambda: len(tile_drift_sweep("bf16-emulator")["mismatched"]),
+            "a diagnostic: the emulator's q·kᵀ and P·V are BLAS products over the call's rows, whose summation "
+            "order depends on the row count, so a 1-row and a kv_len-row call differ in float32's last bits "
+            "(|Δ| < 1e-6) at one kBlockN; the kernels' tiles do not depend on it (the row above)"),
+     Beside("BF16 control on the emulator, the decode row repeated to kv_len rows: mismatched lengths", 0, 0,
             lambda: len(tile_drift_sweep("bf16-rows")["mismatched"]),
-            "a diagnostic of the control's row above, after its result was seen: the same call with the "
-            "matmuls at the prefill's shape"),
+            "a diagnostic of the row above: the same calls with the emulator's matmuls at the prefill's shape"),
      Measurement("fix (decode at prefill's kBlockN): mismatched lengths", 0, 0,
                  lambda: len(tile_drift_sweep("fp8-fixed")["mismatched"])),
      Measurement("share of mismatched lengths (19 of 31)", 19 / 31, 2, lambda: tile_drift_sweep()["fraction"],
