@@ -10,7 +10,9 @@ import torch
 
 from pcast.cli import bench
 from pcast.cli.bench import SWEEP_CALLS, floor_rows, main
-from pcast.emulator.core import CHUNK_ELEMS
+from pcast.emulator import fused
+from pcast.emulator.compiled import AVAILABLE
+from pcast.emulator.core import CHUNK_ELEMS, FUSED_CHUNK_ELEMS
 
 TINY = ["--sweep", "--n", "64", "--d", "16", "--deltas", "2", "--reps", "1"]
 ROW_KEYS = {"threads", "engine_runs_per_s", "floor_runs_per_s", "fraction_of_floor", "with_reference_runs_per_s",
@@ -82,8 +84,11 @@ def test_sweep_scaling_runs_a_grid_four_times_larger(tmp_path, capsys):
 
 
 def test_floor_uses_the_emulators_chunk_of_rows(monkeypatch):
+    elems = FUSED_CHUNK_ELEMS if AVAILABLE else CHUNK_ELEMS  # the compiled pass's chunks where it runs
+    assert floor_rows(1024) == elems // 1024
+    assert floor_rows(100) == elems // 128  # keys padded to a whole block of 64, as the emulator pads
+    monkeypatch.setattr(fused, "ENABLED", False)
     assert floor_rows(1024) == CHUNK_ELEMS // 1024
-    assert floor_rows(100) == CHUNK_ELEMS // 128  # keys padded to a whole block of 64, as the emulator pads
     s = bench._Sweep(64, 16, 2)
     calls = []
     real = torch.matmul
