@@ -37,6 +37,8 @@ _LO, _HI, _LO2, _HI2 = _C["LO"], _C["HI"], _C["LO2"], _C["HI2"]
 _ZERO, _ONE, _TWO = _F(0.0), _F(1.0), _F(2.0)
 _EXP_MASK = _I(0x7F800000)
 _jit = numba.njit(fastmath=False, cache=True)
+# inlined into the caller in numba IR: a call that passes arrays costs numba atomic reference counts
+_jit_inline = numba.njit(fastmath=False, cache=True, inline="always")
 
 
 @_jit
@@ -123,7 +125,7 @@ def exp2_array(x: np.ndarray) -> np.ndarray:
     return out
 
 
-@_jit
+@_jit_inline
 def tree(b, n):
     """:func:`pcast.emulator.ieee.tree_sum` of b[:n], in place over b."""
     if n == 0:
@@ -139,7 +141,7 @@ def tree(b, n):
     return b[0]
 
 
-@_jit
+@_jit_inline
 def tree_from(src, b0, n, b):
     """:func:`tree` of src[b0:b0 + n], its first level read from src (b: scratch of n // 2 + 1)."""
     if n < 2:
@@ -163,7 +165,7 @@ def next_down(f):
     return _I(-2147483647).view(_F)
 
 
-@_jit
+@_jit_inline
 def score64(q, keys, key, d, sm_pow2, sm32):
     """The float64 score q·k (times sm where it was not folded into q), in four partial sums."""
     a0 = a1 = a2 = a3 = 0.0
