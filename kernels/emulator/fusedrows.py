@@ -82,9 +82,9 @@ def _count_pos(x, ks):
 
 
 @_jit
-def _scale_row(row, head, st, grid, sc, bound, scale, chk, pw):
-    """Steps 3-4 of one row at one scale, ``bound`` = (a, cc) the bound on x's relative error: p_q times its
-    block's weight into pw; returns (l, #p_q > 0 among the sink keys, among the others, #saturated)."""
+def _scale_row(row, head, st, grid, sc, bound, scale, chk, pw, i, r):
+    """Steps 3-4 of row r at scale i, ``bound`` = (a, cc) the bound on x's relative error: p_q times its
+    block's weight into pw[i, r]; returns (l, #p_q > 0 among the sink keys, among the others, #saturated)."""
     m, pq, u, mark, bn = sc.m, sc.pq, sc.u, sc.mark, st.bn
     wl, lblk_u, tb = sc.wl, sc.lblk_u, sc.tb
     nb = m.shape[0]
@@ -112,18 +112,18 @@ def _scale_row(row, head, st, grid, sc, bound, scale, chk, pw):
             lb = lblk_u[j]
         w = exp2(m[j] * _LOG2E - mfin * _LOG2E) if exp2_ else exp(m[j] - mfin)
         wl[j] = lb * w
-        pj, pwj = pq[b0:b0 + bn], pw[b0:b0 + bn]
-        for i in range(bn):
-            v = pj[i]
+        pj, pwj = pq[b0:b0 + bn], pw[i, r, b0:b0 + bn]
+        for t in range(bn):
+            v = pj[t]
             ppos += v > _ZERO
-            pwj[i] = v * w
+            pwj[t] = v * w
     ppos_s = _count_pos(pq, st.ks)
     return tree(wl, nb), ppos_s, ppos - ppos_s, nsat
 
 
 @_jit
 def _row(row, head, st, grid, scales, sc, pw, out, r):
-    """Every step of row r (``row``), p_q times its block weight into pw[i] (scale i), its row sums and counts
+    """Every step of row r (``row``), p_q times its block weight into pw[i, r] (scale i), its row sums and counts
     into ``out``; ``sc``: scratch arrays. Returns the final max (-inf as 0)."""
     values, sats, l, counts = scales.values, scales.sats, out.l, out.counts
     bound = walk_row(row, head, st, sc)
@@ -131,7 +131,7 @@ def _row(row, head, st, grid, scales, sc, pw, out, r):
     pos_s = _count_pos(sc.u, st.ks)
     pos_ns = pos - pos_s
     for i in range(values.shape[0]):
-        li, pp_s, pp_ns, nsat = _scale_row(row, head, st, grid, sc, bound, values[i], sats[i], pw[i])
+        li, pp_s, pp_ns, nsat = _scale_row(row, head, st, grid, sc, bound, values[i], sats[i], pw, i, r)
         l[i, r] = li
         counts[i, r, TERMS] = pos_ns
         counts[i, r, TERMS_SINK] = pos_s
@@ -153,20 +153,18 @@ def _scratch(nb, np_, bn):
 def _rows(s, q, qn, bm, head, st, grid, scales, out):
     """Every row of the chunk (scores s, queries q, their norms qn, block maxima bm), in parallel over a fixed
     number of tasks (each row on its own: the results do not depend on how rows are shared out). A task works
-    on its own copies (the scores of a row, the key factors, p_q times its weight): numba counts references to
-    an array atomically, so views of one shared array contend."""
+    on its own copies of a row's scores and of the key factors (numba counts references to an array atomically,
+    so views of one shared array contend), and writes p_q times its weight into its rows of ``out.pw``."""
     nr, np_ = s.shape
     nt = min(nr, _TASKS)
     bn, pw, mf = st.bn, out.pw, out.mf  # (arrays written in the parallel loop: taken out of their record first)
     for ti in numba.prange(nt):
         sc = _scratch(np_ // bn, np_, bn)
-        srow, kfl, pwl = np.empty(np_, np.float32), head.kf.copy(), np.empty((scales.values.shape[0], np_),
-                                                                               np.float32)
+        srow, kfl = np.empty(np_, np.float32), head.kf.copy()
         hd = Head(head.keys, head.kn, kfl)
         for r in range(ti * nr // nt, (ti + 1) * nr // nt):
             srow[:] = s[r]
-            mf[r] = _row(Row(srow, q[r], qn[r], bm[r]), hd, st, grid, scales, sc, pwl, out, r)
-            pw[:, r] = pwl
+            mf[r] = _row(Row(srow, q[r], qn[r], bm[r]), hd, st, grid, scales, sc, pw, out, r)
 
 
 _kernel = None
