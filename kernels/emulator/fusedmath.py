@@ -168,7 +168,7 @@ def next_down(f):
     return _I(-2147483647).view(_F)
 
 
-@_jit_inline
+@_jit
 def score64(q, keys, key, d, sm_pow2, sm32):
     """The float64 score q·k (times sm where it was not folded into q), in four partial sums."""
     a0 = a1 = a2 = a3 = 0.0
