@@ -50,7 +50,7 @@ def _unrounded_row(row, head, st, sc, s0):
         ms = _ZERO if mj == _NEG else mj
         off = ms * _LOG2E - log2s
         b0 = j * bn
-        sj, uj = s[b0:b0 + bn], u[b0:b0 + bn]  # (s: this task's copy of the row)
+        sj, uj = s[b0:b0 + bn], u[b0:b0 + bn]
         if st.exp2:
             for i in range(bn):
                 uj[i] = exp2(sj[i] * _LOG2E - off)
@@ -152,19 +152,18 @@ def _scratch(nb, np_, bn):
 
 def _rows(s, q, qn, bm, head, st, grid, scales, out):
     """Every row of the chunk (scores s, queries q, their norms qn, block maxima bm), in parallel over a fixed
-    number of tasks (each row on its own: the results do not depend on how rows are shared out). A task works
-    on its own copies of a row's scores and of the key factors (numba counts references to an array atomically,
-    so views of one shared array contend), and writes p_q times its weight into its rows of ``out.pw``."""
+    number of tasks (each row on its own: the results do not depend on how rows are shared out). A task reads
+    its rows of s and writes its rows of ``out.pw`` in place, and works on its own copy of the key factors (which
+    every row reads per key: numba counts references to an array atomically, so views of one shared array
+    contend)."""
     nr, np_ = s.shape
     nt = min(nr, _TASKS)
     bn, pw, mf = st.bn, out.pw, out.mf  # (arrays written in the parallel loop: taken out of their record first)
     for ti in numba.prange(nt):
         sc = _scratch(np_ // bn, np_, bn)
-        srow, kfl = np.empty(np_, np.float32), head.kf.copy()
-        hd = Head(head.keys, head.kn, kfl)
+        hd = Head(head.keys, head.kn, head.kf.copy())
         for r in range(ti * nr // nt, (ti + 1) * nr // nt):
-            srow[:] = s[r]
-            mf[r] = _row(Row(srow, q[r], qn[r], bm[r]), hd, st, grid, scales, sc, pw, out, r)
+            mf[r] = _row(Row(s[r], q[r], qn[r], bm[r]), hd, st, grid, scales, sc, pw, out, r)
 
 
 _kernel = None
