@@ -17,6 +17,7 @@ import torch
 
 import yaml
 
+from pcast.host.calibration import load_calibration
 from pcast.policies import get_policy, policies_from_config
 
 from pcast.reference import expand_kv
