@@ -112,6 +112,7 @@ class _Shared:
             self.twin = [None if t == a else t for t in self.twin]
         self.last_use = {a: max(g for g, t in enumerate(self.twin) if t == a) for a in set(self.twin) - {None}}
         self.kept: dict[int, dict] = {}
+        self.work: dict[tuple, list] = {}  # (anchor, r0) -> [the twins' shared scores, columns last written]
 
     def _chunks(self, nq: int):
         return [(r0, min(nq, r0 + self.rows)) for r0 in range(0, nq, self.rows)]
@@ -129,23 +130,32 @@ class _Shared:
     def _drop(self, a: int, r0: int) -> None:
         """The anchor's kept chunk at r0 after its last twin took it (chunks of rows are the outer loop)."""
         self.kept.get(a, {}).pop(r0, None)
+        self.work.pop((a, r0), None)
 
     def scores(self, g: int, r0: int, r1: int) -> torch.Tensor:
-        """Step 1's scores of rows r0:r1 of item g, a new tensor the caller may overwrite."""
+        """Step 1's scores of rows r0:r1 of item g, which the caller reads only: an anchor's are kept as they are
+        for its twins, and the twins of one anchor share one tensor, the anchor's scores with the first columns
+        of the twin at hand (those of the previous twin past them restored from the anchor's)."""
         a = self.twin[g]
         if a is None:
             s = _em._scores(self.c, g, r0, r1)
             SHARING["full"] += 1
             if g in self.last_use:
-                self.kept.setdefault(g, {})[r0] = s.clone()
+                self.kept.setdefault(g, {})[r0] = s
             return s
-        s = self.kept[a][r0].clone()
+        anchor = self.kept[a][r0]
+        if (a, r0) not in self.work:
+            self.work[a, r0] = [anchor.clone(), 0]
+        s, dirty = self.work[a, r0]  # dirty: the columns the previous twin wrote
         cols = self.cols[g]
+        if dirty > cols:
+            s[:, cols:dirty] = anchor[:, cols:dirty]
         if cols:
             s[:, :cols] = _em._scores(self.c, g, r0, r1, cols)
             SHARING["sliced"] += 1
         else:
             SHARING["copied"] += 1
+        self.work[a, r0][1] = cols
         if g == self.last_use[a]:
             self._drop(a, r0)
         return s
