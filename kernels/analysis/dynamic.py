@@ -25,7 +25,7 @@ import pandas as pd
 
 from pcast import theory
 from pcast.analysis.paired import median_ratio_ci
-from pcast.analysis.policies import check_tidy, seed_mean_ci
+from pcast.analysis.policies import check_tidy, seed_summary
 from pcast.analysis.text import short
 from pcast.contract import DYNAMIC_CONFIG_COLUMNS, DYNAMIC_EXPERIMENT
 from pcast.theory.dynamic import DYNAMIC_MODES, underflow_fraction_dynamic
@@ -77,10 +77,7 @@ def dynamic_summary(df: pd.DataFrame, *, reference: str = "reverse S=256", n_res
     keys, ckeys = config_keys(df), config_keys(df, exclude=("delta",))
     boot = {"n_resamples": n_resamples, "confidence_level": confidence_level, "method": boot_method, "seed": seed}
     g = df.groupby(keys, sort=True, dropna=False)
-    out = g.agg(n_seeds=("seed", "nunique")).reset_index()
-    out.insert(len(keys), "backend", g["backend"].agg(lambda s: "+".join(sorted(set(map(str, s))))).to_numpy())
-    for value in MEANS:
-        out = out.merge(seed_mean_ci(df, keys, value, confidence_level), on=keys, how="left")
+    out = seed_summary(df, keys, MEANS, confidence_level)
     out = out.merge(g.agg(mse_median=("mse", "median"), rel_mse_median=("rel_mse", "median")).reset_index(),
                     on=keys, how="left")
     out["pred_underflow"] = np.nan

@@ -27,7 +27,7 @@ import pandas as pd
 from pcast.contract import FP4_CONFIG_COLUMNS
 from pcast.analysis import fp4_predictions as fp
 from pcast.analysis.paired import median_ratio_ci
-from pcast.analysis.policies import check_tidy, seed_crossing, seed_mean_ci
+from pcast.analysis.policies import check_tidy, seed_crossing, seed_summary
 
 __all__ = ["REQUIRED", "MEANS", "config_keys", "baseline_cast", "fp4_summary", "curve_rows"]
 
@@ -110,10 +110,7 @@ def fp4_summary(df: pd.DataFrame, *, crossing_level: float = 0.5, n_resamples: i
     keys, ckeys = config_keys(df), config_keys(df, exclude=("delta",))
     boot = {"n_resamples": n_resamples, "confidence_level": confidence_level, "method": boot_method, "seed": seed}
     g = df.groupby(keys, sort=True, dropna=False)
-    out = g.agg(n_seeds=("seed", "nunique")).reset_index()
-    out.insert(len(keys), "backend", g["backend"].agg(lambda s: "+".join(sorted(set(map(str, s))))).to_numpy())
-    for value in MEANS:
-        out = out.merge(seed_mean_ci(df, keys, value, confidence_level), on=keys, how="left")
+    out = seed_summary(df, keys, MEANS, confidence_level)
     out = out.merge(g.agg(rel_mse_median=("rel_mse", "median")).reset_index(), on=keys, how="left")
     _predictions(out, ckeys)
     out = out.merge(_crossings(df, ckeys, crossing_level, boot), on=ckeys, how="left")

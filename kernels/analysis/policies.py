@@ -37,8 +37,8 @@ from pcast.analysis import policy_predictions as pp
 from pcast.analysis.paired import median_ratio_ci
 from pcast.analysis.summaries import crossing_ci
 
-__all__ = ["REQUIRED", "POLICY_FIELDS", "config_keys", "curve_keys", "seed_mean_ci", "policy_summary", "curves",
-           "first_delta", "floor_rows", "best_policy_ratio", "policy_peaks", "require"]
+__all__ = ["REQUIRED", "POLICY_FIELDS", "config_keys", "curve_keys", "seed_mean_ci", "seed_summary", "policy_summary",
+           "curves", "first_delta", "floor_rows", "best_policy_ratio", "policy_peaks", "require"]
 
 # The configuration columns a policy sets (pcast.policies.Policy's P-path fields); the others
 # (shape, sink, Δ, variant and its operand casts) are the setting that policies are compared in.
@@ -93,6 +93,17 @@ def seed_mean_ci(df: pd.DataFrame, keys, value: str, confidence_level: float = 0
     res = pd.DataFrame({f"{value}_mean": out["mean"], f"{value}_lo": out["mean"] - half,
                         f"{value}_hi": out["mean"] + half}, index=out.index)
     return res.reset_index()
+
+
+def seed_summary(df: pd.DataFrame, keys, means, confidence_level: float = 0.95) -> pd.DataFrame:
+    """Per configuration of ``keys``: ``n_seeds``, ``backend`` (the backends that ran it, joined by "+") and,
+    for each column of ``means``, its seed mean with the interval of :func:`seed_mean_ci`."""
+    g = df.groupby(keys, sort=True, dropna=False)
+    out = g.agg(n_seeds=("seed", "nunique")).reset_index()
+    out.insert(len(keys), "backend", g["backend"].agg(lambda s: "+".join(sorted(set(map(str, s))))).to_numpy())
+    for value in means:
+        out = out.merge(seed_mean_ci(df, keys, value, confidence_level), on=keys, how="left")
+    return out
 
 
 def _floor_ratios(df: pd.DataFrame, keys: list[str], boot: dict) -> pd.DataFrame:
@@ -156,10 +167,7 @@ def policy_summary(df: pd.DataFrame, *, crossing_level: float = 0.5, n_resamples
     boot = {"n_resamples": n_resamples, "confidence_level": confidence_level, "method": boot_method,
             "seed": seed}
     g = df.groupby(keys, sort=True, dropna=False)
-    out = g.agg(n_seeds=("seed", "nunique")).reset_index()
-    out.insert(len(keys), "backend", g["backend"].agg(lambda s: "+".join(sorted(set(map(str, s))))).to_numpy())
-    for value in ("underflow_frac", "saturated_frac"):
-        out = out.merge(seed_mean_ci(df, keys, value, confidence_level), on=keys, how="left")
+    out = seed_summary(df, keys, ("underflow_frac", "saturated_frac"), confidence_level)
     med = g.agg(underflow_sink_frac_mean=("underflow_sink_frac", "mean"), rel_mse_median=("rel_mse", "median"),
                 floor_rel_mse_median=("floor_rel_mse", "median")).reset_index()
     out = out.merge(med, on=keys, how="left").merge(_floor_ratios(df, keys, boot), on=keys, how="left")
