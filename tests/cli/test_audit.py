@@ -162,22 +162,6 @@ def test_learned_sink_logit_collapses_only_the_policy_that_seeds_the_max(tmp_pat
 # ----------------------------------------------------------------------------- bad input before any work
 
 
-@pytest.fixture()
-def no_work(monkeypatch):
-    """Any attention call (the work) fails the test: the errors below must come first. The names are patched
-    where the audit calls them."""
-    import pcast.api
-    import pcast.audit.heads
-    import pcast.audit.kernel
-
-    def fail(*a, **kw):
-        pytest.fail("the audit started work")
-
-    for mod, name in ((pcast.api, "attention"), (pcast.audit.heads, "attention"),
-                      (pcast.audit.heads, "attention_calls"), (pcast.audit.kernel, "attention")):
-        monkeypatch.setattr(mod, name, fail)
-
-
 @pytest.mark.parametrize("argv,msg", [
     (["--ksink", "256"], r"--ksink=256 is not allowed; allowed: 0 <= ksink < N = 256"),
     (["--ksink", "-1"], r"--ksink=-1 is not allowed; allowed: 0 <= ksink < N = 256"),

@@ -79,21 +79,6 @@ def test_the_combinations_stay_in_float32(qkv_file, tmp_path):
     assert len(rows) == 5
 
 
-@pytest.fixture()
-def no_work(monkeypatch):
-    """Any attention call fails the test: the refusals below come first."""
-    import pcast.api
-    import pcast.audit.heads
-    import pcast.audit.kernel
-
-    def fail(*a, **kw):
-        pytest.fail("the audit started work")
-
-    for mod, name in ((pcast.api, "attention"), (pcast.audit.heads, "attention"),
-                      (pcast.audit.heads, "attention_calls"), (pcast.audit.kernel, "attention")):
-        monkeypatch.setattr(mod, name, fail)
-
-
 @pytest.mark.parametrize("argv,msg", [
     (["--pv-arith", "wgmma"], r"--pv-arith='wgmma' is not allowed; allowed: fp32, mma-sm89, wgmma-sm90, tcgen05-sm100"),
     (["--pv-promote", "1"], r"--pv-promote=1 is not allowed without --pv-arith"),
