@@ -21,7 +21,8 @@ collapse-shaped sweep, in runs per second, against its arithmetic floor:
   combinations order forward/reverse × scale 1/256, i.e. 4 × ``--deltas`` runs; "with reference"
   adds the float64 ``pcast.reference.reference_stack`` of the stack, once, as the shards do;
 * floor: one float32 P·V matmul per run at the same shapes ([N, N] @ [N, D]), in the emulator's chunks
-  of rows (``pcast.emulator.core.CHUNK_ELEMS`` // padded N): the least matmul work a run must do;
+  of rows (:func:`pcast.cli.bench_sweep.floor_rows`: ``FUSED_CHUNK_ELEMS`` // padded N where the compiled pass
+  runs, else ``CHUNK_ELEMS`` // padded N): the least matmul work a run must do;
 * engine, floor and reference interleaved in one process, median of ``--reps``, at each thread count
   of ``--threads`` (default 1,2); ``--scaling`` adds the engine on a Δ grid 4× larger in the same
   interleave and reports the ratio of runs/s (4× grid / 1× grid; the issue wants it within ±15% of 1).

@@ -16,7 +16,7 @@ from pcast.emulator import compiled as _compiled
 
 from pcast.emulator import fused as _fused
 
-from pcast.emulator.core import CHUNK_ELEMS, FUSED_CHUNK_ELEMS
+from pcast.emulator.core import CHUNK_ELEMS
 
 from pcast.emulator.fusedmath import exp_rows
 
@@ -50,8 +50,8 @@ def sweep_inputs(n, d, n_deltas, seed=0):
 
 def floor_rows(n):
     """Query rows per P·V matmul of the floor: the emulator's chunk of rows at n keys (the compiled pass's chunk
-    where it runs, :data:`pcast.emulator.core.FUSED_CHUNK_ELEMS`)."""
-    elems = FUSED_CHUNK_ELEMS if _compiled.AVAILABLE and _fused.ENABLED else CHUNK_ELEMS
+    where it runs, :data:`pcast.emulator.fused.FUSED_CHUNK_ELEMS`)."""
+    elems = _fused.FUSED_CHUNK_ELEMS if _compiled.AVAILABLE and _fused.ENABLED else CHUNK_ELEMS
     return max(1, elems // (-(-n // _BLOCK_N) * _BLOCK_N))
 
 

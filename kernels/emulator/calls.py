@@ -239,8 +239,7 @@ def _run_group(members: list, G: int, Nq: int) -> None:
     """Every chunk of rows of every item of one score group, under each of its calls. Chunks of rows are the
     outer loop, so what items share with their anchor is kept for one chunk at a time."""
     c0 = members[0][0]
-    fused = all(_fused.covers(c, c.qs) for c, *_ in members)  # the compiled pass's chunks, as pcast.attention's
-    rows = max(1, (_em.FUSED_CHUNK_ELEMS if fused else _em.CHUNK_ELEMS) // (c0.nblk * c0.block_n))
+    rows = max(1, min(_fused.chunk_elems(c, _em.CHUNK_ELEMS) for c, *_ in members) // (c0.nblk * c0.block_n))
     shared = _Shared(c0, rows)
     # An item whose scores and values copy its anchor's bits repeats the anchor's steps 1-5 in every
     # call without a sink that seeds the max (a stack of learned sink logits on one base): reuse them.

@@ -50,9 +50,6 @@ __all__ = ["emulate_attention", "emulate_attention_scales", "running_max", "max_
 # Work on about this many score elements at a time: large enough that torch's
 # per-op overhead is small, small enough to stay in cache and bound memory.
 CHUNK_ELEMS = 1 << 18
-# The compiled P path's: each chunk is three parallel regions (two matmuls, the compiled pass) whose threads
-# meet at a barrier, which costs a time slice on a loaded machine (docs/performance.md, "Under load").
-FUSED_CHUNK_ELEMS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -391,7 +388,7 @@ def _emulate(q, k, v: tuple, scales: tuple, **kwargs) -> list:
     c = _layout(q, k, v, scales=scales, **kwargs)
     G = B * H
     outs, diags = _buffers(c, G, Nq, d, q.device)
-    rows = chunk_rows((FUSED_CHUNK_ELEMS if _fused.covers(c, c.qs) else CHUNK_ELEMS) // (c.nblk * c.block_n), c.tile)
+    rows = chunk_rows(_fused.chunk_elems(c, CHUNK_ELEMS) // (c.nblk * c.block_n), c.tile)
     for g in range(G):
         for r0 in range(0, Nq, rows):
             _rows(c, g, r0, min(Nq, r0 + rows), outs, diags)

@@ -32,13 +32,16 @@ from pcast.emulator.exact import exp_edge
 from pcast.emulator.packing import Head, Out, Scales, Settings
 from pcast.formats import FORMATS
 
-__all__ = ["ENABLED", "covers", "p_rows"]
+__all__ = ["ENABLED", "FUSED_CHUNK_ELEMS", "covers", "chunk_elems", "p_rows"]
 
 
 #: Whether calls the pass covers run through it (tests turn it off to run the eager path).
 ENABLED = True
 #: Below this many score elements a chunk runs on one thread.
 _PARALLEL_ELEMS = 1 << 16
+#: Score elements in a chunk of rows the pass runs: each chunk is three parallel regions (two matmuls, the pass)
+#: whose threads meet at a barrier, which costs a time slice on a loaded machine (docs/performance.md, "Under load").
+FUSED_CHUNK_ELEMS = 1 << 20
 
 
 def covers(c, s: torch.Tensor) -> bool:
@@ -46,6 +49,12 @@ def covers(c, s: torch.Tensor) -> bool:
     ``s`` through the compiled pass."""
     return (ENABLED and _compiled.AVAILABLE and c.ex is not None and s.device.type == "cpu" and not c.mx
             and not c.per_row and c.pv is None and (c.fmt is None or c.fmt.name in FORMATS))
+
+
+def chunk_elems(c, plain: int) -> int:
+    """Score elements in a chunk of rows of the call laid out as ``c``: :data:`FUSED_CHUNK_ELEMS` where the pass
+    runs it, else ``plain`` (the eager path's)."""
+    return FUSED_CHUNK_ELEMS if covers(c, c.qs) else plain
 
 
 def _settings(c, g: int) -> Settings:

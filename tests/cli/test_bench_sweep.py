@@ -12,7 +12,8 @@ from pcast.cli import bench
 from pcast.cli.bench import SWEEP_CALLS, floor_rows, main
 from pcast.emulator import fused
 from pcast.emulator.compiled import AVAILABLE
-from pcast.emulator.core import CHUNK_ELEMS, FUSED_CHUNK_ELEMS
+from pcast.emulator.core import CHUNK_ELEMS
+from pcast.emulator.fused import FUSED_CHUNK_ELEMS
 
 TINY = ["--sweep", "--n", "64", "--d", "16", "--deltas", "2", "--reps", "1"]
 ROW_KEYS = {"threads", "engine_runs_per_s", "floor_runs_per_s", "fraction_of_floor", "with_reference_runs_per_s",

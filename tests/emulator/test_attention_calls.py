@@ -125,7 +125,7 @@ def test_delta_grid_several_chunks_of_rows(monkeypatch, causal, p_path):
     """The same with several chunks of rows per item (a smaller chunk budget: 64 rows of 256 padded
     keys, the last chunk 8 rows): a twin takes its anchor's scores chunk by chunk."""
     monkeypatch.setattr(emulator, "CHUNK_ELEMS", 64 * 256)
-    monkeypatch.setattr(emulator, "FUSED_CHUNK_ELEMS", 64 * 256)  # (the compiled pass's chunks)
+    monkeypatch.setattr("pcast.emulator.fused.FUSED_CHUNK_ELEMS", 64 * 256)  # (the compiled pass's chunks)
     q, k, values = stack(seed=2)
     calls = [{"order": "forward", "scale": 1.0}, {"order": "reverse", "scale": 256.0},
              {"order": "reverse", "scale": 448.0, "block_n": 128}]  # block_n 128: the same padded length (256)
